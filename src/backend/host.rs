@@ -1,0 +1,207 @@
+//! The host backend: segments are anonymous memory mappings from the operating system, so a released
+//! segment really goes back (munmap). Each host "device" has a capacity that the backend enforces.
+//! Always available; the default accelerator when no GPU is found.
+
+use super::{Backend, BackendError, MemInfo, StreamId};
+use crate::error::{Error, Result};
+use crate::units::parse_byte_size;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Environment variable: capacity of each host device ("8GiB", "512MiB", or bytes).
+pub const CAPACITY_VAR: &str = "ACC_HOST_CAPACITY";
+/// Environment variable: how many host devices to present.
+pub const DEVICES_VAR: &str = "ACC_HOST_DEVICES";
+/// Upper bound on ACC_HOST_DEVICES, matching the widest device index PyTorch supports (int8).
+pub const MAX_HOST_DEVICES: usize = 64;
+
+/// How the host backend is laid out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostSettings {
+    /// Bytes each device can hold.
+    pub capacity: usize,
+    /// How many devices.
+    pub devices: usize,
+}
+
+impl HostSettings {
+    /// Read ACC_HOST_CAPACITY and ACC_HOST_DEVICES; unset means the machine's physical memory and 1.
+    pub fn from_env() -> Result<Self> {
+        Self::from_values(
+            std::env::var(CAPACITY_VAR).ok().as_deref(),
+            std::env::var(DEVICES_VAR).ok().as_deref(),
+        )
+    }
+
+    /// Build settings from the two variables' values (None when unset); a bad value is an error that
+    /// names the variable.
+    pub fn from_values(capacity: Option<&str>, devices: Option<&str>) -> Result<Self> {
+        let capacity = match capacity {
+            None => physical_memory(),
+            Some(text) => match parse_byte_size(text) {
+                Some(bytes) if bytes >= 512 && bytes <= isize::MAX as u64 => bytes as usize,
+                _ => {
+                    return Err(Error::config(format!(
+                        "{CAPACITY_VAR}='{text}' is not a valid capacity: give bytes or a size with a \
+                         unit such as 512MiB or 8GiB (at least 512 bytes)"
+                    )))
+                }
+            },
+        };
+        let devices = match devices {
+            None => 1,
+            Some(text) => match text.trim().parse::<usize>() {
+                Ok(n) if (1..=MAX_HOST_DEVICES).contains(&n) => n,
+                _ => {
+                    return Err(Error::config(format!(
+                        "{DEVICES_VAR}='{text}' is not a valid device count: give an integer from 1 to \
+                         {MAX_HOST_DEVICES}"
+                    )))
+                }
+            },
+        };
+        Ok(HostSettings { capacity, devices })
+    }
+}
+
+/// The machine's physical memory in bytes.
+pub fn physical_memory() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let (pages, page_size) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    if pages <= 0 || page_size <= 0 {
+        return 1 << 30;
+    }
+    (pages as usize).saturating_mul(page_size as usize)
+}
+
+/// Host memory as devices.
+pub struct HostBackend {
+    settings: HostSettings,
+    used: Vec<AtomicUsize>,
+}
+
+impl HostBackend {
+    pub fn new(settings: HostSettings) -> Self {
+        HostBackend {
+            settings,
+            used: (0..settings.devices).map(|_| AtomicUsize::new(0)).collect(),
+        }
+    }
+
+    pub fn settings(&self) -> HostSettings {
+        self.settings
+    }
+
+    /// Claim `size` bytes of the device's capacity, or say there is no room.
+    fn claim(&self, device: usize, size: usize) -> bool {
+        self.used[device]
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                used.checked_add(size)
+                    .filter(|&total| total <= self.settings.capacity)
+            })
+            .is_ok()
+    }
+}
+
+impl Backend for HostBackend {
+    fn name(&self) -> &str {
+        "host"
+    }
+
+    fn device_count(&self) -> usize {
+        self.settings.devices
+    }
+
+    fn raw_alloc(&self, device: usize, size: usize, _stream: StreamId) -> std::result::Result<usize, BackendError> {
+        if size == 0 || !self.claim(device, size) {
+            return Err(BackendError::OutOfMemory);
+        }
+        // SAFETY: an anonymous private mapping with no address hint has no preconditions. NORESERVE
+        // because, as on a GPU, reserving a segment should not commit every page of it up front.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                size,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            self.used[device].fetch_sub(size, Ordering::AcqRel);
+            return Err(BackendError::OutOfMemory);
+        }
+        Ok(ptr as usize)
+    }
+
+    fn raw_free(&self, device: usize, ptr: usize, size: usize) -> std::result::Result<(), BackendError> {
+        // SAFETY: the caching layer frees only segments this backend mapped, with their exact size.
+        let rc = unsafe { libc::munmap(ptr as *mut libc::c_void, size) };
+        if rc != 0 {
+            let errno = std::io::Error::last_os_error();
+            return Err(BackendError::Failed {
+                code: errno.raw_os_error().unwrap_or(-1) as i64,
+                message: format!("munmap of {size} bytes at {ptr:#x} failed: {errno}"),
+            });
+        }
+        self.used[device].fetch_sub(size, Ordering::AcqRel);
+        Ok(())
+    }
+
+    fn mem_get_info(&self, device: usize) -> std::result::Result<MemInfo, BackendError> {
+        let used = self.used[device].load(Ordering::Acquire);
+        Ok(MemInfo {
+            free: self.settings.capacity.saturating_sub(used),
+            total: self.settings.capacity,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_default_to_physical_memory_and_one_device() {
+        let settings = HostSettings::from_values(None, None).unwrap();
+        assert_eq!(settings.devices, 1);
+        assert_eq!(settings.capacity, physical_memory());
+    }
+
+    #[test]
+    fn settings_parse_units_and_counts() {
+        let settings = HostSettings::from_values(Some("512MiB"), Some("3")).unwrap();
+        assert_eq!(settings, HostSettings { capacity: 512 << 20, devices: 3 });
+    }
+
+    #[test]
+    fn bad_settings_name_the_variable() {
+        let err = HostSettings::from_values(Some("lots"), None).unwrap_err();
+        assert!(err.message.contains("ACC_HOST_CAPACITY='lots'"), "{}", err.message);
+        let err = HostSettings::from_values(None, Some("0")).unwrap_err();
+        assert!(err.message.contains("ACC_HOST_DEVICES='0'"), "{}", err.message);
+        let err = HostSettings::from_values(None, Some("two")).unwrap_err();
+        assert!(err.message.contains("ACC_HOST_DEVICES"), "{}", err.message);
+    }
+
+    #[test]
+    fn capacity_is_enforced_and_memory_is_usable() {
+        let backend = HostBackend::new(HostSettings { capacity: 4 << 20, devices: 2 });
+        let a = backend.raw_alloc(0, 2 << 20, 0).unwrap();
+        assert_eq!(a % 4096, 0, "segments are page aligned");
+        // SAFETY: a is a fresh 2 MiB writable mapping.
+        unsafe { std::ptr::write_bytes(a as *mut u8, 0xAB, 2 << 20) };
+        let b = backend.raw_alloc(0, 2 << 20, 0).unwrap();
+        assert_eq!(backend.raw_alloc(0, 512, 0), Err(BackendError::OutOfMemory));
+        assert_eq!(backend.mem_get_info(0).unwrap(), MemInfo { free: 0, total: 4 << 20 });
+        assert_eq!(backend.mem_get_info(1).unwrap().free, 4 << 20, "devices are separate");
+        backend.raw_free(0, a, 2 << 20).unwrap();
+        backend.raw_free(0, b, 2 << 20).unwrap();
+        assert_eq!(backend.mem_get_info(0).unwrap().free, 4 << 20);
+    }
+}

@@ -1,0 +1,53 @@
+//! Backends hand out raw device memory. They know nothing of caching: the caching layer asks them for
+//! whole segments and gives whole segments back.
+
+pub mod host;
+pub mod testing;
+
+use std::fmt;
+
+/// An opaque stream handle (`void*` at the C boundary); 0 is the default stream.
+pub type StreamId = usize;
+
+/// Why a backend call failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BackendError {
+    /// The device has no room: the caching layer releases cached memory and retries.
+    OutOfMemory,
+    /// Any other failure, with the backend's own code and words.
+    Failed { code: i64, message: String },
+}
+
+impl fmt::Display for BackendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BackendError::OutOfMemory => f.write_str("out of memory"),
+            BackendError::Failed { code, message } => write!(f, "{message} (code {code})"),
+        }
+    }
+}
+
+/// Free and total bytes of a device, as `cudaMemGetInfo` reports them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemInfo {
+    pub free: usize,
+    pub total: usize,
+}
+
+/// What every accelerator must provide to sit under the caching allocator.
+///
+/// Calls may come from any thread; a backend guards its own state. `device` is always a valid index
+/// below `device_count()` (the caching layer checks it).
+pub trait Backend: Send + Sync {
+    /// Short lowercase name used in messages ("host", "cuda", ...).
+    fn name(&self) -> &str;
+    /// How many devices this backend drives.
+    fn device_count(&self) -> usize;
+    /// Allocate one segment of `size` bytes (a multiple of 512) on `device`; the address is at least
+    /// 512-byte aligned.
+    fn raw_alloc(&self, device: usize, size: usize, stream: StreamId) -> Result<usize, BackendError>;
+    /// Give back a segment exactly as `raw_alloc` returned it.
+    fn raw_free(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError>;
+    /// The device's free and total memory.
+    fn mem_get_info(&self, device: usize) -> Result<MemInfo, BackendError>;
+}

@@ -1,0 +1,555 @@
+//! The caching allocator of one device: PyTorch's DeviceCachingAllocator, over any `Backend`.
+//!
+//! Not thread-safe by itself: the runtime keeps one behind a mutex per device.
+
+use super::block::{Block, BlockId, BlockPool, PtrMap, Slab};
+use super::config::CachingConfig;
+use super::policy::{allocation_size, round_size, should_split, PoolKind};
+use super::stats::{for_pool, DeviceStats, StatType};
+use crate::backend::{Backend, BackendError, MemInfo, StreamId};
+use crate::error::{Error, ErrorKind, Result};
+use crate::units::format_size;
+use std::sync::Arc;
+
+/// One device's caching allocator.
+pub struct CachingAllocator {
+    backend: Arc<dyn Backend>,
+    device: usize,
+    config: CachingConfig,
+    /// The device's total memory, read once: a segment larger than this can never be had.
+    capacity: usize,
+    blocks: Slab,
+    small: BlockPool,
+    large: BlockPool,
+    /// Blocks handed out and not yet freed, by address.
+    active: PtrMap,
+    stats: DeviceStats,
+    /// Bytes of all segments held from the backend (PyTorch's total_allocated_memory).
+    reserved_total: usize,
+    /// Set by set_memory_fraction: reserved memory may not grow past this.
+    allowed_maximum: Option<usize>,
+}
+
+/// A segment as a snapshot shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SegmentInfo {
+    pub address: usize,
+    pub total_size: usize,
+    pub stream: StreamId,
+    pub pool: PoolKind,
+    /// (address, size, requested size, allocated) of each block, by address.
+    pub blocks: Vec<(usize, usize, usize, bool)>,
+}
+
+impl CachingAllocator {
+    /// A fresh allocator for `device` of `backend`.
+    pub fn new(backend: Arc<dyn Backend>, device: usize, config: CachingConfig) -> Result<Self> {
+        let capacity = backend
+            .mem_get_info(device)
+            .map_err(|e| backend_error(&*backend, device, "mem_get_info", e))?
+            .total;
+        Ok(CachingAllocator {
+            backend,
+            device,
+            config,
+            capacity,
+            blocks: Slab::default(),
+            small: BlockPool::default(),
+            large: BlockPool::default(),
+            active: PtrMap::default(),
+            stats: DeviceStats::default(),
+            reserved_total: 0,
+            allowed_maximum: None,
+        })
+    }
+
+    pub fn device(&self) -> usize {
+        self.device
+    }
+
+    pub fn config(&self) -> &CachingConfig {
+        &self.config
+    }
+
+    /// Replace the policy settings; cached blocks stay where they are.
+    pub fn set_config(&mut self, config: CachingConfig) {
+        self.config = config;
+    }
+
+    /// Hand out a block of at least `size` bytes (size > 0) for use on `stream`.
+    pub fn malloc(&mut self, size: usize, stream: StreamId) -> Result<usize> {
+        debug_assert!(size > 0);
+        let rounded = round_size(size, &self.config);
+        let alloc_size = rounded.and_then(allocation_size);
+        let (rounded, alloc_size) = match (rounded, alloc_size) {
+            (Some(r), Some(a)) if a <= self.capacity => (r, a),
+            // No device segment could ever hold it: refuse before touching the cache.
+            _ => return Err(self.out_of_memory_message(size.max(alloc_size.unwrap_or(0)))),
+        };
+        let pool = PoolKind::for_size(rounded);
+
+        let id = match self.take_free_block(pool, stream, rounded) {
+            Some(id) => id,
+            None => self.allocate_segment_with_fallbacks(pool, stream, rounded, alloc_size)?,
+        };
+        let split = should_split(pool, self.blocks[id].size, rounded, &self.config);
+        Ok(self.hand_out(id, rounded, size, split))
+    }
+
+    /// Return a block handed out by `malloc`.
+    pub fn free(&mut self, ptr: usize) -> Result<()> {
+        let Some(id) = self.active.remove(&ptr) else {
+            return Err(Error::invalid_pointer(format!(
+                "pointer {ptr:#x} is not a live allocation of {} device {}: it was already freed, or it \
+                 is not the start of a block that accalloc handed out",
+                self.backend.name(),
+                self.device
+            )));
+        };
+        let block = &mut self.blocks[id];
+        block.allocated = false;
+        let (size, pool) = (block.size, block.pool);
+        let stat_type = stat_type(pool);
+        for_pool(&mut self.stats.allocation, stat_type, |s| s.decrease(1));
+        for_pool(&mut self.stats.allocated_bytes, stat_type, |s| s.decrease(size as u64));
+        if size >= self.config.max_split_size {
+            self.stats.oversize_allocations.decrease(1);
+        }
+        self.return_to_pool(id);
+        Ok(())
+    }
+
+    /// Release every cached block that is a whole segment back to the backend.
+    pub fn empty_cache(&mut self) -> Result<()> {
+        self.release_cached_blocks()
+    }
+
+    /// A copy of the statistics, with max_split_size filled in.
+    pub fn stats(&self) -> DeviceStats {
+        DeviceStats {
+            max_split_size: self.config.max_split_size_stat(),
+            ..self.stats
+        }
+    }
+
+    pub fn reset_accumulated_stats(&mut self) {
+        self.stats.reset_accumulated();
+    }
+
+    pub fn reset_peak_stats(&mut self) {
+        self.stats.reset_peak();
+    }
+
+    /// Limit reserved memory to `fraction` of the device's total memory.
+    pub fn set_memory_fraction(&mut self, fraction: f64) -> Result<()> {
+        if !(0.0..=1.0).contains(&fraction) {
+            return Err(Error::invalid_argument(format!(
+                "memory fraction {fraction} is outside [0, 1]"
+            )));
+        }
+        let total = self.mem_get_info()?.total;
+        self.allowed_maximum = Some((fraction * total as f64) as usize);
+        Ok(())
+    }
+
+    /// The bytes reserved memory may grow to, when a fraction is set.
+    pub fn allowed_maximum(&self) -> Option<usize> {
+        self.allowed_maximum
+    }
+
+    /// Free and total memory of the device, as the backend reports it.
+    pub fn mem_get_info(&self) -> Result<MemInfo> {
+        self.backend
+            .mem_get_info(self.device)
+            .map_err(|e| backend_error(&*self.backend, self.device, "mem_get_info", e))
+    }
+
+    /// The size of the block at `ptr` if it is a live allocation.
+    pub fn allocation_size(&self, ptr: usize) -> Option<usize> {
+        self.active.get(&ptr).map(|&id| self.blocks[id].size)
+    }
+
+    /// Every segment with its blocks, ordered by address.
+    pub fn segments(&self) -> Vec<SegmentInfo> {
+        let mut heads: Vec<BlockId> = self
+            .active
+            .values()
+            .copied()
+            .chain(self.small.blocks.values().copied())
+            .chain(self.large.blocks.values().copied())
+            .filter(|&id| self.blocks[id].prev.is_none())
+            .collect();
+        heads.sort_by_key(|&id| self.blocks[id].ptr);
+        heads
+            .into_iter()
+            .map(|head| {
+                let first = &self.blocks[head];
+                let mut segment = SegmentInfo {
+                    address: first.ptr,
+                    total_size: 0,
+                    stream: first.stream,
+                    pool: first.pool,
+                    blocks: Vec::new(),
+                };
+                let mut cursor = Some(head);
+                while let Some(id) = cursor {
+                    let block = &self.blocks[id];
+                    segment.total_size += block.size;
+                    segment.blocks.push((block.ptr, block.size, block.requested_size, block.allocated));
+                    cursor = block.next;
+                }
+                segment
+            })
+            .collect()
+    }
+
+    fn pool_mut(&mut self, pool: PoolKind) -> &mut BlockPool {
+        match pool {
+            PoolKind::Small => &mut self.small,
+            PoolKind::Large => &mut self.large,
+        }
+    }
+
+    /// Best fit from the pool: the smallest cached block of this stream that is big enough, unless the
+    /// max_split_size rules forbid it. Removes it from the pool.
+    fn take_free_block(&mut self, pool: PoolKind, stream: StreamId, rounded: usize) -> Option<BlockId> {
+        let max_split = self.config.max_split_size;
+        let max_rounding = self.config.max_non_split_rounding;
+        let pool = self.pool_mut(pool);
+        let (key, id) = pool.lower_bound(stream, rounded)?;
+        let (block_stream, block_size, _) = key;
+        if block_stream != stream {
+            return None;
+        }
+        // An oversize block is kept for oversize requests, and a big request may not waste too much.
+        if rounded < max_split && block_size >= max_split {
+            return None;
+        }
+        if rounded >= max_split && block_size >= rounded.saturating_add(max_rounding) {
+            return None;
+        }
+        pool.blocks.remove(&key);
+        Some(id)
+    }
+
+    /// The miss path: a new segment, else free oversize cached blocks and ask again, else free every
+    /// cached segment and retry once, else out of memory.
+    fn allocate_segment_with_fallbacks(
+        &mut self,
+        pool: PoolKind,
+        stream: StreamId,
+        rounded: usize,
+        alloc_size: usize,
+    ) -> Result<BlockId> {
+        if let Some(id) = self.allocate_segment(pool, stream, alloc_size, false)? {
+            return Ok(id);
+        }
+        if self.release_available_cached_blocks(pool, stream, rounded)? {
+            if let Some(id) = self.allocate_segment(pool, stream, alloc_size, false)? {
+                return Ok(id);
+            }
+        }
+        self.release_cached_blocks()?;
+        if let Some(id) = self.allocate_segment(pool, stream, alloc_size, true)? {
+            return Ok(id);
+        }
+        self.stats.num_ooms += 1;
+        Err(self.out_of_memory_message(alloc_size))
+    }
+
+    /// Ask the backend for a segment. Ok(None) when the device (or the memory fraction) has no room.
+    fn allocate_segment(
+        &mut self,
+        pool: PoolKind,
+        stream: StreamId,
+        size: usize,
+        is_retry: bool,
+    ) -> Result<Option<BlockId>> {
+        if is_retry {
+            self.stats.num_alloc_retries += 1;
+        }
+        if let Some(allowed) = self.allowed_maximum {
+            if self.reserved_total + size > allowed {
+                return Ok(None);
+            }
+        }
+        let ptr = match self.backend.raw_alloc(self.device, size, stream) {
+            Ok(ptr) => ptr,
+            Err(BackendError::OutOfMemory) => return Ok(None),
+            Err(e) => return Err(backend_error(&*self.backend, self.device, "raw_alloc", e)),
+        };
+        self.reserved_total += size;
+        let stat_type = stat_type(pool);
+        for_pool(&mut self.stats.segment, stat_type, |s| s.increase(1));
+        for_pool(&mut self.stats.reserved_bytes, stat_type, |s| s.increase(size as u64));
+        if size >= self.config.max_split_size {
+            self.stats.oversize_segments.increase(1);
+        }
+        self.stats.num_device_alloc += 1;
+        Ok(Some(self.blocks.insert(Block {
+            ptr,
+            size,
+            requested_size: 0,
+            stream,
+            pool,
+            allocated: false,
+            prev: None,
+            next: None,
+        })))
+    }
+
+    /// With max_split_size set: free cached oversize blocks of this pool and stream, the smallest one
+    /// big enough, else the largest ones downwards until enough bytes are freed.
+    fn release_available_cached_blocks(&mut self, pool: PoolKind, stream: StreamId, rounded: usize) -> Result<bool> {
+        let max_split = self.config.max_split_size;
+        if max_split == usize::MAX {
+            return Ok(false);
+        }
+        let wanted = rounded.max(max_split);
+        if let Some(((s, _, _), id)) = self.pool_mut(pool).lower_bound(stream, wanted) {
+            if s == stream && !self.blocks[id].is_split() {
+                self.release_block(id)?;
+                return Ok(true);
+            }
+        }
+        // No single block is large enough: walk down from the largest block of this stream.
+        let candidates: Vec<BlockId> = self
+            .pool_mut(pool)
+            .blocks
+            .range(..(stream, wanted, 0))
+            .rev()
+            .take_while(|((s, size, _), _)| *s == stream && *size >= max_split)
+            .map(|(_, &id)| id)
+            .collect();
+        let mut released = 0;
+        for id in candidates {
+            if released >= wanted {
+                break;
+            }
+            if self.blocks[id].is_split() {
+                continue;
+            }
+            released += self.blocks[id].size;
+            self.release_block(id)?;
+        }
+        Ok(released >= wanted)
+    }
+
+    /// Release every cached block that is a whole segment, in both pools.
+    fn release_cached_blocks(&mut self) -> Result<()> {
+        // Stream events are synchronized here; this counts the synchronization.
+        self.stats.num_sync_all_streams += 1;
+        for pool in [PoolKind::Large, PoolKind::Small] {
+            let whole: Vec<BlockId> = match pool {
+                PoolKind::Large => &self.large,
+                PoolKind::Small => &self.small,
+            }
+            .blocks
+            .values()
+            .copied()
+            .filter(|&id| !self.blocks[id].is_split())
+            .collect();
+            for id in whole {
+                self.release_block(id)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Give a cached whole-segment block back to the backend.
+    fn release_block(&mut self, id: BlockId) -> Result<()> {
+        let block = self.blocks[id].clone();
+        debug_assert!(!block.is_split() && !block.allocated);
+        self.backend
+            .raw_free(self.device, block.ptr, block.size)
+            .map_err(|e| backend_error(&*self.backend, self.device, "raw_free", e))?;
+        self.pool_mut(block.pool).remove(&block);
+        self.blocks.remove(id);
+        self.reserved_total -= block.size;
+        self.stats.num_device_free += 1;
+        let stat_type = stat_type(block.pool);
+        for_pool(&mut self.stats.segment, stat_type, |s| s.decrease(1));
+        for_pool(&mut self.stats.reserved_bytes, stat_type, |s| s.decrease(block.size as u64));
+        if block.size >= self.config.max_split_size {
+            self.stats.oversize_segments.decrease(1);
+        }
+        Ok(())
+    }
+
+    /// Give the caller the first `rounded` bytes of block `id` (taken out of its pool or fresh from the
+    /// backend), caching the remainder when `split`.
+    fn hand_out(&mut self, id: BlockId, rounded: usize, requested: usize, split: bool) -> usize {
+        let found = self.blocks[id].clone();
+        let stat_type = stat_type(found.pool);
+        let already_split = found.is_split();
+        let handed = if split {
+            // The caller's block takes the front; the found block keeps the remainder.
+            let handed = self.blocks.insert(Block {
+                ptr: found.ptr,
+                size: rounded,
+                requested_size: 0,
+                stream: found.stream,
+                pool: found.pool,
+                allocated: false,
+                prev: found.prev,
+                next: Some(id),
+            });
+            if let Some(prev) = found.prev {
+                self.blocks[prev].next = Some(handed);
+            }
+            let remainder = &mut self.blocks[id];
+            remainder.prev = Some(handed);
+            remainder.ptr += rounded;
+            remainder.size -= rounded;
+            let remainder_size = remainder.size;
+            let remainder = self.blocks[id].clone();
+            self.pool_mut(found.pool).insert(&remainder, id);
+            if already_split {
+                for_pool(&mut self.stats.inactive_split_bytes, stat_type, |s| s.decrease(rounded as u64));
+            } else {
+                for_pool(&mut self.stats.inactive_split_bytes, stat_type, |s| {
+                    s.increase(remainder_size as u64)
+                });
+                for_pool(&mut self.stats.inactive_split, stat_type, |s| s.increase(1));
+            }
+            handed
+        } else {
+            if already_split {
+                for_pool(&mut self.stats.inactive_split_bytes, stat_type, |s| {
+                    s.decrease(found.size as u64)
+                });
+                for_pool(&mut self.stats.inactive_split, stat_type, |s| s.decrease(1));
+            }
+            id
+        };
+
+        let block = &mut self.blocks[handed];
+        block.allocated = true;
+        block.requested_size = requested;
+        let (ptr, size) = (block.ptr, block.size);
+        self.active.insert(ptr, handed);
+        let stats = &mut self.stats;
+        for_pool(&mut stats.allocation, stat_type, |s| s.increase(1));
+        for_pool(&mut stats.allocated_bytes, stat_type, |s| s.increase(size as u64));
+        for_pool(&mut stats.active, stat_type, |s| s.increase(1));
+        for_pool(&mut stats.active_bytes, stat_type, |s| s.increase(size as u64));
+        for_pool(&mut stats.requested_bytes, stat_type, |s| s.increase(requested as u64));
+        if size >= self.config.max_split_size {
+            stats.oversize_allocations.increase(1);
+        }
+        ptr
+    }
+
+    /// A freed block goes back to its pool, merged with free neighbours (PyTorch's free_block).
+    fn return_to_pool(&mut self, id: BlockId) {
+        let (original_size, requested, pool) = {
+            let block = &self.blocks[id];
+            (block.size, block.requested_size, block.pool)
+        };
+        // inactive_split moves by the net change, as PyTorch applies it.
+        let mut net_blocks: i64 = 0;
+        let mut net_bytes: i64 = 0;
+        for neighbour in [self.blocks[id].prev, self.blocks[id].next] {
+            let subsumed = self.try_merge(id, neighbour);
+            if subsumed > 0 {
+                net_blocks -= 1;
+                net_bytes -= subsumed as i64;
+            }
+        }
+        let block = &mut self.blocks[id];
+        block.requested_size = 0;
+        let block = self.blocks[id].clone();
+        self.pool_mut(pool).insert(&block, id);
+        if block.is_split() {
+            net_blocks += 1;
+            net_bytes += block.size as i64;
+        }
+        let stat_type = stat_type(pool);
+        let stats = &mut self.stats;
+        for_pool(&mut stats.inactive_split, stat_type, |s| apply_net(s, net_blocks));
+        for_pool(&mut stats.inactive_split_bytes, stat_type, |s| apply_net(s, net_bytes));
+        for_pool(&mut stats.active, stat_type, |s| s.decrease(1));
+        for_pool(&mut stats.active_bytes, stat_type, |s| s.decrease(original_size as u64));
+        for_pool(&mut stats.requested_bytes, stat_type, |s| s.decrease(requested as u64));
+    }
+
+    /// Merge cached neighbour `source` into `target`; returns the bytes absorbed (0 when not merged).
+    fn try_merge(&mut self, target: BlockId, source: Option<BlockId>) -> usize {
+        let Some(source) = source else { return 0 };
+        let absorbed = self.blocks[source].clone();
+        if absorbed.allocated {
+            return 0;
+        }
+        self.pool_mut(absorbed.pool).remove(&absorbed);
+        if self.blocks[target].prev == Some(source) {
+            let block = &mut self.blocks[target];
+            block.ptr = absorbed.ptr;
+            block.prev = absorbed.prev;
+            if let Some(prev) = absorbed.prev {
+                self.blocks[prev].next = Some(target);
+            }
+        } else {
+            self.blocks[target].next = absorbed.next;
+            if let Some(next) = absorbed.next {
+                self.blocks[next].prev = Some(target);
+            }
+        }
+        self.blocks[target].size += absorbed.size;
+        self.blocks.remove(source);
+        absorbed.size
+    }
+
+    /// PyTorch's out-of-memory text, with the device's figures at the time of failure.
+    fn out_of_memory_message(&self, alloc_size: usize) -> Error {
+        let info = self.backend.mem_get_info(self.device).unwrap_or(MemInfo {
+            free: 0,
+            total: self.capacity,
+        });
+        let allowed = self
+            .allowed_maximum
+            .map(|a| format!("{} allowed; ", format_size(a as u64)))
+            .unwrap_or_default();
+        let allocated = self.stats.allocated_bytes[StatType::All as usize].current;
+        let reserved = self.stats.reserved_bytes[StatType::All as usize].current;
+        Error::new(
+            ErrorKind::OutOfMemory,
+            format!(
+                "{} out of memory. Tried to allocate {}. Device {} has a total capacity of {} of which {} \
+                 is free. {}Of the allocated memory {} is allocated by the allocator, and {} is reserved \
+                 but unallocated. If reserved but unallocated memory is large try setting \
+                 expandable_segments:True in ACC_ALLOC_CONF to avoid fragmentation.",
+                self.backend.name(),
+                format_size(alloc_size as u64),
+                self.device,
+                format_size(info.total as u64),
+                format_size(info.free as u64),
+                allowed,
+                format_size(allocated as u64),
+                format_size((reserved - allocated) as u64),
+            ),
+        )
+    }
+}
+
+#[inline]
+fn stat_type(pool: PoolKind) -> StatType {
+    match pool {
+        PoolKind::Small => StatType::SmallPool,
+        PoolKind::Large => StatType::LargePool,
+    }
+}
+
+fn apply_net(stat: &mut super::stats::Stat, net: i64) {
+    if net > 0 {
+        stat.increase(net as u64);
+    } else if net < 0 {
+        stat.decrease((-net) as u64);
+    }
+}
+
+fn backend_error(backend: &dyn Backend, device: usize, call: &str, error: BackendError) -> Error {
+    Error::new(
+        ErrorKind::Backend,
+        format!("{} backend: {call} on device {device} failed: {error}", backend.name()),
+    )
+}

@@ -1,0 +1,54 @@
+//! The settings of the caching policy. Defaults reproduce PyTorch's allocator exactly.
+
+/// Number of size intervals for roundup_power2_divisions (1 MiB .. 64 GiB, one per power of two).
+pub const ROUNDUP_POWER2_INTERVALS: usize = 16;
+
+/// Policy settings of one caching allocator.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CachingConfig {
+    /// Blocks of this size or more are never split ("oversize"); usize::MAX means unset.
+    pub max_split_size: usize,
+    /// A request >= max_split_size may take a cached block at most this much larger.
+    pub max_non_split_rounding: usize,
+    /// Divisions per power-of-two interval; 0 or 1 keeps 512-byte rounding.
+    pub roundup_power2_divisions: [usize; ROUNDUP_POWER2_INTERVALS],
+    /// Fraction of the allowed memory above which cached blocks are garbage-collected (0 = off).
+    pub garbage_collection_threshold: f64,
+    /// Grow segments in place over reserved address ranges.
+    pub expandable_segments: bool,
+    /// Drop the device lock around slow backend allocations.
+    pub release_lock_on_malloc: bool,
+}
+
+impl Default for CachingConfig {
+    fn default() -> Self {
+        CachingConfig {
+            max_split_size: usize::MAX,
+            max_non_split_rounding: 20 << 20,
+            roundup_power2_divisions: [0; ROUNDUP_POWER2_INTERVALS],
+            garbage_collection_threshold: 0.0,
+            expandable_segments: false,
+            release_lock_on_malloc: false,
+        }
+    }
+}
+
+impl CachingConfig {
+    /// The configured divisions for the interval holding `size` (bucket = floor(log2 size) - 20,
+    /// clamped to 0..15).
+    #[inline]
+    pub fn roundup_power2_divisions_for(&self, size: usize) -> usize {
+        let log2 = (usize::BITS - 1 - size.leading_zeros()) as usize;
+        let bucket = log2.saturating_sub(20).min(ROUNDUP_POWER2_INTERVALS - 1);
+        self.roundup_power2_divisions[bucket]
+    }
+
+    /// max_split_size as memory_stats reports it: -1 when unset.
+    pub fn max_split_size_stat(&self) -> i64 {
+        if self.max_split_size == usize::MAX {
+            -1
+        } else {
+            self.max_split_size as i64
+        }
+    }
+}

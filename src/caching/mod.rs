@@ -1,0 +1,21 @@
+//! The caching allocator itself: pure logic over a `Backend`, no FFI and no globals.
+//!
+//! - `policy`: rounding, pools, segment sizes, split rule (PyTorch's constants)
+//! - `config`: the policy's settings
+//! - `block`: blocks, their slab, the free pools and the live-pointer map
+//! - `stats`: DeviceStats and the flat memory_stats() keys
+//! - `allocator`: malloc / free / empty_cache of one device
+
+pub mod allocator;
+pub mod block;
+pub mod config;
+pub mod policy;
+pub mod stats;
+
+pub use allocator::{CachingAllocator, SegmentInfo};
+pub use config::CachingConfig;
+pub use policy::PoolKind;
+pub use stats::{DeviceStats, Stat, StatType};
+
+#[cfg(test)]
+mod tests;

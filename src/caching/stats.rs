@@ -1,0 +1,302 @@
+//! PyTorch's DeviceStats: the counters, how they move, and their flat key names.
+
+/// One statistic: current value, peak since the last peak reset, and totals added and removed since
+/// the last accumulated reset.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stat {
+    pub current: i64,
+    pub peak: i64,
+    pub allocated: i64,
+    pub freed: i64,
+}
+
+impl Stat {
+    pub fn increase(&mut self, amount: u64) {
+        self.current += amount as i64;
+        self.peak = self.peak.max(self.current);
+        self.allocated += amount as i64;
+    }
+
+    pub fn decrease(&mut self, amount: u64) {
+        self.current -= amount as i64;
+        debug_assert!(self.current >= 0, "statistic went negative");
+        self.freed += amount as i64;
+    }
+
+    fn reset_accumulated(&mut self) {
+        self.allocated = 0;
+        self.freed = 0;
+    }
+
+    fn reset_peak(&mut self) {
+        self.peak = self.current;
+    }
+}
+
+/// Which pool a statistic slot describes: index 0 aggregates the other two.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StatType {
+    All = 0,
+    SmallPool = 1,
+    LargePool = 2,
+}
+
+/// Names of the pool slots, in index order.
+pub const STAT_TYPE_NAMES: [&str; 3] = ["all", "small_pool", "large_pool"];
+
+/// A statistic kept for all / small pool / large pool.
+pub type StatArray = [Stat; 3];
+
+/// Every statistic PyTorch's caching allocator keeps for one device.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeviceStats {
+    pub allocation: StatArray,
+    pub segment: StatArray,
+    pub active: StatArray,
+    pub inactive_split: StatArray,
+    pub allocated_bytes: StatArray,
+    pub reserved_bytes: StatArray,
+    pub active_bytes: StatArray,
+    pub inactive_split_bytes: StatArray,
+    pub requested_bytes: StatArray,
+    pub oversize_allocations: Stat,
+    pub oversize_segments: Stat,
+    pub num_alloc_retries: i64,
+    pub num_ooms: i64,
+    pub num_sync_all_streams: i64,
+    pub num_device_alloc: i64,
+    pub num_device_free: i64,
+    /// The configured max_split_size in bytes; -1 when unset (PyTorch stores SIZE_MAX in an int64).
+    pub max_split_size: i64,
+}
+
+/// Apply `f` to the "all" slot and the pool's slot of a statistic array.
+#[inline]
+pub fn for_pool(array: &mut StatArray, pool: StatType, f: impl Fn(&mut Stat)) {
+    f(&mut array[StatType::All as usize]);
+    f(&mut array[pool as usize]);
+}
+
+/// The nine families that have all three pool slots, with their flat-key names.
+const POOLED_FAMILIES: [&str; 9] = [
+    "active",
+    "active_bytes",
+    "allocated_bytes",
+    "allocation",
+    "inactive_split",
+    "inactive_split_bytes",
+    "requested_bytes",
+    "reserved_bytes",
+    "segment",
+];
+const FIELD_NAMES: [&str; 4] = ["allocated", "current", "freed", "peak"];
+const SCALAR_NAMES: [&str; 6] = [
+    "max_split_size",
+    "num_alloc_retries",
+    "num_device_alloc",
+    "num_device_free",
+    "num_ooms",
+    "num_sync_all_streams",
+];
+
+/// How many flat keys memory_stats() has.
+pub const FLAT_KEY_COUNT: usize = 122;
+
+impl DeviceStats {
+    fn pooled(&self, family: &str) -> Option<&StatArray> {
+        Some(match family {
+            "active" => &self.active,
+            "active_bytes" => &self.active_bytes,
+            "allocated_bytes" => &self.allocated_bytes,
+            "allocation" => &self.allocation,
+            "inactive_split" => &self.inactive_split,
+            "inactive_split_bytes" => &self.inactive_split_bytes,
+            "requested_bytes" => &self.requested_bytes,
+            "reserved_bytes" => &self.reserved_bytes,
+            "segment" => &self.segment,
+            _ => return None,
+        })
+    }
+
+    fn scalar(&self, name: &str) -> Option<i64> {
+        Some(match name {
+            "max_split_size" => self.max_split_size,
+            "num_alloc_retries" => self.num_alloc_retries,
+            "num_device_alloc" => self.num_device_alloc,
+            "num_device_free" => self.num_device_free,
+            "num_ooms" => self.num_ooms,
+            "num_sync_all_streams" => self.num_sync_all_streams,
+            _ => return None,
+        })
+    }
+
+    /// Look up one flat key of memory_stats(), e.g. "allocated_bytes.all.current".
+    pub fn get(&self, key: &str) -> Option<i64> {
+        let mut parts = key.split('.');
+        let (first, second, third) = (parts.next()?, parts.next(), parts.next());
+        if parts.next().is_some() {
+            return None;
+        }
+        match (second, third) {
+            (None, None) => self.scalar(first),
+            (Some(field), None) => {
+                let stat = match first {
+                    "oversize_allocations" => &self.oversize_allocations,
+                    "oversize_segments" => &self.oversize_segments,
+                    _ => return None,
+                };
+                field_of(stat, field)
+            }
+            (Some(pool), Some(field)) => {
+                let slot = STAT_TYPE_NAMES.iter().position(|&n| n == pool)?;
+                field_of(&self.pooled(first)?[slot], field)
+            }
+            (None, Some(_)) => None,
+        }
+    }
+
+    /// Every flat key with its value, sorted by key, as PyTorch's memory_stats() returns them.
+    pub fn flat(&self) -> Vec<(String, i64)> {
+        let mut out = Vec::with_capacity(FLAT_KEY_COUNT);
+        for family in POOLED_FAMILIES {
+            let array = self.pooled(family).expect("known family");
+            for (slot, pool) in STAT_TYPE_NAMES.iter().enumerate() {
+                for field in FIELD_NAMES {
+                    let value = field_of(&array[slot], field).expect("known field");
+                    out.push((format!("{family}.{pool}.{field}"), value));
+                }
+            }
+        }
+        for (name, stat) in [
+            ("oversize_allocations", &self.oversize_allocations),
+            ("oversize_segments", &self.oversize_segments),
+        ] {
+            for field in FIELD_NAMES {
+                out.push((format!("{name}.{field}"), field_of(stat, field).expect("known field")));
+            }
+        }
+        for name in SCALAR_NAMES {
+            out.push((name.to_string(), self.scalar(name).expect("known scalar")));
+        }
+        out.sort();
+        out
+    }
+
+    /// All flat keys as one JSON object, keys sorted.
+    pub fn to_json(&self) -> String {
+        let mut json = String::with_capacity(FLAT_KEY_COUNT * 48);
+        json.push('{');
+        for (i, (key, value)) in self.flat().iter().enumerate() {
+            if i > 0 {
+                json.push(',');
+            }
+            json.push_str(&format!("\"{key}\":{value}"));
+        }
+        json.push('}');
+        json
+    }
+
+    /// reset_accumulated_memory_stats: zero `allocated` and `freed` everywhere and the five counters.
+    pub fn reset_accumulated(&mut self) {
+        self.for_each_stat(Stat::reset_accumulated);
+        self.num_alloc_retries = 0;
+        self.num_ooms = 0;
+        self.num_sync_all_streams = 0;
+        self.num_device_alloc = 0;
+        self.num_device_free = 0;
+    }
+
+    /// reset_peak_memory_stats: every peak becomes the current value.
+    pub fn reset_peak(&mut self) {
+        self.for_each_stat(Stat::reset_peak);
+    }
+
+    fn for_each_stat(&mut self, f: fn(&mut Stat)) {
+        for array in [
+            &mut self.allocation,
+            &mut self.segment,
+            &mut self.active,
+            &mut self.inactive_split,
+            &mut self.allocated_bytes,
+            &mut self.reserved_bytes,
+            &mut self.active_bytes,
+            &mut self.inactive_split_bytes,
+            &mut self.requested_bytes,
+        ] {
+            array.iter_mut().for_each(f);
+        }
+        f(&mut self.oversize_allocations);
+        f(&mut self.oversize_segments);
+    }
+}
+
+fn field_of(stat: &Stat, field: &str) -> Option<i64> {
+    Some(match field {
+        "current" => stat.current,
+        "peak" => stat.peak,
+        "allocated" => stat.allocated,
+        "freed" => stat.freed,
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_moves_as_pytorch_stat() {
+        let mut stat = Stat::default();
+        stat.increase(10);
+        stat.increase(5);
+        stat.decrease(12);
+        assert_eq!(stat, Stat { current: 3, peak: 15, allocated: 15, freed: 12 });
+        stat.reset_peak();
+        assert_eq!(stat.peak, 3);
+        stat.reset_accumulated();
+        assert_eq!(stat, Stat { current: 3, peak: 3, allocated: 0, freed: 0 });
+    }
+
+    #[test]
+    fn flat_keys_are_pytorchs_122_sorted() {
+        let stats = DeviceStats { max_split_size: -1, ..Default::default() };
+        let flat = stats.flat();
+        assert_eq!(flat.len(), FLAT_KEY_COUNT);
+        assert!(flat.windows(2).all(|w| w[0].0 < w[1].0));
+        assert_eq!(flat[0].0, "active.all.allocated");
+        assert_eq!(flat.last().unwrap().0, "segment.small_pool.peak");
+        assert!(flat.iter().any(|(k, _)| k == "requested_bytes.large_pool.freed"));
+        assert!(flat.iter().any(|(k, _)| k == "oversize_segments.peak"));
+        for (key, value) in &flat {
+            assert_eq!(stats.get(key), Some(*value), "{key}");
+        }
+        assert_eq!(stats.get("max_split_size"), Some(-1));
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected() {
+        let stats = DeviceStats::default();
+        for key in [
+            "",
+            "allocated",
+            "allocated_bytes.all",
+            "allocated_bytes.all.current.x",
+            "allocated_bytes.medium_pool.current",
+            "allocated_bytes.all.now",
+            "oversize_allocations.all.current",
+            "num_ooms.current",
+        ] {
+            assert_eq!(stats.get(key), None, "{key}");
+        }
+    }
+
+    #[test]
+    fn json_lists_every_key_once() {
+        let mut stats = DeviceStats::default();
+        stats.allocated_bytes[0].increase(1024);
+        let json = stats.to_json();
+        assert!(json.starts_with("{\"active.all.allocated\":0,"));
+        assert!(json.contains("\"allocated_bytes.all.current\":1024,"));
+        assert_eq!(json.matches(':').count(), FLAT_KEY_COUNT);
+    }
+}

@@ -1,0 +1,329 @@
+//! The default policy's statistics, worked out by hand from REFERENCE.md's precise rules.
+
+use super::*;
+use crate::backend::testing::TestBackend;
+use crate::error::ErrorKind;
+use std::sync::Arc;
+
+const KIB: i64 = 1024;
+const MIB: i64 = 1024 * 1024;
+const ALL: usize = StatType::All as usize;
+const SMALL: usize = StatType::SmallPool as usize;
+const LARGE: usize = StatType::LargePool as usize;
+
+fn allocator(capacity: usize) -> (CachingAllocator, Arc<TestBackend>) {
+    allocator_with(capacity, CachingConfig::default())
+}
+
+fn allocator_with(capacity: usize, config: CachingConfig) -> (CachingAllocator, Arc<TestBackend>) {
+    let backend = Arc::new(TestBackend::new(1, capacity));
+    let allocator = CachingAllocator::new(backend.clone(), 0, config).unwrap();
+    (allocator, backend)
+}
+
+fn stat(current: i64, peak: i64, allocated: i64, freed: i64) -> Stat {
+    Stat { current, peak, allocated, freed }
+}
+
+#[test]
+fn small_request_splits_a_2mib_segment_and_merges_back() {
+    let (mut a, _) = allocator(1 << 30);
+    let p = a.malloc(1000, 0).unwrap();
+    let s = a.stats();
+    assert_eq!(s.allocated_bytes[ALL], stat(1024, 1024, 1024, 0));
+    assert_eq!(s.allocated_bytes[SMALL], stat(1024, 1024, 1024, 0));
+    assert_eq!(s.allocated_bytes[LARGE], Stat::default());
+    assert_eq!(s.requested_bytes[ALL], stat(1000, 1000, 1000, 0));
+    assert_eq!(s.reserved_bytes[SMALL], stat(2 * MIB, 2 * MIB, 2 * MIB, 0));
+    assert_eq!(s.segment[SMALL], stat(1, 1, 1, 0));
+    assert_eq!(s.inactive_split[SMALL], stat(1, 1, 1, 0));
+    assert_eq!(s.inactive_split_bytes[SMALL].current, 2 * MIB - KIB);
+    assert_eq!(s.num_device_alloc, 1);
+    assert_eq!(s.max_split_size, -1);
+
+    a.free(p).unwrap();
+    let s = a.stats();
+    assert_eq!(s.allocated_bytes[ALL], stat(0, 1024, 1024, 1024));
+    assert_eq!(s.active[ALL], stat(0, 1, 1, 1));
+    assert_eq!(s.requested_bytes[ALL], stat(0, 1000, 1000, 1000));
+    assert_eq!(s.inactive_split[ALL], stat(0, 1, 1, 1));
+    assert_eq!(s.inactive_split_bytes[ALL], stat(0, 2 * MIB - KIB, 2 * MIB - KIB, 2 * MIB - KIB));
+    assert_eq!(s.reserved_bytes[ALL].current, 2 * MIB, "the segment stays cached");
+
+    a.empty_cache().unwrap();
+    let s = a.stats();
+    assert_eq!(s.reserved_bytes[ALL], stat(0, 2 * MIB, 2 * MIB, 2 * MIB));
+    assert_eq!(s.segment[SMALL], stat(0, 1, 1, 1));
+    assert_eq!((s.num_device_free, s.num_sync_all_streams), (1, 1));
+}
+
+#[test]
+fn inactive_split_moves_by_net_change() {
+    let (mut a, _) = allocator(1 << 30);
+    let first = a.malloc(1000, 0).unwrap();
+    let second = a.malloc(600, 0).unwrap();
+    assert_eq!(second, first + 1024, "the remainder is cut from its start");
+    let s = a.stats();
+    // The second request shrinks an already split block: bytes drop by 1024, the count stays.
+    assert_eq!(s.inactive_split[SMALL], stat(1, 1, 1, 0));
+    assert_eq!(s.inactive_split_bytes[SMALL], stat(2 * MIB - 2 * KIB, 2 * MIB - KIB, 2 * MIB - KIB, KIB));
+    assert_eq!(s.num_device_alloc, 1);
+
+    a.free(first).unwrap();
+    let s = a.stats();
+    // Its neighbour is live: no merge, one more inactive split block.
+    assert_eq!(s.inactive_split[SMALL], stat(2, 2, 2, 0));
+    assert_eq!(s.inactive_split_bytes[SMALL].current, 2 * MIB - KIB);
+
+    a.free(second).unwrap();
+    let s = a.stats();
+    // Merging both neighbours leaves a whole segment: net -2 blocks, -(2 MiB - 1024) bytes.
+    assert_eq!(s.inactive_split[SMALL], stat(0, 2, 2, 2));
+    assert_eq!(s.inactive_split_bytes[SMALL], stat(0, 2 * MIB - KIB, 2 * MIB, 2 * MIB));
+    assert_eq!(s.active_bytes[SMALL], stat(0, 2 * KIB, 2 * KIB, 2 * KIB));
+    assert_eq!(s.requested_bytes[SMALL], stat(0, 1600, 1600, 1600));
+    assert_eq!(a.segments().len(), 1);
+    assert_eq!(a.segments()[0].blocks, vec![(first, 2 << 20, 0, false)]);
+}
+
+#[test]
+fn merging_one_neighbour_of_a_still_split_block_leaves_the_count() {
+    let (mut a, _) = allocator(1 << 30);
+    let x = a.malloc(512, 0).unwrap();
+    let y = a.malloc(512, 0).unwrap();
+    let _z = a.malloc(512, 0).unwrap();
+    a.free(x).unwrap();
+    let before = a.stats();
+    assert_eq!(before.inactive_split[SMALL].current, 2);
+    // y merges with x (free) but z is live: net blocks 0, net bytes +512.
+    a.free(y).unwrap();
+    let s = a.stats();
+    assert_eq!(s.inactive_split[SMALL], before.inactive_split[SMALL], "no movement at all for net 0");
+    assert_eq!(
+        s.inactive_split_bytes[SMALL].allocated,
+        before.inactive_split_bytes[SMALL].allocated + 512
+    );
+}
+
+#[test]
+fn large_requests_follow_the_segment_bands() {
+    let (mut a, _) = allocator(1 << 30);
+    // 11 MiB: a 12 MiB segment; the 1 MiB remainder is not > 1 MiB, so the caller gets all 12 MiB.
+    let q = a.malloc(11 * MIB as usize, 0).unwrap();
+    let s = a.stats();
+    assert_eq!(s.reserved_bytes[LARGE].current, 12 * MIB);
+    assert_eq!(s.allocated_bytes[LARGE].current, 12 * MIB);
+    assert_eq!(s.requested_bytes[LARGE].current, 11 * MIB);
+    assert_eq!(s.inactive_split[LARGE].current, 0);
+
+    // 5 MiB: a 20 MiB segment, split with a 15 MiB remainder.
+    let p = a.malloc(5 * MIB as usize, 0).unwrap();
+    let s = a.stats();
+    assert_eq!(s.reserved_bytes[LARGE].current, 32 * MIB);
+    assert_eq!(s.allocated_bytes[LARGE].current, 17 * MIB);
+    assert_eq!(s.inactive_split_bytes[LARGE].current, 15 * MIB);
+    assert_eq!(s.segment[LARGE].current, 2);
+
+    // 3 MiB fits the cached 15 MiB remainder: best fit, no new segment.
+    let r = a.malloc(3 * MIB as usize, 0).unwrap();
+    assert_eq!(r, p + (5 << 20));
+    assert_eq!(a.stats().num_device_alloc, 2);
+    assert_eq!(a.stats().inactive_split_bytes[LARGE].current, 12 * MIB);
+    a.free(q).unwrap();
+    a.free(p).unwrap();
+    a.free(r).unwrap();
+    a.empty_cache().unwrap();
+    assert_eq!(a.stats().reserved_bytes[ALL].current, 0);
+    assert_eq!(a.stats().num_device_free, 2);
+}
+
+#[test]
+fn best_fit_picks_the_smallest_block_that_fits() {
+    let (mut a, _) = allocator(1 << 30);
+    let big = a.malloc(12 * MIB as usize, 0).unwrap(); // 12 MiB segment
+    let small = a.malloc(10 * MIB as usize, 0).unwrap(); // 10 MiB segment
+    a.free(big).unwrap();
+    a.free(small).unwrap();
+    assert_eq!(a.malloc(10 * MIB as usize - 4096, 0).unwrap(), small);
+    assert_eq!(a.malloc(11 * MIB as usize, 0).unwrap(), big);
+    assert_eq!(a.stats().num_device_alloc, 2);
+}
+
+#[test]
+fn blocks_are_reused_only_on_their_stream() {
+    let (mut a, _) = allocator(1 << 30);
+    let p = a.malloc(1000, 1).unwrap();
+    a.free(p).unwrap();
+    let q = a.malloc(1000, 2).unwrap();
+    assert_ne!(p, q);
+    assert_eq!(a.stats().num_device_alloc, 2);
+    a.free(q).unwrap();
+    assert_eq!(a.malloc(1000, 1).unwrap(), p);
+}
+
+#[test]
+fn device_oom_releases_cache_and_retries_once() {
+    let (mut a, backend) = allocator(40 << 20);
+    let p = a.malloc(15 * MIB as usize, 0).unwrap(); // a 16 MiB segment
+    a.free(p).unwrap();
+    // 30 MiB does not fit beside the cached 16 MiB: release it, retry, succeed.
+    let q = a.malloc(30 * MIB as usize, 0).unwrap();
+    let s = a.stats();
+    assert_eq!((s.num_alloc_retries, s.num_ooms, s.num_sync_all_streams), (1, 0, 1));
+    assert_eq!((s.num_device_alloc, s.num_device_free), (2, 1));
+    assert_eq!(s.reserved_bytes[ALL], stat(30 * MIB, 30 * MIB, 46 * MIB, 16 * MIB));
+
+    // A second 30 MiB cannot be had at all.
+    let err = a.malloc(30 * MIB as usize, 0).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::OutOfMemory);
+    assert_eq!(
+        err.message,
+        "test out of memory. Tried to allocate 30.00 MiB. Device 0 has a total capacity of 40.00 MiB of \
+         which 10.00 MiB is free. Of the allocated memory 30.00 MiB is allocated by the allocator, and 0 \
+         bytes is reserved but unallocated. If reserved but unallocated memory is large try setting \
+         expandable_segments:True in ACC_ALLOC_CONF to avoid fragmentation."
+    );
+    let s = a.stats();
+    assert_eq!((s.num_alloc_retries, s.num_ooms, s.num_sync_all_streams), (2, 1, 2));
+    assert_eq!(s.allocation[ALL].current, 1);
+    assert_eq!(backend.live_segments(0).len(), 1);
+    a.free(q).unwrap();
+}
+
+#[test]
+fn oom_figure_is_the_segment_size_not_the_request() {
+    let (mut a, backend) = allocator(64 << 20);
+    backend.fail_next_allocs(0, 2);
+    let err = a.malloc(1000, 0).unwrap_err();
+    assert!(err.message.contains("Tried to allocate 2.00 MiB."), "{}", err.message);
+    assert_eq!(a.stats().num_ooms, 1);
+    assert_eq!(a.stats().num_alloc_retries, 1);
+}
+
+#[test]
+fn a_request_larger_than_the_device_changes_nothing() {
+    let (mut a, _) = allocator(40 << 20);
+    let p = a.malloc(1000, 0).unwrap();
+    a.free(p).unwrap();
+    let before = a.stats();
+    for size in [1usize << 40, usize::MAX, usize::MAX - 511] {
+        let err = a.malloc(size, 0).unwrap_err();
+        assert_eq!(err.kind, ErrorKind::OutOfMemory);
+        assert!(err.message.contains("Tried to allocate"), "{}", err.message);
+    }
+    assert!(a.malloc(1 << 40, 0).unwrap_err().message.contains("Tried to allocate 1024.00 GiB."));
+    assert_eq!(a.stats(), before, "the cached segment and every counter are untouched");
+}
+
+#[test]
+fn memory_fraction_caps_reserved_memory_without_asking_the_device() {
+    let (mut a, backend) = allocator(40 << 20);
+    a.set_memory_fraction(0.5).unwrap();
+    assert_eq!(a.allowed_maximum(), Some(20 << 20));
+    let p = a.malloc(2 * MIB as usize, 0).unwrap(); // 20 MiB segment: exactly the allowance
+    // 19 MiB does not fit the 18 MiB remainder, and a new 20 MiB segment would pass the allowance.
+    let err = a.malloc(19 * MIB as usize, 0).unwrap_err();
+    assert!(err.message.contains("Tried to allocate 20.00 MiB."), "{}", err.message);
+    assert!(
+        err.message.contains("is free. 20.00 MiB allowed; Of the allocated memory 2.00 MiB"),
+        "{}",
+        err.message
+    );
+    assert_eq!(backend.alloc_calls(0), 1, "the device was never asked for more");
+    assert_eq!(a.stats().num_ooms, 1);
+    a.free(p).unwrap();
+    assert!(a.set_memory_fraction(1.5).is_err());
+    assert!(a.set_memory_fraction(f64::NAN).is_err());
+    assert_eq!(a.allowed_maximum(), Some(20 << 20), "a rejected fraction leaves the old one");
+}
+
+#[test]
+fn max_split_size_keeps_oversize_blocks_whole() {
+    let config = CachingConfig { max_split_size: 20 << 20, ..CachingConfig::default() };
+    let (mut a, _) = allocator_with(1 << 30, config);
+    let big = a.malloc(30 * MIB as usize, 0).unwrap();
+    let s = a.stats();
+    assert_eq!(s.oversize_allocations, stat(1, 1, 1, 0));
+    assert_eq!(s.oversize_segments, stat(1, 1, 1, 0));
+    assert_eq!(s.max_split_size, 20 * MIB);
+    a.free(big).unwrap();
+    assert_eq!(a.stats().oversize_allocations, stat(0, 1, 1, 1));
+
+    // A small request may not take the oversize block.
+    let p = a.malloc(5 * MIB as usize, 0).unwrap();
+    assert_ne!(p, big);
+    assert_eq!(a.stats().num_device_alloc, 2);
+    // 25 MiB may take the 30 MiB block (30 < 25 + 20), whole.
+    let q = a.malloc(25 * MIB as usize, 0).unwrap();
+    assert_eq!(q, big);
+    assert_eq!(a.stats().allocated_bytes[LARGE].current, 35 * MIB);
+    a.free(q).unwrap();
+    // 8 MiB is below max_split_size, and 10 MiB + 20 MiB rounding... a 50 MiB request may not take it.
+    let r = a.malloc(50 * MIB as usize, 0).unwrap();
+    assert_ne!(r, big);
+    a.free(p).unwrap();
+    a.free(r).unwrap();
+}
+
+#[test]
+fn oversize_blocks_are_freed_before_the_full_retry() {
+    let config = CachingConfig { max_split_size: 20 << 20, ..CachingConfig::default() };
+    let (mut a, _) = allocator_with(64 << 20, config);
+    let x = a.malloc(30 * MIB as usize, 0).unwrap();
+    let y = a.malloc(30 * MIB as usize, 0).unwrap();
+    a.free(x).unwrap();
+    a.free(y).unwrap();
+    // 50 MiB: no block is big enough and the device is full; both oversize blocks go, then it fits.
+    a.malloc(50 * MIB as usize, 0).unwrap();
+    let s = a.stats();
+    assert_eq!((s.num_alloc_retries, s.num_sync_all_streams, s.num_device_free), (0, 0, 2));
+    assert_eq!(s.oversize_segments, stat(1, 2, 3, 2));
+}
+
+#[test]
+fn bad_frees_are_reported_and_change_nothing() {
+    let (mut a, _) = allocator(1 << 30);
+    let p = a.malloc(4096, 0).unwrap();
+    let before = a.stats();
+    for bad in [p + 512, 0x1234, p + 4096] {
+        let err = a.free(bad).unwrap_err();
+        assert_eq!(err.kind, ErrorKind::InvalidPointer);
+    }
+    assert_eq!(a.stats(), before);
+    a.free(p).unwrap();
+    let after = a.stats();
+    assert_eq!(a.free(p).unwrap_err().kind, ErrorKind::InvalidPointer, "double free");
+    assert_eq!(a.stats(), after);
+}
+
+#[test]
+fn resets_touch_only_what_they_name() {
+    let (mut a, _) = allocator(1 << 30);
+    let p = a.malloc(3000, 0).unwrap();
+    let q = a.malloc(3000, 0).unwrap();
+    a.free(q).unwrap();
+    a.reset_peak_stats();
+    let s = a.stats();
+    assert_eq!(s.allocated_bytes[ALL], stat(3072, 3072, 6144, 3072));
+    a.reset_accumulated_stats();
+    let s = a.stats();
+    assert_eq!(s.allocated_bytes[ALL], stat(3072, 3072, 0, 0));
+    assert_eq!((s.num_device_alloc, s.num_device_free), (0, 0));
+    assert_eq!(s.segment[ALL].current, 1);
+    a.free(p).unwrap();
+}
+
+#[test]
+fn release_of_segments_returns_them_to_the_backend() {
+    let (mut a, backend) = allocator(1 << 30);
+    let ptrs: Vec<usize> = (0..10).map(|i| a.malloc((i + 1) << 20, 0).unwrap()).collect();
+    for p in ptrs {
+        a.free(p).unwrap();
+    }
+    assert!(!backend.live_segments(0).is_empty());
+    a.empty_cache().unwrap();
+    assert!(backend.live_segments(0).is_empty());
+    assert_eq!(backend.alloc_calls(0), backend.free_calls(0));
+    let s = a.stats();
+    assert_eq!(s.num_device_alloc, s.num_device_free);
+}
