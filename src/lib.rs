@@ -6,7 +6,9 @@
 
 pub mod backend;
 pub mod caching;
+pub mod capi;
 pub mod error;
+pub mod runtime;
 pub mod units;
 
 pub use error::{Error, ErrorKind, Result};

@@ -39,12 +39,10 @@ impl HostSettings {
             None => physical_memory(),
             Some(text) => match parse_byte_size(text) {
                 Some(bytes) if bytes >= 512 && bytes <= isize::MAX as u64 => bytes as usize,
-                _ => {
-                    return Err(Error::config(format!(
-                        "{CAPACITY_VAR}='{text}' is not a valid capacity: give bytes or a size with a \
+                _ => return Err(Error::config(format!(
+                    "{CAPACITY_VAR}='{text}' is not a valid capacity: give bytes or a size with a \
                          unit such as 512MiB or 8GiB (at least 512 bytes)"
-                    )))
-                }
+                ))),
             },
         };
         let devices = match devices {
@@ -116,7 +114,12 @@ impl Backend for HostBackend {
         self.settings.devices
     }
 
-    fn raw_alloc(&self, device: usize, size: usize, _stream: StreamId) -> std::result::Result<usize, BackendError> {
+    fn raw_alloc(
+        &self,
+        device: usize,
+        size: usize,
+        _stream: StreamId,
+    ) -> std::result::Result<usize, BackendError> {
         if size == 0 || !self.claim(device, size) {
             return Err(BackendError::OutOfMemory);
         }
@@ -139,7 +142,12 @@ impl Backend for HostBackend {
         Ok(ptr as usize)
     }
 
-    fn raw_free(&self, device: usize, ptr: usize, size: usize) -> std::result::Result<(), BackendError> {
+    fn raw_free(
+        &self,
+        device: usize,
+        ptr: usize,
+        size: usize,
+    ) -> std::result::Result<(), BackendError> {
         // SAFETY: the caching layer frees only segments this backend mapped, with their exact size.
         let rc = unsafe { libc::munmap(ptr as *mut libc::c_void, size) };
         if rc != 0 {
@@ -176,30 +184,57 @@ mod tests {
     #[test]
     fn settings_parse_units_and_counts() {
         let settings = HostSettings::from_values(Some("512MiB"), Some("3")).unwrap();
-        assert_eq!(settings, HostSettings { capacity: 512 << 20, devices: 3 });
+        assert_eq!(
+            settings,
+            HostSettings {
+                capacity: 512 << 20,
+                devices: 3
+            }
+        );
     }
 
     #[test]
     fn bad_settings_name_the_variable() {
         let err = HostSettings::from_values(Some("lots"), None).unwrap_err();
-        assert!(err.message.contains("ACC_HOST_CAPACITY='lots'"), "{}", err.message);
+        assert!(
+            err.message.contains("ACC_HOST_CAPACITY='lots'"),
+            "{}",
+            err.message
+        );
         let err = HostSettings::from_values(None, Some("0")).unwrap_err();
-        assert!(err.message.contains("ACC_HOST_DEVICES='0'"), "{}", err.message);
+        assert!(
+            err.message.contains("ACC_HOST_DEVICES='0'"),
+            "{}",
+            err.message
+        );
         let err = HostSettings::from_values(None, Some("two")).unwrap_err();
         assert!(err.message.contains("ACC_HOST_DEVICES"), "{}", err.message);
     }
 
     #[test]
     fn capacity_is_enforced_and_memory_is_usable() {
-        let backend = HostBackend::new(HostSettings { capacity: 4 << 20, devices: 2 });
+        let backend = HostBackend::new(HostSettings {
+            capacity: 4 << 20,
+            devices: 2,
+        });
         let a = backend.raw_alloc(0, 2 << 20, 0).unwrap();
         assert_eq!(a % 4096, 0, "segments are page aligned");
         // SAFETY: a is a fresh 2 MiB writable mapping.
         unsafe { std::ptr::write_bytes(a as *mut u8, 0xAB, 2 << 20) };
         let b = backend.raw_alloc(0, 2 << 20, 0).unwrap();
         assert_eq!(backend.raw_alloc(0, 512, 0), Err(BackendError::OutOfMemory));
-        assert_eq!(backend.mem_get_info(0).unwrap(), MemInfo { free: 0, total: 4 << 20 });
-        assert_eq!(backend.mem_get_info(1).unwrap().free, 4 << 20, "devices are separate");
+        assert_eq!(
+            backend.mem_get_info(0).unwrap(),
+            MemInfo {
+                free: 0,
+                total: 4 << 20
+            }
+        );
+        assert_eq!(
+            backend.mem_get_info(1).unwrap().free,
+            4 << 20,
+            "devices are separate"
+        );
         backend.raw_free(0, a, 2 << 20).unwrap();
         backend.raw_free(0, b, 2 << 20).unwrap();
         assert_eq!(backend.mem_get_info(0).unwrap().free, 4 << 20);

@@ -45,7 +45,12 @@ pub trait Backend: Send + Sync {
     fn device_count(&self) -> usize;
     /// Allocate one segment of `size` bytes (a multiple of 512) on `device`; the address is at least
     /// 512-byte aligned.
-    fn raw_alloc(&self, device: usize, size: usize, stream: StreamId) -> Result<usize, BackendError>;
+    fn raw_alloc(
+        &self,
+        device: usize,
+        size: usize,
+        stream: StreamId,
+    ) -> Result<usize, BackendError>;
     /// Give back a segment exactly as `raw_alloc` returned it.
     fn raw_free(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError>;
     /// The device's free and total memory.

@@ -47,7 +47,11 @@ impl TestBackend {
 
     /// Segments currently held on `device`, as (address, size).
     pub fn live_segments(&self, device: usize) -> Vec<(usize, usize)> {
-        self.state.lock().unwrap()[device].live.iter().map(|(&a, &s)| (a, s)).collect()
+        self.state.lock().unwrap()[device]
+            .live
+            .iter()
+            .map(|(&a, &s)| (a, s))
+            .collect()
     }
 
     /// Make the next `count` raw allocations on `device` fail with out of memory.
@@ -65,7 +69,12 @@ impl Backend for TestBackend {
         self.devices
     }
 
-    fn raw_alloc(&self, device: usize, size: usize, _stream: StreamId) -> Result<usize, BackendError> {
+    fn raw_alloc(
+        &self,
+        device: usize,
+        size: usize,
+        _stream: StreamId,
+    ) -> Result<usize, BackendError> {
         let mut states = self.state.lock().unwrap();
         let state = &mut states[device];
         if state.fail_next > 0 {

@@ -111,7 +111,9 @@ impl CachingAllocator {
         let (size, pool) = (block.size, block.pool);
         let stat_type = stat_type(pool);
         for_pool(&mut self.stats.allocation, stat_type, |s| s.decrease(1));
-        for_pool(&mut self.stats.allocated_bytes, stat_type, |s| s.decrease(size as u64));
+        for_pool(&mut self.stats.allocated_bytes, stat_type, |s| {
+            s.decrease(size as u64)
+        });
         if size >= self.config.max_split_size {
             self.stats.oversize_allocations.decrease(1);
         }
@@ -195,7 +197,12 @@ impl CachingAllocator {
                 while let Some(id) = cursor {
                     let block = &self.blocks[id];
                     segment.total_size += block.size;
-                    segment.blocks.push((block.ptr, block.size, block.requested_size, block.allocated));
+                    segment.blocks.push((
+                        block.ptr,
+                        block.size,
+                        block.requested_size,
+                        block.allocated,
+                    ));
                     cursor = block.next;
                 }
                 segment
@@ -212,7 +219,12 @@ impl CachingAllocator {
 
     /// Best fit from the pool: the smallest cached block of this stream that is big enough, unless the
     /// max_split_size rules forbid it. Removes it from the pool.
-    fn take_free_block(&mut self, pool: PoolKind, stream: StreamId, rounded: usize) -> Option<BlockId> {
+    fn take_free_block(
+        &mut self,
+        pool: PoolKind,
+        stream: StreamId,
+        rounded: usize,
+    ) -> Option<BlockId> {
         let max_split = self.config.max_split_size;
         let max_rounding = self.config.max_non_split_rounding;
         let pool = self.pool_mut(pool);
@@ -281,7 +293,9 @@ impl CachingAllocator {
         self.reserved_total += size;
         let stat_type = stat_type(pool);
         for_pool(&mut self.stats.segment, stat_type, |s| s.increase(1));
-        for_pool(&mut self.stats.reserved_bytes, stat_type, |s| s.increase(size as u64));
+        for_pool(&mut self.stats.reserved_bytes, stat_type, |s| {
+            s.increase(size as u64)
+        });
         if size >= self.config.max_split_size {
             self.stats.oversize_segments.increase(1);
         }
@@ -300,7 +314,12 @@ impl CachingAllocator {
 
     /// With max_split_size set: free cached oversize blocks of this pool and stream, the smallest one
     /// big enough, else the largest ones downwards until enough bytes are freed.
-    fn release_available_cached_blocks(&mut self, pool: PoolKind, stream: StreamId, rounded: usize) -> Result<bool> {
+    fn release_available_cached_blocks(
+        &mut self,
+        pool: PoolKind,
+        stream: StreamId,
+        rounded: usize,
+    ) -> Result<bool> {
         let max_split = self.config.max_split_size;
         if max_split == usize::MAX {
             return Ok(false);
@@ -369,7 +388,9 @@ impl CachingAllocator {
         self.stats.num_device_free += 1;
         let stat_type = stat_type(block.pool);
         for_pool(&mut self.stats.segment, stat_type, |s| s.decrease(1));
-        for_pool(&mut self.stats.reserved_bytes, stat_type, |s| s.decrease(block.size as u64));
+        for_pool(&mut self.stats.reserved_bytes, stat_type, |s| {
+            s.decrease(block.size as u64)
+        });
         if block.size >= self.config.max_split_size {
             self.stats.oversize_segments.decrease(1);
         }
@@ -405,7 +426,9 @@ impl CachingAllocator {
             let remainder = self.blocks[id].clone();
             self.pool_mut(found.pool).insert(&remainder, id);
             if already_split {
-                for_pool(&mut self.stats.inactive_split_bytes, stat_type, |s| s.decrease(rounded as u64));
+                for_pool(&mut self.stats.inactive_split_bytes, stat_type, |s| {
+                    s.decrease(rounded as u64)
+                });
             } else {
                 for_pool(&mut self.stats.inactive_split_bytes, stat_type, |s| {
                     s.increase(remainder_size as u64)
@@ -430,10 +453,16 @@ impl CachingAllocator {
         self.active.insert(ptr, handed);
         let stats = &mut self.stats;
         for_pool(&mut stats.allocation, stat_type, |s| s.increase(1));
-        for_pool(&mut stats.allocated_bytes, stat_type, |s| s.increase(size as u64));
+        for_pool(&mut stats.allocated_bytes, stat_type, |s| {
+            s.increase(size as u64)
+        });
         for_pool(&mut stats.active, stat_type, |s| s.increase(1));
-        for_pool(&mut stats.active_bytes, stat_type, |s| s.increase(size as u64));
-        for_pool(&mut stats.requested_bytes, stat_type, |s| s.increase(requested as u64));
+        for_pool(&mut stats.active_bytes, stat_type, |s| {
+            s.increase(size as u64)
+        });
+        for_pool(&mut stats.requested_bytes, stat_type, |s| {
+            s.increase(requested as u64)
+        });
         if size >= self.config.max_split_size {
             stats.oversize_allocations.increase(1);
         }
@@ -466,11 +495,19 @@ impl CachingAllocator {
         }
         let stat_type = stat_type(pool);
         let stats = &mut self.stats;
-        for_pool(&mut stats.inactive_split, stat_type, |s| apply_net(s, net_blocks));
-        for_pool(&mut stats.inactive_split_bytes, stat_type, |s| apply_net(s, net_bytes));
+        for_pool(&mut stats.inactive_split, stat_type, |s| {
+            apply_net(s, net_blocks)
+        });
+        for_pool(&mut stats.inactive_split_bytes, stat_type, |s| {
+            apply_net(s, net_bytes)
+        });
         for_pool(&mut stats.active, stat_type, |s| s.decrease(1));
-        for_pool(&mut stats.active_bytes, stat_type, |s| s.decrease(original_size as u64));
-        for_pool(&mut stats.requested_bytes, stat_type, |s| s.decrease(requested as u64));
+        for_pool(&mut stats.active_bytes, stat_type, |s| {
+            s.decrease(original_size as u64)
+        });
+        for_pool(&mut stats.requested_bytes, stat_type, |s| {
+            s.decrease(requested as u64)
+        });
     }
 
     /// Merge cached neighbour `source` into `target`; returns the bytes absorbed (0 when not merged).
@@ -550,6 +587,9 @@ fn apply_net(stat: &mut super::stats::Stat, net: i64) {
 fn backend_error(backend: &dyn Backend, device: usize, call: &str, error: BackendError) -> Error {
     Error::new(
         ErrorKind::Backend,
-        format!("{} backend: {call} on device {device} failed: {error}", backend.name()),
+        format!(
+            "{} backend: {call} on device {device} failed: {error}",
+            backend.name()
+        ),
     )
 }

@@ -109,7 +109,10 @@ impl BlockPool {
     /// The first cached block at or after (stream, size, 0).
     #[inline]
     pub fn lower_bound(&self, stream: StreamId, size: usize) -> Option<(PoolKey, BlockId)> {
-        self.blocks.range((stream, size, 0)..).next().map(|(k, v)| (*k, *v))
+        self.blocks
+            .range((stream, size, 0)..)
+            .next()
+            .map(|(k, v)| (*k, *v))
     }
 }
 

@@ -77,7 +77,12 @@ pub fn allocation_size(rounded: usize) -> Option<usize> {
 
 /// Whether a found block of `block_size` is cut to `rounded`, leaving the rest cached.
 #[inline]
-pub fn should_split(pool: PoolKind, block_size: usize, rounded: usize, config: &CachingConfig) -> bool {
+pub fn should_split(
+    pool: PoolKind,
+    block_size: usize,
+    rounded: usize,
+    config: &CachingConfig,
+) -> bool {
     let remaining = block_size - rounded;
     if pool == PoolKind::Small || config.expandable_segments {
         remaining >= MIN_BLOCK_SIZE
@@ -114,11 +119,17 @@ mod tests {
 
     #[test]
     fn power2_divisions_round_within_an_interval() {
-        let mut config = CachingConfig::default();
-        config.roundup_power2_divisions = [4; 16];
+        let config = CachingConfig {
+            roundup_power2_divisions: [4; 16],
+            ..CachingConfig::default()
+        };
         // 1 MiB + 1 in [1 MiB, 2 MiB) with 4 divisions rounds to 1.25 MiB.
         assert_eq!(round_size((1 << 20) + 1, &config), Some(5 << 18));
-        assert_eq!(round_size(1 << 20, &config), Some(1 << 20), "a power of two stays");
+        assert_eq!(
+            round_size(1 << 20, &config),
+            Some(1 << 20),
+            "a power of two stays"
+        );
         // At or below 512 x 4 the usual rounding applies.
         assert_eq!(round_size(2000, &config), Some(2048));
         assert_eq!(round_size(1500, &config), Some(1536));
@@ -127,11 +138,30 @@ mod tests {
     #[test]
     fn split_rules_differ_by_pool() {
         let config = CachingConfig::default();
-        assert!(should_split(PoolKind::Small, 2 << 20, (2 << 20) - 512, &config));
+        assert!(should_split(
+            PoolKind::Small,
+            2 << 20,
+            (2 << 20) - 512,
+            &config
+        ));
         assert!(!should_split(PoolKind::Small, 1024, 1024, &config));
-        assert!(should_split(PoolKind::Large, 20 << 20, (19 << 20) - 512, &config));
-        assert!(!should_split(PoolKind::Large, 20 << 20, 19 << 20, &config), "remainder must exceed 1 MiB");
-        let limited = CachingConfig { max_split_size: 20 << 20, ..CachingConfig::default() };
-        assert!(!should_split(PoolKind::Large, 64 << 20, 20 << 20, &limited), "oversize never splits");
+        assert!(should_split(
+            PoolKind::Large,
+            20 << 20,
+            (19 << 20) - 512,
+            &config
+        ));
+        assert!(
+            !should_split(PoolKind::Large, 20 << 20, 19 << 20, &config),
+            "remainder must exceed 1 MiB"
+        );
+        let limited = CachingConfig {
+            max_split_size: 20 << 20,
+            ..CachingConfig::default()
+        };
+        assert!(
+            !should_split(PoolKind::Large, 64 << 20, 20 << 20, &limited),
+            "oversize never splits"
+        );
     }
 }

@@ -172,7 +172,10 @@ impl DeviceStats {
             ("oversize_segments", &self.oversize_segments),
         ] {
             for field in FIELD_NAMES {
-                out.push((format!("{name}.{field}"), field_of(stat, field).expect("known field")));
+                out.push((
+                    format!("{name}.{field}"),
+                    field_of(stat, field).expect("known field"),
+                ));
             }
         }
         for name in SCALAR_NAMES {
@@ -250,22 +253,43 @@ mod tests {
         stat.increase(10);
         stat.increase(5);
         stat.decrease(12);
-        assert_eq!(stat, Stat { current: 3, peak: 15, allocated: 15, freed: 12 });
+        assert_eq!(
+            stat,
+            Stat {
+                current: 3,
+                peak: 15,
+                allocated: 15,
+                freed: 12
+            }
+        );
         stat.reset_peak();
         assert_eq!(stat.peak, 3);
         stat.reset_accumulated();
-        assert_eq!(stat, Stat { current: 3, peak: 3, allocated: 0, freed: 0 });
+        assert_eq!(
+            stat,
+            Stat {
+                current: 3,
+                peak: 3,
+                allocated: 0,
+                freed: 0
+            }
+        );
     }
 
     #[test]
     fn flat_keys_are_pytorchs_122_sorted() {
-        let stats = DeviceStats { max_split_size: -1, ..Default::default() };
+        let stats = DeviceStats {
+            max_split_size: -1,
+            ..Default::default()
+        };
         let flat = stats.flat();
         assert_eq!(flat.len(), FLAT_KEY_COUNT);
         assert!(flat.windows(2).all(|w| w[0].0 < w[1].0));
         assert_eq!(flat[0].0, "active.all.allocated");
         assert_eq!(flat.last().unwrap().0, "segment.small_pool.peak");
-        assert!(flat.iter().any(|(k, _)| k == "requested_bytes.large_pool.freed"));
+        assert!(flat
+            .iter()
+            .any(|(k, _)| k == "requested_bytes.large_pool.freed"));
         assert!(flat.iter().any(|(k, _)| k == "oversize_segments.peak"));
         for (key, value) in &flat {
             assert_eq!(stats.get(key), Some(*value), "{key}");

@@ -22,7 +22,12 @@ fn allocator_with(capacity: usize, config: CachingConfig) -> (CachingAllocator, 
 }
 
 fn stat(current: i64, peak: i64, allocated: i64, freed: i64) -> Stat {
-    Stat { current, peak, allocated, freed }
+    Stat {
+        current,
+        peak,
+        allocated,
+        freed,
+    }
 }
 
 #[test]
@@ -47,8 +52,15 @@ fn small_request_splits_a_2mib_segment_and_merges_back() {
     assert_eq!(s.active[ALL], stat(0, 1, 1, 1));
     assert_eq!(s.requested_bytes[ALL], stat(0, 1000, 1000, 1000));
     assert_eq!(s.inactive_split[ALL], stat(0, 1, 1, 1));
-    assert_eq!(s.inactive_split_bytes[ALL], stat(0, 2 * MIB - KIB, 2 * MIB - KIB, 2 * MIB - KIB));
-    assert_eq!(s.reserved_bytes[ALL].current, 2 * MIB, "the segment stays cached");
+    assert_eq!(
+        s.inactive_split_bytes[ALL],
+        stat(0, 2 * MIB - KIB, 2 * MIB - KIB, 2 * MIB - KIB)
+    );
+    assert_eq!(
+        s.reserved_bytes[ALL].current,
+        2 * MIB,
+        "the segment stays cached"
+    );
 
     a.empty_cache().unwrap();
     let s = a.stats();
@@ -66,7 +78,10 @@ fn inactive_split_moves_by_net_change() {
     let s = a.stats();
     // The second request shrinks an already split block: bytes drop by 1024, the count stays.
     assert_eq!(s.inactive_split[SMALL], stat(1, 1, 1, 0));
-    assert_eq!(s.inactive_split_bytes[SMALL], stat(2 * MIB - 2 * KIB, 2 * MIB - KIB, 2 * MIB - KIB, KIB));
+    assert_eq!(
+        s.inactive_split_bytes[SMALL],
+        stat(2 * MIB - 2 * KIB, 2 * MIB - KIB, 2 * MIB - KIB, KIB)
+    );
     assert_eq!(s.num_device_alloc, 1);
 
     a.free(first).unwrap();
@@ -79,7 +94,10 @@ fn inactive_split_moves_by_net_change() {
     let s = a.stats();
     // Merging both neighbours leaves a whole segment: net -2 blocks, -(2 MiB - 1024) bytes.
     assert_eq!(s.inactive_split[SMALL], stat(0, 2, 2, 2));
-    assert_eq!(s.inactive_split_bytes[SMALL], stat(0, 2 * MIB - KIB, 2 * MIB, 2 * MIB));
+    assert_eq!(
+        s.inactive_split_bytes[SMALL],
+        stat(0, 2 * MIB - KIB, 2 * MIB, 2 * MIB)
+    );
     assert_eq!(s.active_bytes[SMALL], stat(0, 2 * KIB, 2 * KIB, 2 * KIB));
     assert_eq!(s.requested_bytes[SMALL], stat(0, 1600, 1600, 1600));
     assert_eq!(a.segments().len(), 1);
@@ -98,7 +116,10 @@ fn merging_one_neighbour_of_a_still_split_block_leaves_the_count() {
     // y merges with x (free) but z is live: net blocks 0, net bytes +512.
     a.free(y).unwrap();
     let s = a.stats();
-    assert_eq!(s.inactive_split[SMALL], before.inactive_split[SMALL], "no movement at all for net 0");
+    assert_eq!(
+        s.inactive_split[SMALL], before.inactive_split[SMALL],
+        "no movement at all for net 0"
+    );
     assert_eq!(
         s.inactive_split_bytes[SMALL].allocated,
         before.inactive_split_bytes[SMALL].allocated + 512
@@ -169,9 +190,15 @@ fn device_oom_releases_cache_and_retries_once() {
     // 30 MiB does not fit beside the cached 16 MiB: release it, retry, succeed.
     let q = a.malloc(30 * MIB as usize, 0).unwrap();
     let s = a.stats();
-    assert_eq!((s.num_alloc_retries, s.num_ooms, s.num_sync_all_streams), (1, 0, 1));
+    assert_eq!(
+        (s.num_alloc_retries, s.num_ooms, s.num_sync_all_streams),
+        (1, 0, 1)
+    );
     assert_eq!((s.num_device_alloc, s.num_device_free), (2, 1));
-    assert_eq!(s.reserved_bytes[ALL], stat(30 * MIB, 30 * MIB, 46 * MIB, 16 * MIB));
+    assert_eq!(
+        s.reserved_bytes[ALL],
+        stat(30 * MIB, 30 * MIB, 46 * MIB, 16 * MIB)
+    );
 
     // A second 30 MiB cannot be had at all.
     let err = a.malloc(30 * MIB as usize, 0).unwrap_err();
@@ -184,7 +211,10 @@ fn device_oom_releases_cache_and_retries_once() {
          expandable_segments:True in ACC_ALLOC_CONF to avoid fragmentation."
     );
     let s = a.stats();
-    assert_eq!((s.num_alloc_retries, s.num_ooms, s.num_sync_all_streams), (2, 1, 2));
+    assert_eq!(
+        (s.num_alloc_retries, s.num_ooms, s.num_sync_all_streams),
+        (2, 1, 2)
+    );
     assert_eq!(s.allocation[ALL].current, 1);
     assert_eq!(backend.live_segments(0).len(), 1);
     a.free(q).unwrap();
@@ -195,7 +225,11 @@ fn oom_figure_is_the_segment_size_not_the_request() {
     let (mut a, backend) = allocator(64 << 20);
     backend.fail_next_allocs(0, 2);
     let err = a.malloc(1000, 0).unwrap_err();
-    assert!(err.message.contains("Tried to allocate 2.00 MiB."), "{}", err.message);
+    assert!(
+        err.message.contains("Tried to allocate 2.00 MiB."),
+        "{}",
+        err.message
+    );
     assert_eq!(a.stats().num_ooms, 1);
     assert_eq!(a.stats().num_alloc_retries, 1);
 }
@@ -211,8 +245,16 @@ fn a_request_larger_than_the_device_changes_nothing() {
         assert_eq!(err.kind, ErrorKind::OutOfMemory);
         assert!(err.message.contains("Tried to allocate"), "{}", err.message);
     }
-    assert!(a.malloc(1 << 40, 0).unwrap_err().message.contains("Tried to allocate 1024.00 GiB."));
-    assert_eq!(a.stats(), before, "the cached segment and every counter are untouched");
+    assert!(a
+        .malloc(1 << 40, 0)
+        .unwrap_err()
+        .message
+        .contains("Tried to allocate 1024.00 GiB."));
+    assert_eq!(
+        a.stats(),
+        before,
+        "the cached segment and every counter are untouched"
+    );
 }
 
 #[test]
@@ -221,25 +263,41 @@ fn memory_fraction_caps_reserved_memory_without_asking_the_device() {
     a.set_memory_fraction(0.5).unwrap();
     assert_eq!(a.allowed_maximum(), Some(20 << 20));
     let p = a.malloc(2 * MIB as usize, 0).unwrap(); // 20 MiB segment: exactly the allowance
-    // 19 MiB does not fit the 18 MiB remainder, and a new 20 MiB segment would pass the allowance.
+                                                    // 19 MiB does not fit the 18 MiB remainder, and a new 20 MiB segment would pass the allowance.
     let err = a.malloc(19 * MIB as usize, 0).unwrap_err();
-    assert!(err.message.contains("Tried to allocate 20.00 MiB."), "{}", err.message);
     assert!(
-        err.message.contains("is free. 20.00 MiB allowed; Of the allocated memory 2.00 MiB"),
+        err.message.contains("Tried to allocate 20.00 MiB."),
         "{}",
         err.message
     );
-    assert_eq!(backend.alloc_calls(0), 1, "the device was never asked for more");
+    assert!(
+        err.message
+            .contains("is free. 20.00 MiB allowed; Of the allocated memory 2.00 MiB"),
+        "{}",
+        err.message
+    );
+    assert_eq!(
+        backend.alloc_calls(0),
+        1,
+        "the device was never asked for more"
+    );
     assert_eq!(a.stats().num_ooms, 1);
     a.free(p).unwrap();
     assert!(a.set_memory_fraction(1.5).is_err());
     assert!(a.set_memory_fraction(f64::NAN).is_err());
-    assert_eq!(a.allowed_maximum(), Some(20 << 20), "a rejected fraction leaves the old one");
+    assert_eq!(
+        a.allowed_maximum(),
+        Some(20 << 20),
+        "a rejected fraction leaves the old one"
+    );
 }
 
 #[test]
 fn max_split_size_keeps_oversize_blocks_whole() {
-    let config = CachingConfig { max_split_size: 20 << 20, ..CachingConfig::default() };
+    let config = CachingConfig {
+        max_split_size: 20 << 20,
+        ..CachingConfig::default()
+    };
     let (mut a, _) = allocator_with(1 << 30, config);
     let big = a.malloc(30 * MIB as usize, 0).unwrap();
     let s = a.stats();
@@ -267,7 +325,10 @@ fn max_split_size_keeps_oversize_blocks_whole() {
 
 #[test]
 fn oversize_blocks_are_freed_before_the_full_retry() {
-    let config = CachingConfig { max_split_size: 20 << 20, ..CachingConfig::default() };
+    let config = CachingConfig {
+        max_split_size: 20 << 20,
+        ..CachingConfig::default()
+    };
     let (mut a, _) = allocator_with(64 << 20, config);
     let x = a.malloc(30 * MIB as usize, 0).unwrap();
     let y = a.malloc(30 * MIB as usize, 0).unwrap();
@@ -276,7 +337,14 @@ fn oversize_blocks_are_freed_before_the_full_retry() {
     // 50 MiB: no block is big enough and the device is full; both oversize blocks go, then it fits.
     a.malloc(50 * MIB as usize, 0).unwrap();
     let s = a.stats();
-    assert_eq!((s.num_alloc_retries, s.num_sync_all_streams, s.num_device_free), (0, 0, 2));
+    assert_eq!(
+        (
+            s.num_alloc_retries,
+            s.num_sync_all_streams,
+            s.num_device_free
+        ),
+        (0, 0, 2)
+    );
     assert_eq!(s.oversize_segments, stat(1, 2, 3, 2));
 }
 
@@ -292,7 +360,11 @@ fn bad_frees_are_reported_and_change_nothing() {
     assert_eq!(a.stats(), before);
     a.free(p).unwrap();
     let after = a.stats();
-    assert_eq!(a.free(p).unwrap_err().kind, ErrorKind::InvalidPointer, "double free");
+    assert_eq!(
+        a.free(p).unwrap_err().kind,
+        ErrorKind::InvalidPointer,
+        "double free"
+    );
     assert_eq!(a.stats(), after);
 }
 
@@ -316,7 +388,9 @@ fn resets_touch_only_what_they_name() {
 #[test]
 fn release_of_segments_returns_them_to_the_backend() {
     let (mut a, backend) = allocator(1 << 30);
-    let ptrs: Vec<usize> = (0..10).map(|i| a.malloc((i + 1) << 20, 0).unwrap()).collect();
+    let ptrs: Vec<usize> = (0..10)
+        .map(|i| a.malloc((i + 1) << 20, 0).unwrap())
+        .collect();
     for p in ptrs {
         a.free(p).unwrap();
     }

@@ -1,0 +1,95 @@
+//! The one wrapper every entry point goes through: catch panics, turn errors into a status, keep the
+//! message for acc_last_error_message().
+
+use super::types::AccStatus;
+use crate::error::{Error, Result};
+use std::cell::RefCell;
+use std::ffi::{CStr, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+thread_local! {
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+/// Remember `message` as this thread's last failure.
+pub(crate) fn set_last_error(message: &str) {
+    // Interior NULs cannot cross into C; they never occur in our messages but must not panic here.
+    let text = CString::new(message.replace('\0', " ")).unwrap_or_default();
+    LAST_ERROR.with(|slot| *slot.borrow_mut() = text);
+}
+
+/// A pointer to this thread's last failure message, valid until this thread's next failure.
+pub(crate) fn last_error_ptr() -> *const std::ffi::c_char {
+    LAST_ERROR.with(|slot| slot.borrow().as_ptr())
+}
+
+/// Run `body`; errors and panics become a status and a message, never an unwind into C.
+#[inline]
+pub(crate) fn guard(body: impl FnOnce() -> Result<()>) -> AccStatus {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Ok(())) => AccStatus::ACC_OK,
+        Ok(Err(error)) => fail(error),
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            fail(Error::new(
+                crate::error::ErrorKind::Internal,
+                format!("internal error in accalloc (please report it): {what}"),
+            ))
+        }
+    }
+}
+
+#[cold]
+fn fail(error: Error) -> AccStatus {
+    set_last_error(&error.message);
+    error.kind.into()
+}
+
+/// Check an out-pointer: NULL is an invalid argument naming the parameter.
+#[inline]
+pub(crate) fn out_ptr<'a, T>(ptr: *mut T, name: &str) -> Result<&'a mut T> {
+    // SAFETY: the caller of the C function promises a non-NULL pointer is valid for writes of T.
+    unsafe { ptr.as_mut() }.ok_or_else(|| Error::invalid_argument(format!("{name} is NULL")))
+}
+
+/// Read a NUL-terminated UTF-8 string argument.
+pub(crate) fn str_arg<'a>(ptr: *const std::ffi::c_char, name: &str) -> Result<&'a str> {
+    if ptr.is_null() {
+        return Err(Error::invalid_argument(format!("{name} is NULL")));
+    }
+    // SAFETY: the caller promises a non-NULL pointer is a NUL-terminated string.
+    unsafe { CStr::from_ptr(ptr) }
+        .to_str()
+        .map_err(|_| Error::invalid_argument(format!("{name} is not valid UTF-8")))
+}
+
+/// Copy `text` and a NUL into a caller's buffer (snprintf-like: a NULL buffer asks for the size).
+pub(crate) fn write_text(
+    text: &str,
+    buf: *mut std::ffi::c_char,
+    cap: usize,
+    len: *mut usize,
+) -> Result<()> {
+    let len = out_ptr(len, "len")?;
+    let needed = text.len() + 1;
+    *len = needed;
+    if buf.is_null() {
+        return Ok(());
+    }
+    if cap < needed {
+        return Err(Error::new(
+            crate::error::ErrorKind::BufferTooSmall,
+            format!("buffer of {cap} bytes is too small: {needed} bytes are needed (see *len)"),
+        ));
+    }
+    // SAFETY: buf is valid for cap >= needed bytes, as the caller promises.
+    unsafe {
+        std::ptr::copy_nonoverlapping(text.as_ptr(), buf as *mut u8, text.len());
+        *buf.add(text.len()) = 0;
+    }
+    Ok(())
+}

@@ -1,0 +1,44 @@
+//! Allocation entry points.
+
+use super::guard::{guard, out_ptr};
+use super::types::AccStatus;
+use crate::runtime::runtime;
+use std::ffi::c_void;
+
+/// Allocate at least `size` bytes on `device` (-1: this thread's current device) for use on `stream`
+/// (NULL: the default stream) and store the address in `*out`. Blocks are 512-byte aligned and are
+/// reused only on the stream they were allocated on. Size 0 stores NULL and succeeds.
+///
+/// Errors: ACC_ERROR_INVALID_ARGUMENT (out is NULL), ACC_ERROR_INVALID_DEVICE,
+/// ACC_ERROR_OUT_OF_MEMORY (message in PyTorch's "Tried to allocate" form). On error *out is not
+/// touched.
+#[no_mangle]
+pub unsafe extern "C" fn acc_malloc(
+    out: *mut *mut c_void,
+    size: usize,
+    device: i32,
+    stream: *mut c_void,
+) -> AccStatus {
+    guard(|| {
+        let out = out_ptr(out, "out")?;
+        let ptr = runtime()?.malloc(size, device, stream as usize)?;
+        *out = ptr as *mut c_void;
+        Ok(())
+    })
+}
+
+/// Return memory from acc_malloc to the cache. NULL is a no-op.
+///
+/// Errors: ACC_ERROR_INVALID_POINTER for a pointer accalloc did not hand out, an interior pointer or
+/// a double free; nothing is changed.
+#[no_mangle]
+pub unsafe extern "C" fn acc_free(ptr: *mut c_void) -> AccStatus {
+    guard(|| runtime()?.free(ptr as usize))
+}
+
+/// Release every unused cached segment of every device of the current accelerator back to the
+/// device (torch.accelerator.empty_cache).
+#[no_mangle]
+pub extern "C" fn acc_empty_cache() -> AccStatus {
+    guard(|| runtime()?.empty_cache())
+}

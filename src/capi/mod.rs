@@ -1,0 +1,17 @@
+//! The C ABI: thin `extern "C"` functions that check arguments, call the runtime inside a panic guard,
+//! and return an `AccStatus` (the message goes to `acc_last_error_message`). No allocator logic here.
+//! `include/accalloc.h` is generated from these files by build.rs.
+//!
+//! Safety contract of every `unsafe extern "C"` function here, stated once: each pointer argument is
+//! either NULL (reported as ACC_ERROR_INVALID_ARGUMENT where it is required) or valid for the access
+//! its documentation describes, for the duration of the call.
+#![allow(clippy::missing_safety_doc)]
+
+pub mod device;
+pub(crate) mod guard;
+pub mod info;
+pub mod memory;
+pub mod stats;
+pub mod types;
+
+pub use types::*;

@@ -1,0 +1,131 @@
+//! The statistics entry points of torch.accelerator's memory API.
+
+use super::guard::{guard, out_ptr, str_arg, write_text};
+use super::types::{AccDeviceStats, AccStatus};
+use crate::caching::StatType;
+use crate::error::{Error, Result};
+use crate::runtime::runtime;
+use std::ffi::c_char;
+
+/// Fill `*out` with every statistic of `device` (-1: current). Set out->struct_size to
+/// sizeof(AccDeviceStats) first; on return it holds the number of bytes filled.
+///
+/// Errors: ACC_ERROR_INVALID_ARGUMENT (out NULL or struct_size too small), ACC_ERROR_INVALID_DEVICE.
+#[no_mangle]
+pub unsafe extern "C" fn acc_get_device_stats(device: i32, out: *mut AccDeviceStats) -> AccStatus {
+    guard(|| {
+        let out = out_ptr(out, "out")?;
+        let wanted = out.struct_size;
+        let minimum = std::mem::size_of::<usize>();
+        if wanted < minimum {
+            return Err(Error::invalid_argument(format!(
+                "out->struct_size is {wanted}: set it to sizeof(AccDeviceStats) before the call"
+            )));
+        }
+        let mut full = AccDeviceStats::from(&runtime()?.device_stats(device)?);
+        let filled = wanted.min(std::mem::size_of::<AccDeviceStats>());
+        full.struct_size = filled;
+        // SAFETY: the caller's struct is at least `wanted` bytes, and `filled` <= both sizes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                &full as *const AccDeviceStats as *const u8,
+                out as *mut AccDeviceStats as *mut u8,
+                filled,
+            )
+        };
+        Ok(())
+    })
+}
+
+fn stat_current_or_peak(
+    device: i32,
+    out: *mut i64,
+    read: impl FnOnce(&crate::caching::DeviceStats) -> i64,
+) -> AccStatus {
+    guard(|| {
+        let out = out_ptr(out, "out")?;
+        *out = read(&runtime()?.device_stats(device)?);
+        Ok(())
+    })
+}
+
+const ALL: usize = StatType::All as usize;
+
+/// Bytes handed out now on `device` (memory_stats "allocated_bytes.all.current").
+#[no_mangle]
+pub unsafe extern "C" fn acc_memory_allocated(device: i32, out: *mut i64) -> AccStatus {
+    stat_current_or_peak(device, out, |s| s.allocated_bytes[ALL].current)
+}
+
+/// Peak of bytes handed out ("allocated_bytes.all.peak").
+#[no_mangle]
+pub unsafe extern "C" fn acc_max_memory_allocated(device: i32, out: *mut i64) -> AccStatus {
+    stat_current_or_peak(device, out, |s| s.allocated_bytes[ALL].peak)
+}
+
+/// Bytes held from the device now, in use or cached ("reserved_bytes.all.current").
+#[no_mangle]
+pub unsafe extern "C" fn acc_memory_reserved(device: i32, out: *mut i64) -> AccStatus {
+    stat_current_or_peak(device, out, |s| s.reserved_bytes[ALL].current)
+}
+
+/// Peak of bytes held from the device ("reserved_bytes.all.peak").
+#[no_mangle]
+pub unsafe extern "C" fn acc_max_memory_reserved(device: i32, out: *mut i64) -> AccStatus {
+    stat_current_or_peak(device, out, |s| s.reserved_bytes[ALL].peak)
+}
+
+/// Zero the "allocated" and "freed" totals of every statistic and the five event counters.
+#[no_mangle]
+pub extern "C" fn acc_reset_accumulated_memory_stats(device: i32) -> AccStatus {
+    guard(|| runtime()?.reset_accumulated_stats(device))
+}
+
+/// Set every peak to its current value.
+#[no_mangle]
+pub extern "C" fn acc_reset_peak_memory_stats(device: i32) -> AccStatus {
+    guard(|| runtime()?.reset_peak_stats(device))
+}
+
+/// Read one statistic by its memory_stats() key, e.g. "reserved_bytes.large_pool.peak" or
+/// "num_ooms". Errors: ACC_ERROR_INVALID_ARGUMENT for a NULL or unknown key.
+#[no_mangle]
+pub unsafe extern "C" fn acc_memory_stat(
+    device: i32,
+    key: *const c_char,
+    out: *mut i64,
+) -> AccStatus {
+    guard(|| {
+        let key = str_arg(key, "key")?;
+        let out = out_ptr(out, "out")?;
+        let stats = runtime()?.device_stats(device)?;
+        *out = lookup(&stats, key)?;
+        Ok(())
+    })
+}
+
+fn lookup(stats: &crate::caching::DeviceStats, key: &str) -> Result<i64> {
+    stats.get(key).ok_or_else(|| {
+        Error::invalid_argument(format!(
+            "unknown statistic '{key}': keys look like 'allocated_bytes.all.current' \
+             (<family>.<all|small_pool|large_pool>.<current|peak|allocated|freed>) or 'num_ooms'"
+        ))
+    })
+}
+
+/// Write every statistic of `device` as one JSON object with PyTorch's 122 keys, sorted, plus a NUL.
+/// `*len` receives the bytes needed including the NUL. With buf NULL this only sets *len; with cap too
+/// small it returns ACC_ERROR_BUFFER_TOO_SMALL and leaves buf untouched.
+#[no_mangle]
+pub unsafe extern "C" fn acc_memory_stats_json(
+    device: i32,
+    buf: *mut c_char,
+    cap: usize,
+    len: *mut usize,
+) -> AccStatus {
+    guard(|| {
+        out_ptr(len, "len")?;
+        let json = runtime()?.device_stats(device)?.to_json();
+        write_text(&json, buf, cap, len)
+    })
+}

@@ -1,0 +1,255 @@
+//! The process-wide state: which accelerators exist, which is current, the current device of each
+//! thread, and one caching allocator per device (each behind its own lock). Initialised once, on first
+//! use, from the environment.
+
+pub mod ownership;
+
+use crate::backend::host::{HostBackend, HostSettings};
+use crate::backend::{Backend, MemInfo, StreamId};
+use crate::caching::{CachingAllocator, CachingConfig, DeviceStats};
+use crate::error::{Error, ErrorKind, Result};
+use ownership::{IndexedBackend, SegmentIndex};
+use std::cell::RefCell;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// A kind of accelerator, as the C ABI numbers them.
+pub type DeviceType = i32;
+/// The host backend's device type.
+pub const DEVICE_TYPE_HOST: DeviceType = 0;
+/// CUDA's device type.
+pub const DEVICE_TYPE_CUDA: DeviceType = 1;
+
+/// The name of a device type ("host", "cuda"), or None when no such type exists.
+pub fn device_type_name(device_type: DeviceType) -> Option<&'static str> {
+    match device_type {
+        DEVICE_TYPE_HOST => Some("host"),
+        DEVICE_TYPE_CUDA => Some("cuda"),
+        _ => None,
+    }
+}
+
+/// One accelerator: a backend and a caching allocator per device, created on first use.
+pub struct Accelerator {
+    device_type: DeviceType,
+    backend: Arc<dyn Backend>,
+    devices: Vec<spin::Once<Mutex<CachingAllocator>>>,
+}
+
+impl Accelerator {
+    /// Wrap `backend` so that its segments are recorded in `index`.
+    pub fn new(
+        device_type: DeviceType,
+        backend: Arc<dyn Backend>,
+        index: Arc<SegmentIndex>,
+    ) -> Self {
+        let count = backend.device_count();
+        Accelerator {
+            device_type,
+            backend: Arc::new(IndexedBackend::new(backend, device_type, index)),
+            devices: (0..count).map(|_| spin::Once::new()).collect(),
+        }
+    }
+
+    pub fn device_type(&self) -> DeviceType {
+        self.device_type
+    }
+
+    pub fn name(&self) -> &str {
+        self.backend.name()
+    }
+
+    pub fn device_count(&self) -> usize {
+        self.devices.len()
+    }
+
+    /// Check a device index from the C ABI (-1 = this thread's current device).
+    pub fn resolve(&self, device: i32) -> Result<usize> {
+        let index = if device == -1 {
+            current_device_of(self.device_type) as i64
+        } else {
+            device as i64
+        };
+        if index < 0 || index >= self.devices.len() as i64 {
+            return Err(Error::invalid_device(format!(
+                "device {device} does not exist: {} has {} device(s), indices 0 to {} (or -1 for the \
+                 current device)",
+                self.name(),
+                self.devices.len(),
+                self.devices.len() as i64 - 1
+            )));
+        }
+        Ok(index as usize)
+    }
+
+    /// Lock the caching allocator of device `index` (a resolved index), creating it on first use.
+    pub fn lock(&self, index: usize) -> Result<MutexGuard<'_, CachingAllocator>> {
+        let slot = self.devices[index].try_call_once(|| {
+            CachingAllocator::new(self.backend.clone(), index, CachingConfig::default())
+                .map(Mutex::new)
+        })?;
+        slot.lock().map_err(|_| {
+            Error::new(
+                ErrorKind::Internal,
+                format!(
+                    "{} device {index} is unusable: a thread panicked while holding it",
+                    self.name()
+                ),
+            )
+        })
+    }
+
+    /// Lock a device given as a C ABI index.
+    pub fn device(&self, device: i32) -> Result<MutexGuard<'_, CachingAllocator>> {
+        self.lock(self.resolve(device)?)
+    }
+
+    /// Release the cached segments of every device in use.
+    pub fn empty_cache(&self) -> Result<()> {
+        let mut first_error = None;
+        for (index, slot) in self.devices.iter().enumerate() {
+            if slot.is_completed() {
+                if let Err(e) = self.lock(index).and_then(|mut d| d.empty_cache()) {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+}
+
+/// Everything the library knows, created once.
+pub struct Runtime {
+    host: Accelerator,
+    index: Arc<SegmentIndex>,
+}
+
+static RUNTIME: spin::Once<std::result::Result<Runtime, Error>> = spin::Once::new();
+
+thread_local! {
+    /// This thread's current device, per device type (as cudaSetDevice is per thread).
+    static CURRENT_DEVICE: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
+}
+
+fn current_device_of(device_type: DeviceType) -> usize {
+    CURRENT_DEVICE.with(|c| c.borrow().get(device_type as usize).copied().unwrap_or(0))
+}
+
+fn set_current_device_of(device_type: DeviceType, index: usize) {
+    CURRENT_DEVICE.with(|c| {
+        let mut current = c.borrow_mut();
+        let slot = device_type as usize;
+        if current.len() <= slot {
+            current.resize(slot + 1, 0);
+        }
+        current[slot] = index;
+    })
+}
+
+/// The runtime, initialised from the environment on first call; a configuration error is returned by
+/// every call after it, unchanged.
+pub fn runtime() -> Result<&'static Runtime> {
+    RUNTIME
+        .call_once(Runtime::from_env)
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+impl Runtime {
+    fn from_env() -> Result<Runtime> {
+        let settings = HostSettings::from_env()?;
+        let index = Arc::new(SegmentIndex::default());
+        let host = Accelerator::new(
+            DEVICE_TYPE_HOST,
+            Arc::new(HostBackend::new(settings)),
+            index.clone(),
+        );
+        Ok(Runtime { host, index })
+    }
+
+    /// The accelerator that calls without an explicit type use.
+    pub fn current(&self) -> &Accelerator {
+        &self.host
+    }
+
+    /// The accelerator of a device type, if it exists in this process.
+    pub fn accelerator(&self, device_type: DeviceType) -> Option<&Accelerator> {
+        (device_type == DEVICE_TYPE_HOST).then_some(&self.host)
+    }
+
+    /// Hand out `size` bytes on `device` (-1 = current) for `stream`; size 0 gives a null pointer.
+    pub fn malloc(&self, size: usize, device: i32, stream: StreamId) -> Result<usize> {
+        let accelerator = self.current();
+        let index = accelerator.resolve(device)?;
+        if size == 0 {
+            return Ok(0);
+        }
+        accelerator.lock(index)?.malloc(size, stream)
+    }
+
+    /// Return memory from `malloc`; a null pointer is a no-op.
+    pub fn free(&self, ptr: usize) -> Result<()> {
+        if ptr == 0 {
+            return Ok(());
+        }
+        let Some((device_type, device)) = self.index.owner_of(ptr) else {
+            return Err(Error::invalid_pointer(format!(
+                "pointer {ptr:#x} was not allocated by accalloc (it lies in no segment accalloc holds)"
+            )));
+        };
+        let accelerator = self.accelerator(device_type).ok_or_else(|| {
+            Error::new(
+                ErrorKind::Internal,
+                "segment owned by an unknown accelerator",
+            )
+        })?;
+        accelerator.lock(device)?.free(ptr)
+    }
+
+    /// Release cached memory on every device of the current accelerator.
+    pub fn empty_cache(&self) -> Result<()> {
+        self.current().empty_cache()
+    }
+
+    pub fn device_stats(&self, device: i32) -> Result<DeviceStats> {
+        Ok(self.current().device(device)?.stats())
+    }
+
+    pub fn reset_accumulated_stats(&self, device: i32) -> Result<()> {
+        self.current().device(device)?.reset_accumulated_stats();
+        Ok(())
+    }
+
+    pub fn reset_peak_stats(&self, device: i32) -> Result<()> {
+        self.current().device(device)?.reset_peak_stats();
+        Ok(())
+    }
+
+    pub fn mem_get_info(&self, device: i32) -> Result<MemInfo> {
+        self.current().device(device)?.mem_get_info()
+    }
+
+    pub fn set_memory_fraction(&self, fraction: f64, device: i32) -> Result<()> {
+        self.current().device(device)?.set_memory_fraction(fraction)
+    }
+
+    pub fn device_count(&self) -> usize {
+        self.current().device_count()
+    }
+
+    pub fn current_device(&self) -> usize {
+        current_device_of(self.current().device_type())
+    }
+
+    /// Make `device` this thread's current device of the current accelerator.
+    pub fn set_device(&self, device: i32) -> Result<()> {
+        if device < 0 {
+            return Err(Error::invalid_device(format!(
+                "device {device} does not exist: set_device takes an index from 0"
+            )));
+        }
+        let accelerator = self.current();
+        let index = accelerator.resolve(device)?;
+        set_current_device_of(accelerator.device_type(), index);
+        Ok(())
+    }
+}

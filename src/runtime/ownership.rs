@@ -1,0 +1,101 @@
+//! Which device owns an address. `acc_free` gets only a pointer; this index of every segment held from
+//! any backend answers "whose is it?" without locking any device.
+
+use crate::backend::{Backend, BackendError, MemInfo, StreamId};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// The owner of a segment: (device type, device index).
+pub type Owner = (i32, usize);
+
+/// Address ranges of all live segments, by start address.
+#[derive(Default)]
+pub struct SegmentIndex {
+    ranges: spin::RwLock<BTreeMap<usize, (usize, Owner)>>,
+}
+
+impl SegmentIndex {
+    /// The device whose segment contains `ptr`.
+    pub fn owner_of(&self, ptr: usize) -> Option<Owner> {
+        let ranges = self.ranges.read();
+        let (_, &(end, owner)) = ranges.range(..=ptr).next_back()?;
+        (ptr < end).then_some(owner)
+    }
+
+    fn insert(&self, start: usize, size: usize, owner: Owner) {
+        self.ranges.write().insert(start, (start + size, owner));
+    }
+
+    fn remove(&self, start: usize) {
+        self.ranges.write().remove(&start);
+    }
+}
+
+/// A backend adaptor that records each segment in a `SegmentIndex` as it comes and goes.
+pub struct IndexedBackend {
+    inner: Arc<dyn Backend>,
+    device_type: i32,
+    index: Arc<SegmentIndex>,
+}
+
+impl IndexedBackend {
+    pub fn new(inner: Arc<dyn Backend>, device_type: i32, index: Arc<SegmentIndex>) -> Self {
+        IndexedBackend {
+            inner,
+            device_type,
+            index,
+        }
+    }
+}
+
+impl Backend for IndexedBackend {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn device_count(&self) -> usize {
+        self.inner.device_count()
+    }
+
+    fn raw_alloc(
+        &self,
+        device: usize,
+        size: usize,
+        stream: StreamId,
+    ) -> Result<usize, BackendError> {
+        let ptr = self.inner.raw_alloc(device, size, stream)?;
+        self.index.insert(ptr, size, (self.device_type, device));
+        Ok(ptr)
+    }
+
+    fn raw_free(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError> {
+        self.inner.raw_free(device, ptr, size)?;
+        self.index.remove(ptr);
+        Ok(())
+    }
+
+    fn mem_get_info(&self, device: usize) -> Result<MemInfo, BackendError> {
+        self.inner.mem_get_info(device)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::testing::TestBackend;
+
+    #[test]
+    fn finds_the_owner_of_interior_addresses_only() {
+        let index = Arc::new(SegmentIndex::default());
+        let backend = IndexedBackend::new(Arc::new(TestBackend::new(2, 1 << 30)), 7, index.clone());
+        let a = backend.raw_alloc(0, 2 << 20, 0).unwrap();
+        let b = backend.raw_alloc(1, 4 << 20, 0).unwrap();
+        assert_eq!(index.owner_of(a), Some((7, 0)));
+        assert_eq!(index.owner_of(a + (2 << 20) - 1), Some((7, 0)));
+        assert_eq!(index.owner_of(a + (2 << 20)), None);
+        assert_eq!(index.owner_of(b + 4096), Some((7, 1)));
+        assert_eq!(index.owner_of(a - 1), None);
+        backend.raw_free(0, a, 2 << 20).unwrap();
+        assert_eq!(index.owner_of(a), None);
+    }
+}
