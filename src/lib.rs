@@ -5,9 +5,11 @@
 //! `caching` (the allocator, over a `Backend`), `backend` (raw device memory).
 
 pub mod backend;
+pub mod bench;
 pub mod caching;
 pub mod capi;
 pub mod error;
+pub mod replay;
 pub mod runtime;
 pub mod units;
 

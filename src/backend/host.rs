@@ -39,10 +39,12 @@ impl HostSettings {
             None => physical_memory(),
             Some(text) => match parse_byte_size(text) {
                 Some(bytes) if bytes >= 512 && bytes <= isize::MAX as u64 => bytes as usize,
-                _ => return Err(Error::config(format!(
+                _ => {
+                    return Err(Error::config(format!(
                     "{CAPACITY_VAR}='{text}' is not a valid capacity: give bytes or a size with a \
                          unit such as 512MiB or 8GiB (at least 512 bytes)"
-                ))),
+                )))
+                }
             },
         };
         let devices = match devices {

@@ -177,8 +177,8 @@ impl CachingAllocator {
             .active
             .values()
             .copied()
-            .chain(self.small.blocks.values().copied())
-            .chain(self.large.blocks.values().copied())
+            .chain(self.small.ids())
+            .chain(self.large.ids())
             .filter(|&id| self.blocks[id].prev.is_none())
             .collect();
         heads.sort_by_key(|&id| self.blocks[id].ptr);
@@ -240,7 +240,7 @@ impl CachingAllocator {
         if rounded >= max_split && block_size >= rounded.saturating_add(max_rounding) {
             return None;
         }
-        pool.blocks.remove(&key);
+        pool.remove_key(&key);
         Some(id)
     }
 
@@ -334,7 +334,7 @@ impl CachingAllocator {
         // No single block is large enough: walk down from the largest block of this stream.
         let candidates: Vec<BlockId> = self
             .pool_mut(pool)
-            .blocks
+            .ordered()
             .range(..(stream, wanted, 0))
             .rev()
             .take_while(|((s, size, _), _)| *s == stream && *size >= max_split)
@@ -359,14 +359,15 @@ impl CachingAllocator {
         // Stream events are synchronized here; this counts the synchronization.
         self.stats.num_sync_all_streams += 1;
         for pool in [PoolKind::Large, PoolKind::Small] {
+            let blocks = &self.blocks;
             let whole: Vec<BlockId> = match pool {
-                PoolKind::Large => &self.large,
-                PoolKind::Small => &self.small,
+                PoolKind::Large => &mut self.large,
+                PoolKind::Small => &mut self.small,
             }
-            .blocks
+            .ordered()
             .values()
             .copied()
-            .filter(|&id| !self.blocks[id].is_split())
+            .filter(|&id| !blocks[id].is_split())
             .collect();
             for id in whole {
                 self.release_block(id)?;
@@ -377,7 +378,7 @@ impl CachingAllocator {
 
     /// Give a cached whole-segment block back to the backend.
     fn release_block(&mut self, id: BlockId) -> Result<()> {
-        let block = self.blocks[id].clone();
+        let block = self.blocks[id];
         debug_assert!(!block.is_split() && !block.allocated);
         self.backend
             .raw_free(self.device, block.ptr, block.size)
@@ -400,7 +401,7 @@ impl CachingAllocator {
     /// Give the caller the first `rounded` bytes of block `id` (taken out of its pool or fresh from the
     /// backend), caching the remainder when `split`.
     fn hand_out(&mut self, id: BlockId, rounded: usize, requested: usize, split: bool) -> usize {
-        let found = self.blocks[id].clone();
+        let found = self.blocks[id];
         let stat_type = stat_type(found.pool);
         let already_split = found.is_split();
         let handed = if split {
@@ -423,7 +424,7 @@ impl CachingAllocator {
             remainder.ptr += rounded;
             remainder.size -= rounded;
             let remainder_size = remainder.size;
-            let remainder = self.blocks[id].clone();
+            let remainder = self.blocks[id];
             self.pool_mut(found.pool).insert(&remainder, id);
             if already_split {
                 for_pool(&mut self.stats.inactive_split_bytes, stat_type, |s| {
@@ -487,7 +488,7 @@ impl CachingAllocator {
         }
         let block = &mut self.blocks[id];
         block.requested_size = 0;
-        let block = self.blocks[id].clone();
+        let block = self.blocks[id];
         self.pool_mut(pool).insert(&block, id);
         if block.is_split() {
             net_blocks += 1;
@@ -513,7 +514,7 @@ impl CachingAllocator {
     /// Merge cached neighbour `source` into `target`; returns the bytes absorbed (0 when not merged).
     fn try_merge(&mut self, target: BlockId, source: Option<BlockId>) -> usize {
         let Some(source) = source else { return 0 };
-        let absorbed = self.blocks[source].clone();
+        let absorbed = self.blocks[source];
         if absorbed.allocated {
             return 0;
         }

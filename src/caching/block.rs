@@ -10,7 +10,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 pub type BlockId = u32;
 
 /// A contiguous piece of one segment: handed out, or cached in a pool.
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug)]
 pub struct Block {
     pub ptr: usize,
     pub size: usize,
@@ -82,10 +82,16 @@ impl std::ops::IndexMut<BlockId> for Slab {
 /// Order of cached blocks: best fit is the first key >= (stream, size, 0).
 pub type PoolKey = (StreamId, usize, usize);
 
-/// The cached (free) blocks of one pool.
+/// The cached (free) blocks of one pool, ordered by (stream, size, address).
+///
+/// The most recently cached block waits in a one-entry staging slot in front of the ordered set: in
+/// the common malloc/free cycle the block freed (or the remainder split off) is the next one taken, so
+/// it never enters the tree. Every query sees the slot and the tree together, so the order, and with
+/// it the choice of block, is exactly that of a single ordered set.
 #[derive(Default)]
 pub struct BlockPool {
-    pub blocks: BTreeMap<PoolKey, BlockId>,
+    tree: BTreeMap<PoolKey, BlockId>,
+    staged: Option<(PoolKey, BlockId)>,
 }
 
 impl BlockPool {
@@ -96,23 +102,62 @@ impl BlockPool {
 
     #[inline]
     pub fn insert(&mut self, block: &Block, id: BlockId) {
-        let previous = self.blocks.insert(Self::key(block), id);
-        debug_assert!(previous.is_none(), "block cached twice");
+        if let Some((key, previous)) = self.staged.replace((Self::key(block), id)) {
+            let displaced = self.tree.insert(key, previous);
+            debug_assert!(displaced.is_none(), "block cached twice");
+        }
+    }
+
+    /// Take a block out of the pool by its current key.
+    #[inline]
+    pub fn remove(&mut self, block: &Block) {
+        self.remove_key(&Self::key(block));
     }
 
     #[inline]
-    pub fn remove(&mut self, block: &Block) {
-        let removed = self.blocks.remove(&Self::key(block));
-        debug_assert!(removed.is_some(), "block was not cached");
+    pub fn remove_key(&mut self, key: &PoolKey) {
+        if self.staged.is_some_and(|(staged, _)| staged == *key) {
+            self.staged = None;
+        } else {
+            let removed = self.tree.remove(key);
+            debug_assert!(removed.is_some(), "block was not cached");
+        }
     }
 
     /// The first cached block at or after (stream, size, 0).
     #[inline]
     pub fn lower_bound(&self, stream: StreamId, size: usize) -> Option<(PoolKey, BlockId)> {
-        self.blocks
-            .range((stream, size, 0)..)
-            .next()
-            .map(|(k, v)| (*k, *v))
+        let bound = (stream, size, 0);
+        let in_tree = self.tree.range(bound..).next().map(|(k, v)| (*k, *v));
+        let staged = self.staged.filter(|(key, _)| *key >= bound);
+        match (in_tree, staged) {
+            (Some(t), Some(s)) => Some(if s.0 < t.0 { s } else { t }),
+            (t, s) => t.or(s),
+        }
+    }
+
+    /// The whole pool as one ordered map (moves the staged block into it; for the slow paths).
+    pub fn ordered(&mut self) -> &BTreeMap<PoolKey, BlockId> {
+        if let Some((key, id)) = self.staged.take() {
+            self.tree.insert(key, id);
+        }
+        &self.tree
+    }
+
+    /// Every cached block, in no particular order.
+    pub fn ids(&self) -> impl Iterator<Item = BlockId> + '_ {
+        self.tree
+            .values()
+            .copied()
+            .chain(self.staged.map(|(_, id)| id))
+    }
+
+    pub fn len(&self) -> usize {
+        self.tree.len() + self.staged.is_some() as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 

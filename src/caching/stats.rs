@@ -11,12 +11,14 @@ pub struct Stat {
 }
 
 impl Stat {
+    #[inline]
     pub fn increase(&mut self, amount: u64) {
         self.current += amount as i64;
         self.peak = self.peak.max(self.current);
         self.allocated += amount as i64;
     }
 
+    #[inline]
     pub fn decrease(&mut self, amount: u64) {
         self.current -= amount as i64;
         debug_assert!(self.current >= 0, "statistic went negative");

@@ -117,6 +117,12 @@ impl Accelerator {
     }
 }
 
+fn not_ours(ptr: usize) -> Error {
+    Error::invalid_pointer(format!(
+        "pointer {ptr:#x} was not allocated by accalloc (it lies in no segment accalloc holds)"
+    ))
+}
+
 /// Everything the library knows, created once.
 pub struct Runtime {
     host: Accelerator,
@@ -191,11 +197,21 @@ impl Runtime {
         if ptr == 0 {
             return Ok(());
         }
-        let Some((device_type, device)) = self.index.owner_of(ptr) else {
-            return Err(Error::invalid_pointer(format!(
-                "pointer {ptr:#x} was not allocated by accalloc (it lies in no segment accalloc holds)"
-            )));
-        };
+        // Fast path: with a single device there is only one place the pointer can be.
+        let current = self.current();
+        if current.device_count() == 1 && current.devices[0].is_completed() {
+            let result = current.lock(0)?.free(ptr);
+            return match result {
+                Err(e)
+                    if e.kind == ErrorKind::InvalidPointer
+                        && self.index.owner_of(ptr).is_none() =>
+                {
+                    Err(not_ours(ptr))
+                }
+                other => other,
+            };
+        }
+        let (device_type, device) = self.index.owner_of(ptr).ok_or_else(|| not_ours(ptr))?;
         let accelerator = self.accelerator(device_type).ok_or_else(|| {
             Error::new(
                 ErrorKind::Internal,

@@ -1,0 +1,106 @@
+//! The hot-path benchmark: a cached acc_malloc + acc_free pair through the C ABI on the host backend,
+//! against the C library's malloc + free of the same sizes, measured in the same run.
+
+use crate::capi::memory::{acc_free, acc_malloc};
+use crate::capi::AccStatus;
+use std::ffi::c_void;
+use std::time::Instant;
+
+/// Request sizes measured, one row each, then all of them interleaved.
+pub const SIZES: [usize; 5] = [512, 4 << 10, 64 << 10, 1 << 20, 16 << 20];
+
+/// Median nanoseconds per malloc+free pair for one size pattern.
+#[derive(Clone, Debug)]
+pub struct BenchRow {
+    pub label: String,
+    pub accalloc_ns: f64,
+    pub libc_ns: f64,
+}
+
+impl BenchRow {
+    /// accalloc time / libc time: below 1 means accalloc is faster.
+    pub fn ratio(&self) -> f64 {
+        self.accalloc_ns / self.libc_ns
+    }
+}
+
+fn median(mut samples: Vec<f64>) -> f64 {
+    samples.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    samples[samples.len() / 2]
+}
+
+/// Time `batches` batches of `pairs` pairs cycling through `sizes`; median ns per pair.
+fn measure(sizes: &[usize], batches: usize, pairs: usize, mut pair: impl FnMut(usize)) -> f64 {
+    for &size in sizes {
+        pair(size); // warm up: the first call fills the cache
+    }
+    let samples = (0..batches)
+        .map(|_| {
+            let start = Instant::now();
+            for i in 0..pairs {
+                pair(sizes[i % sizes.len()]);
+            }
+            start.elapsed().as_nanos() as f64 / pairs as f64
+        })
+        .collect();
+    median(samples)
+}
+
+fn accalloc_pair(size: usize) {
+    let mut ptr: *mut c_void = std::ptr::null_mut();
+    // SAFETY: &mut ptr is a valid out-pointer; the block is freed at once.
+    unsafe {
+        let status = acc_malloc(&mut ptr, size, -1, std::ptr::null_mut());
+        assert_eq!(
+            status,
+            AccStatus::ACC_OK,
+            "acc_malloc failed during the benchmark"
+        );
+        std::hint::black_box(ptr);
+        acc_free(ptr);
+    }
+}
+
+fn libc_pair(size: usize) {
+    // SAFETY: plain malloc/free of the C library; the block is freed at once.
+    unsafe {
+        let ptr = libc::malloc(size);
+        assert!(!ptr.is_null(), "malloc failed during the benchmark");
+        std::hint::black_box(ptr);
+        libc::free(ptr);
+    }
+}
+
+/// Run the benchmark: one row per size, then one with all sizes interleaved.
+pub fn run(batches: usize, pairs: usize) -> Vec<BenchRow> {
+    let mut patterns: Vec<(String, Vec<usize>)> = SIZES
+        .iter()
+        .map(|&s| (crate::units::format_size(s as u64), vec![s]))
+        .collect();
+    patterns.push(("mixed".to_string(), SIZES.to_vec()));
+    patterns
+        .into_iter()
+        .map(|(label, sizes)| BenchRow {
+            accalloc_ns: measure(&sizes, batches, pairs, accalloc_pair),
+            libc_ns: measure(&sizes, batches, pairs, libc_pair),
+            label,
+        })
+        .collect()
+}
+
+/// The rows as a Markdown table.
+pub fn table(rows: &[BenchRow]) -> String {
+    let mut out = String::from(
+        "| sizes | accalloc malloc+free (ns) | libc malloc+free (ns) | accalloc / libc |\n|---|---:|---:|---:|\n",
+    );
+    for row in rows {
+        out.push_str(&format!(
+            "| {} | {:.1} | {:.1} | {:.2} |\n",
+            row.label,
+            row.accalloc_ns,
+            row.libc_ns,
+            row.ratio()
+        ));
+    }
+    out
+}

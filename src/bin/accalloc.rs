@@ -1,0 +1,162 @@
+//! The accalloc command-line tool: `info`, `replay TRACE [--json]`, `bench`.
+
+use accalloc::backend::host::{HostBackend, HostSettings};
+use accalloc::caching::CachingConfig;
+use accalloc::replay::{parse_trace, replay, ReplayReport};
+use accalloc::runtime::runtime;
+use accalloc::units::format_size;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+const USAGE: &str = "usage:
+  accalloc info                    the current accelerator, its devices and their capacity
+  accalloc replay TRACE [--json]   replay an allocation trace (JSON lines) through the allocator
+  accalloc bench [--quick]         cached malloc+free pair against the C library's malloc+free
+
+Environment: ACC_HOST_CAPACITY (e.g. 8GiB), ACC_HOST_DEVICES (e.g. 2).";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("info") if args.len() == 1 => info(),
+        Some("replay") => replay_command(&args[1..]),
+        Some("bench") if args.len() <= 2 => bench(args.get(1).map(String::as_str)),
+        Some("-h" | "--help" | "help") => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        _ => Err(USAGE.to_string()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("accalloc: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn info() -> Result<(), String> {
+    let runtime = runtime().map_err(|e| e.message)?;
+    let accelerator = runtime.current();
+    println!("accelerator: {}", accelerator.name());
+    println!("devices: {}", accelerator.device_count());
+    for device in 0..accelerator.device_count() {
+        let info = runtime.mem_get_info(device as i32).map_err(|e| e.message)?;
+        println!(
+            "device {device}: capacity {} ({} bytes), free {}",
+            format_size(info.total as u64),
+            info.total,
+            format_size(info.free as u64)
+        );
+    }
+    println!(
+        "accalloc {} (ABI {})",
+        env!("CARGO_PKG_VERSION"),
+        accalloc::capi::ACC_ABI_VERSION
+    );
+    Ok(())
+}
+
+fn replay_command(args: &[String]) -> Result<(), String> {
+    let mut path = None;
+    let mut json = false;
+    for arg in args {
+        match arg.as_str() {
+            "--json" => json = true,
+            flag if flag.starts_with("--") => {
+                return Err(format!("unknown option {flag}\n{USAGE}"))
+            }
+            _ if path.is_some() => return Err(format!("one trace at a time\n{USAGE}")),
+            file => path = Some(file.to_string()),
+        }
+    }
+    let path = path.ok_or_else(|| format!("replay needs a trace file\n{USAGE}"))?;
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {path}: {e}"))?;
+    let ops = parse_trace(&text).map_err(|e| format!("{path}: {}", e.message))?;
+    let settings = HostSettings::from_env().map_err(|e| e.message)?;
+    let report = replay(
+        &ops,
+        Arc::new(HostBackend::new(settings)),
+        &CachingConfig::default(),
+    )
+    .map_err(|e| e.message)?;
+    if json {
+        println!("{}", report_json(&path, &report));
+    } else {
+        print_report(&path, &report);
+    }
+    Ok(())
+}
+
+fn print_report(path: &str, r: &ReplayReport) {
+    println!("trace: {path}");
+    println!(
+        "operations: {} ({} allocs, {} frees)",
+        r.operations, r.allocs, r.frees
+    );
+    println!(
+        "peak allocated: {} ({} bytes)",
+        format_size(r.peak_allocated() as u64),
+        r.peak_allocated()
+    );
+    println!(
+        "peak reserved:  {} ({} bytes)",
+        format_size(r.peak_reserved() as u64),
+        r.peak_reserved()
+    );
+    println!("reserved / allocated at peak: {:.3}", r.reserved_ratio());
+    println!("OOMs: {}   retries: {}", r.ooms, r.alloc_retries());
+    println!(
+        "device allocations: {}   device frees: {}",
+        r.device_allocs(),
+        r.device_frees()
+    );
+    println!(
+        "time per operation: {:.1} ns (malloc {:.1} ns, free {:.1} ns)",
+        r.ns_per_op(),
+        r.ns_per_malloc(),
+        r.ns_per_free()
+    );
+}
+
+fn report_json(path: &str, r: &ReplayReport) -> String {
+    let flat = |s: &accalloc::caching::DeviceStats| {
+        serde_json::Value::Object(s.flat().into_iter().map(|(k, v)| (k, v.into())).collect())
+    };
+    let mut object = serde_json::json!({
+        "trace": path,
+        "operations": r.operations,
+        "allocs": r.allocs,
+        "frees": r.frees,
+        "peak_allocated_bytes": r.peak_allocated(),
+        "peak_reserved_bytes": r.peak_reserved(),
+        "reserved_to_allocated_ratio": r.reserved_ratio(),
+        "ooms": r.ooms,
+        "alloc_retries": r.alloc_retries(),
+        "device_allocs": r.device_allocs(),
+        "device_frees": r.device_frees(),
+        "ns_per_op": r.ns_per_op(),
+        "ns_per_malloc": r.ns_per_malloc(),
+        "ns_per_free": r.ns_per_free(),
+        "devices": r.device_stats.len(),
+        "stats": flat(&r.device_stats[0]),
+    });
+    if r.device_stats.len() > 1 {
+        object["stats_by_device"] = r.device_stats.iter().map(flat).collect();
+    }
+    object.to_string()
+}
+
+fn bench(option: Option<&str>) -> Result<(), String> {
+    let (batches, pairs) = match option {
+        None => (101, 20_000),
+        Some("--quick") => (11, 2_000),
+        Some(other) => return Err(format!("unknown option {other}\n{USAGE}")),
+    };
+    runtime().map_err(|e| e.message)?;
+    let rows = accalloc::bench::run(batches, pairs);
+    println!("median of {batches} batches of {pairs} malloc+free pairs, host backend, one thread");
+    print!("{}", accalloc::bench::table(&rows));
+    Ok(())
+}
