@@ -1,0 +1,54 @@
+//! The committed header must be exactly what build.rs generates from src/capi.
+
+#[test]
+fn committed_header_is_current() {
+    let generated = include_str!(concat!(env!("OUT_DIR"), "/accalloc.h"));
+    let committed =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/include/accalloc.h"))
+            .expect("include/accalloc.h is missing");
+    assert!(
+        generated == committed,
+        "include/accalloc.h is stale: run `cargo build` outside CI to regenerate it, then commit it"
+    );
+}
+
+#[test]
+fn header_versions_match_the_package() {
+    let header = include_str!(concat!(env!("OUT_DIR"), "/accalloc.h"));
+    for (name, value) in [
+        ("ACC_VERSION_MAJOR", env!("CARGO_PKG_VERSION_MAJOR")),
+        ("ACC_VERSION_MINOR", env!("CARGO_PKG_VERSION_MINOR")),
+        ("ACC_VERSION_PATCH", env!("CARGO_PKG_VERSION_PATCH")),
+    ] {
+        assert!(
+            header.contains(&format!("#define {name} {value}\n")),
+            "{name} should be {value}"
+        );
+    }
+}
+
+#[test]
+fn header_declares_every_exported_function() {
+    let header = include_str!(concat!(env!("OUT_DIR"), "/accalloc.h"));
+    let sources = ["device.rs", "info.rs", "memory.rs", "stats.rs"].map(|f| {
+        std::fs::read_to_string(format!("{}/src/capi/{f}", env!("CARGO_MANIFEST_DIR"))).unwrap()
+    });
+    let mut count = 0;
+    for source in &sources {
+        for line in source
+            .lines()
+            .filter(|l| l.contains("extern \"C\" fn acc_"))
+        {
+            let name = line.split("fn ").nth(1).unwrap().split('(').next().unwrap();
+            let declared = [" ", "*"]
+                .iter()
+                .any(|before| header.contains(&format!("{before}{name}(")));
+            assert!(declared, "{name} is not declared in the header");
+            count += 1;
+        }
+    }
+    assert!(
+        count >= 24,
+        "expected the whole API, found {count} functions"
+    );
+}
