@@ -1,6 +1,8 @@
 //! The accalloc command-line tool: `info`, `replay TRACE [--json]`, `bench`.
 
 use accalloc::backend::host::{HostBackend, HostSettings};
+use accalloc::backend::testing::TestBackend;
+use accalloc::backend::Backend;
 use accalloc::caching::CachingConfig;
 use accalloc::replay::{parse_trace, replay, ReplayReport};
 use accalloc::runtime::runtime;
@@ -10,7 +12,10 @@ use std::sync::Arc;
 
 const USAGE: &str = "usage:
   accalloc info                    the current accelerator, its devices and their capacity
-  accalloc replay TRACE [--json]   replay an allocation trace (JSON lines) through the allocator
+  accalloc replay TRACE [--json] [--simulate]
+                                   replay an allocation trace (JSON lines) through the allocator;
+                                   --simulate uses a simulated device (fake addresses handed out in
+                                   rising order, no memory touched) instead of the host backend
   accalloc bench [--quick]         cached malloc+free pair against the C library's malloc+free
 
 Environment: ACC_HOST_CAPACITY (e.g. 8GiB), ACC_HOST_DEVICES (e.g. 2).";
@@ -61,9 +66,11 @@ fn info() -> Result<(), String> {
 fn replay_command(args: &[String]) -> Result<(), String> {
     let mut path = None;
     let mut json = false;
+    let mut simulate = false;
     for arg in args {
         match arg.as_str() {
             "--json" => json = true,
+            "--simulate" => simulate = true,
             flag if flag.starts_with("--") => {
                 return Err(format!("unknown option {flag}\n{USAGE}"))
             }
@@ -75,12 +82,12 @@ fn replay_command(args: &[String]) -> Result<(), String> {
     let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {path}: {e}"))?;
     let ops = parse_trace(&text).map_err(|e| format!("{path}: {}", e.message))?;
     let settings = HostSettings::from_env().map_err(|e| e.message)?;
-    let report = replay(
-        &ops,
-        Arc::new(HostBackend::new(settings)),
-        &CachingConfig::default(),
-    )
-    .map_err(|e| e.message)?;
+    let backend: Arc<dyn Backend> = if simulate {
+        Arc::new(TestBackend::new(settings.devices, settings.capacity))
+    } else {
+        Arc::new(HostBackend::new(settings))
+    };
+    let report = replay(&ops, backend, &CachingConfig::default()).map_err(|e| e.message)?;
     if json {
         println!("{}", report_json(&path, &report));
     } else {

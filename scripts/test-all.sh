@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Every test of accalloc: formatting, lints, the Rust tests (including the header check), the release
+# build, then the C, C++, dlopen and Python ctypes tests under ctest, and a replay of the sample trace.
+# Usage: scripts/test-all.sh            (from anywhere; needs cargo, a C/C++ compiler, cmake, python3)
+#        ACCALLOC_ASAN=ON scripts/test-all.sh   also builds and runs the C tests under AddressSanitizer
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy"
+cargo clippy --all-targets -- -D warnings
+echo "== cargo test"
+cargo test
+echo "== cargo build --release"
+cargo build --release
+echo "== include/accalloc.h is committed as generated"
+git diff --exit-code -- include/accalloc.h || { echo "include/accalloc.h is stale: commit the regenerated header"; exit 1; }
+
+run_ctest() {
+  local build_dir=$1; shift
+  cmake -S c_tests -B "$build_dir" -DACCALLOC_LIB_DIR="$PWD/target/release" -DACCALLOC_INCLUDE_DIR="$PWD/include" "$@"
+  cmake --build "$build_dir" -j2
+  ctest --test-dir "$build_dir" --output-on-failure
+}
+echo "== ctest"
+run_ctest build/c_tests
+if [ "${ACCALLOC_ASAN:-OFF}" = "ON" ]; then
+  echo "== ctest under AddressSanitizer"
+  run_ctest build/c_tests_asan -DACCALLOC_ASAN=ON
+fi
+
+echo "== replay of the sample trace"
+./target/release/accalloc replay examples/traces/transformer_train.jsonl
+echo "all tests passed"
