@@ -30,6 +30,12 @@ if [ "${ACCALLOC_ASAN:-OFF}" = "ON" ]; then
   run_ctest build/c_tests_asan -DACCALLOC_ASAN=ON
 fi
 
+echo "== examples/quickstart.c"
+mkdir -p build
+cc -std=c99 -Wall -Wextra -pedantic -Werror -Iinclude examples/quickstart.c -Ltarget/release -laccalloc \
+  -Wl,-rpath,"$PWD/target/release" -o build/quickstart
+./build/quickstart
+
 echo "== replay of the sample trace"
 ./target/release/accalloc replay examples/traces/transformer_train.jsonl
 echo "all tests passed"

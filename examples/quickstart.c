@@ -1,0 +1,54 @@
+/* accalloc quick start: allocate through the caching allocator and read PyTorch-style statistics.
+ *
+ *   cargo build --release
+ *   cc -std=c99 -Iinclude examples/quickstart.c -Ltarget/release -laccalloc \
+ *      -Wl,-rpath,$PWD/target/release -o quickstart && ./quickstart
+ */
+#include <stdio.h>
+#include "accalloc.h"
+
+#define CHECK(call)                                                                        \
+    do {                                                                                   \
+        AccStatus status_ = (call);                                                        \
+        if (status_ != ACC_OK) {                                                           \
+            fprintf(stderr, "%s failed: %s: %s\n", #call, acc_status_name(status_),      \
+                    acc_last_error_message());                                             \
+            return 1;                                                                      \
+        }                                                                                  \
+    } while (0)
+
+int main(void) {
+    void *small = NULL, *large = NULL;
+    int64_t allocated = 0, reserved = 0, retries = 0;
+    AccDeviceStats stats;
+    stats.struct_size = sizeof stats;
+
+    if (acc_abi_version() != ACC_ABI_VERSION) {
+        fprintf(stderr, "libaccalloc ABI %u, this program was built for %d\n", acc_abi_version(), ACC_ABI_VERSION);
+        return 1;
+    }
+    printf("accalloc %s on %s\n", acc_version(), acc_device_type_name(acc_current_accelerator()));
+
+    CHECK(acc_malloc(&small, 1000, -1, NULL));     /* small pool: a 2 MiB segment, 1024 bytes used */
+    CHECK(acc_malloc(&large, 5 << 20, -1, NULL));  /* large pool: a 20 MiB segment, 5 MiB used */
+    CHECK(acc_memory_allocated(-1, &allocated));
+    CHECK(acc_memory_reserved(-1, &reserved));
+    printf("allocated %lld bytes, reserved %lld bytes\n", (long long)allocated, (long long)reserved);
+
+    CHECK(acc_free(small));
+    CHECK(acc_free(large));
+    CHECK(acc_memory_stat(-1, "num_alloc_retries", &retries));
+    CHECK(acc_get_device_stats(-1, &stats));
+    printf("after free: allocated %lld, still cached %lld, segments %lld, retries %lld\n",
+           (long long)stats.allocated_bytes[ACC_STAT_ALL].current,
+           (long long)stats.reserved_bytes[ACC_STAT_ALL].current,
+           (long long)stats.segment[ACC_STAT_ALL].current, (long long)retries);
+
+    CHECK(acc_empty_cache());
+    CHECK(acc_memory_reserved(-1, &reserved));
+    printf("after empty_cache: reserved %lld\n", (long long)reserved);
+
+    if (acc_free((void *)&stats) != ACC_OK) /* not ours: reported, nothing changes */
+        printf("bad free reported: %s\n", acc_last_error_message());
+    return 0;
+}
