@@ -93,3 +93,58 @@ pub(crate) fn write_text(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorKind;
+
+    fn last_error() -> String {
+        // SAFETY: the pointer is this thread's live message.
+        unsafe { CStr::from_ptr(last_error_ptr()) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    #[test]
+    fn a_panic_becomes_an_internal_error_with_its_message() {
+        let status = guard(|| panic!("boom at the boundary"));
+        assert_eq!(status, AccStatus::ACC_ERROR_INTERNAL);
+        assert!(
+            last_error().contains("boom at the boundary"),
+            "{}",
+            last_error()
+        );
+    }
+
+    #[test]
+    fn errors_map_to_their_status_and_successes_keep_the_last_message() {
+        let status = guard(|| Err(Error::new(ErrorKind::OutOfMemory, "no room")));
+        assert_eq!(status, AccStatus::ACC_ERROR_OUT_OF_MEMORY);
+        assert_eq!(guard(|| Ok(())), AccStatus::ACC_OK);
+        assert_eq!(last_error(), "no room");
+    }
+
+    #[test]
+    fn text_output_follows_snprintf_rules() {
+        let mut len = 0;
+        assert!(write_text("abc", std::ptr::null_mut(), 0, &mut len).is_ok());
+        assert_eq!(len, 4);
+        let mut buf = [b'x' as std::ffi::c_char; 4];
+        assert_eq!(
+            write_text("abcd", buf.as_mut_ptr(), 4, &mut len)
+                .unwrap_err()
+                .kind,
+            ErrorKind::BufferTooSmall
+        );
+        assert_eq!(buf, [b'x' as std::ffi::c_char; 4]);
+        write_text("abc", buf.as_mut_ptr(), 4, &mut len).unwrap();
+        assert_eq!(unsafe { CStr::from_ptr(buf.as_ptr()) }.to_str(), Ok("abc"));
+        assert_eq!(
+            write_text("a", buf.as_mut_ptr(), 4, std::ptr::null_mut())
+                .unwrap_err()
+                .kind,
+            ErrorKind::InvalidArgument
+        );
+    }
+}

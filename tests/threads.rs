@@ -1,0 +1,86 @@
+//! Any thread may call any function: many threads allocate and free on two devices at once, and the
+//! books balance afterwards.
+
+use accalloc::capi::device::acc_set_device;
+use accalloc::capi::memory::{acc_empty_cache, acc_free, acc_malloc};
+use accalloc::capi::stats::acc_get_device_stats;
+use accalloc::capi::{AccDeviceStats, AccStatus, ACC_STAT_ALL};
+use std::ffi::c_void;
+
+const THREADS: usize = 6;
+const ROUNDS: usize = 3_000;
+
+fn stats(device: i32) -> AccDeviceStats {
+    let mut out = AccDeviceStats {
+        struct_size: std::mem::size_of::<AccDeviceStats>(),
+        ..Default::default()
+    };
+    assert_eq!(
+        unsafe { acc_get_device_stats(device, &mut out) },
+        AccStatus::ACC_OK
+    );
+    out
+}
+
+#[test]
+fn concurrent_malloc_free_keeps_exact_books() {
+    std::env::set_var("ACC_HOST_DEVICES", "2");
+    std::env::set_var("ACC_HOST_CAPACITY", "4GiB");
+    let workers: Vec<_> = (0..THREADS)
+        .map(|t| {
+            std::thread::spawn(move || {
+                let device = (t % 2) as i32;
+                assert_eq!(acc_set_device(device), AccStatus::ACC_OK);
+                let mut held: Vec<usize> = Vec::new();
+                let mut state = t as u64 * 7919 + 1;
+                for round in 0..ROUNDS {
+                    state = state
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    let size = 1 + (state >> 33) as usize % (3 << 20);
+                    let mut p: *mut c_void = std::ptr::null_mut();
+                    let stream = ((t % 3) * 8) as *mut c_void;
+                    assert_eq!(
+                        unsafe { acc_malloc(&mut p, size, -1, stream) },
+                        AccStatus::ACC_OK
+                    );
+                    unsafe { *(p as *mut u8) = t as u8 };
+                    held.push(p as usize);
+                    if round % 3 != 0 || held.len() > 64 {
+                        let victim = held.swap_remove((state as usize >> 7) % held.len());
+                        assert_eq!(
+                            unsafe { acc_free(victim as *mut c_void) },
+                            AccStatus::ACC_OK
+                        );
+                    }
+                    if t == 0 && round % 500 == 0 {
+                        assert_eq!(acc_empty_cache(), AccStatus::ACC_OK);
+                    }
+                }
+                for p in held {
+                    assert_eq!(unsafe { acc_free(p as *mut c_void) }, AccStatus::ACC_OK);
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker.join().unwrap();
+    }
+    let per_device = (THREADS / 2 * ROUNDS) as i64;
+    for device in 0..2 {
+        let s = stats(device);
+        assert_eq!(s.allocation[ACC_STAT_ALL].current, 0);
+        assert_eq!(s.allocation[ACC_STAT_ALL].allocated, per_device);
+        assert_eq!(s.allocation[ACC_STAT_ALL].freed, per_device);
+        assert_eq!(s.allocated_bytes[ACC_STAT_ALL].current, 0);
+        assert_eq!(s.active_bytes[ACC_STAT_ALL].current, 0);
+        assert_eq!(s.requested_bytes[ACC_STAT_ALL].current, 0);
+    }
+    assert_eq!(acc_empty_cache(), AccStatus::ACC_OK);
+    for device in 0..2 {
+        let s = stats(device);
+        assert_eq!(s.reserved_bytes[ACC_STAT_ALL].current, 0);
+        assert_eq!(s.num_device_alloc, s.num_device_free);
+        assert_eq!(s.inactive_split[ACC_STAT_ALL].current, 0);
+    }
+}
