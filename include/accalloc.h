@@ -307,6 +307,23 @@ enum AccStatus acc_free(void *ptr);
 enum AccStatus acc_empty_cache(void);
 
 /**
+ * Change the allocator settings, in PYTORCH_ALLOC_CONF's syntax (the same as the ACC_ALLOC_CONF
+ * environment variable), e.g. "max_split_size_mb:128,roundup_power2_divisions:[64:8,>:1]".
+ * max_split_size_mb, roundup_power2_divisions and garbage_collection_threshold return to their
+ * defaults unless named; other keys keep their values. Errors: ACC_ERROR_CONFIG with a message naming
+ * the key, the value and what is allowed; the settings in force stay as they were.
+ */
+enum AccStatus acc_set_allocator_settings(const char *conf);
+
+/**
+ * The settings in force as a configuration string ("" for the defaults), written like
+ * acc_memory_stats_json: buf NULL asks for the size, *len receives the bytes needed including the NUL.
+ */
+enum AccStatus acc_get_allocator_settings(char *buf,
+                                          size_t cap,
+                                          size_t *len);
+
+/**
  * Fill `*out` with every statistic of `device` (-1: current). Set out->struct_size to
  * sizeof(AccDeviceStats) first; on return it holds the number of bytes filled.
  *

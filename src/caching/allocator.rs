@@ -48,10 +48,10 @@ impl CachingAllocator {
             .mem_get_info(device)
             .map_err(|e| backend_error(&*backend, device, "mem_get_info", e))?
             .total;
-        Ok(CachingAllocator {
+        let mut allocator = CachingAllocator {
             backend,
             device,
-            config,
+            config: CachingConfig::default(),
             capacity,
             blocks: Slab::default(),
             small: BlockPool::default(),
@@ -60,7 +60,9 @@ impl CachingAllocator {
             stats: DeviceStats::default(),
             reserved_total: 0,
             allowed_maximum: None,
-        })
+        };
+        allocator.set_config(config);
+        Ok(allocator)
     }
 
     pub fn device(&self) -> usize {
@@ -71,8 +73,12 @@ impl CachingAllocator {
         &self.config
     }
 
-    /// Replace the policy settings; cached blocks stay where they are.
+    /// Replace the policy settings; cached blocks stay where they are. A per_process_memory_fraction
+    /// in them becomes this device's memory fraction.
     pub fn set_config(&mut self, config: CachingConfig) {
+        if let Some(fraction) = config.per_process_memory_fraction {
+            self.allowed_maximum = Some(allowed_bytes(fraction, self.capacity));
+        }
         self.config = config;
     }
 
@@ -149,8 +155,7 @@ impl CachingAllocator {
                 "memory fraction {fraction} is outside [0, 1]"
             )));
         }
-        let total = self.mem_get_info()?.total;
-        self.allowed_maximum = Some((fraction * total as f64) as usize);
+        self.allowed_maximum = Some(allowed_bytes(fraction, self.capacity));
         Ok(())
     }
 
@@ -567,6 +572,11 @@ impl CachingAllocator {
             ),
         )
     }
+}
+
+/// PyTorch's allowed_memory_maximum: the fraction of the device's total memory, truncated.
+fn allowed_bytes(fraction: f64, total: usize) -> usize {
+    (fraction * total as f64) as usize
 }
 
 #[inline]

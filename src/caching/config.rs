@@ -18,6 +18,8 @@ pub struct CachingConfig {
     pub expandable_segments: bool,
     /// Drop the device lock around slow backend allocations.
     pub release_lock_on_malloc: bool,
+    /// A memory fraction applied to every device when the settings are applied (None: unchanged).
+    pub per_process_memory_fraction: Option<f64>,
 }
 
 impl Default for CachingConfig {
@@ -29,6 +31,7 @@ impl Default for CachingConfig {
             garbage_collection_threshold: 0.0,
             expandable_segments: false,
             release_lock_on_malloc: false,
+            per_process_memory_fraction: None,
         }
     }
 }
@@ -41,6 +44,47 @@ impl CachingConfig {
         let log2 = (usize::BITS - 1 - size.leading_zeros()) as usize;
         let bucket = log2.saturating_sub(20).min(ROUNDUP_POWER2_INTERVALS - 1);
         self.roundup_power2_divisions[bucket]
+    }
+
+    /// The settings as a configuration string that parses back to them (keys at their defaults are
+    /// left out, so the default configuration is "").
+    pub fn to_settings_string(&self) -> String {
+        let defaults = CachingConfig::default();
+        let mut parts = Vec::new();
+        if self.max_split_size != defaults.max_split_size {
+            parts.push(format!("max_split_size_mb:{}", self.max_split_size >> 20));
+        }
+        if self.max_non_split_rounding != defaults.max_non_split_rounding {
+            parts.push(format!(
+                "max_non_split_rounding_mb:{}",
+                self.max_non_split_rounding >> 20
+            ));
+        }
+        if self.roundup_power2_divisions != defaults.roundup_power2_divisions {
+            let buckets: Vec<String> = self
+                .roundup_power2_divisions
+                .iter()
+                .enumerate()
+                .map(|(bucket, divisions)| format!("{}:{divisions}", 1usize << bucket))
+                .collect();
+            parts.push(format!("roundup_power2_divisions:[{}]", buckets.join(",")));
+        }
+        if self.garbage_collection_threshold != defaults.garbage_collection_threshold {
+            parts.push(format!(
+                "garbage_collection_threshold:{}",
+                self.garbage_collection_threshold
+            ));
+        }
+        if self.expandable_segments {
+            parts.push("expandable_segments:True".into());
+        }
+        if self.release_lock_on_malloc {
+            parts.push("release_lock_on_malloc:True".into());
+        }
+        if let Some(fraction) = self.per_process_memory_fraction {
+            parts.push(format!("per_process_memory_fraction:{fraction}"));
+        }
+        parts.join(",")
     }
 
     /// max_split_size as memory_stats reports it: -1 when unset.

@@ -1,7 +1,7 @@
 //! The caching allocator itself: pure logic over a `Backend`, no FFI and no globals.
 //!
 //! - `policy`: rounding, pools, segment sizes, split rule (PyTorch's constants)
-//! - `config`: the policy's settings
+//! - `config`: the policy's settings; `settings`: parsing them from a configuration string
 //! - `block`: blocks, their slab, the free pools and the live-pointer map
 //! - `stats`: DeviceStats and the flat memory_stats() keys
 //! - `allocator`: malloc / free / empty_cache of one device
@@ -10,6 +10,7 @@ pub mod allocator;
 pub mod block;
 pub mod config;
 pub mod policy;
+pub mod settings;
 pub mod stats;
 
 pub use allocator::{CachingAllocator, SegmentInfo};

@@ -11,6 +11,7 @@ pub mod device;
 pub(crate) mod guard;
 pub mod info;
 pub mod memory;
+pub mod settings;
 pub mod stats;
 pub mod types;
 

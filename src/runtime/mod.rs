@@ -6,11 +6,15 @@ pub mod ownership;
 
 use crate::backend::host::{HostBackend, HostSettings};
 use crate::backend::{Backend, MemInfo, StreamId};
+use crate::caching::settings::parse_settings;
 use crate::caching::{CachingAllocator, CachingConfig, DeviceStats};
 use crate::error::{Error, ErrorKind, Result};
 use ownership::{IndexedBackend, SegmentIndex};
 use std::cell::RefCell;
 use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Environment variable with the allocator settings, in PYTORCH_ALLOC_CONF's syntax.
+pub const ALLOC_CONF_VAR: &str = "ACC_ALLOC_CONF";
 
 /// A kind of accelerator, as the C ABI numbers them.
 pub type DeviceType = i32;
@@ -32,6 +36,8 @@ pub fn device_type_name(device_type: DeviceType) -> Option<&'static str> {
 pub struct Accelerator {
     device_type: DeviceType,
     backend: Arc<dyn Backend>,
+    /// The settings every device of this accelerator runs with.
+    config: Mutex<CachingConfig>,
     devices: Vec<spin::Once<Mutex<CachingAllocator>>>,
 }
 
@@ -41,13 +47,41 @@ impl Accelerator {
         device_type: DeviceType,
         backend: Arc<dyn Backend>,
         index: Arc<SegmentIndex>,
+        config: CachingConfig,
     ) -> Self {
         let count = backend.device_count();
         Accelerator {
             device_type,
             backend: Arc::new(IndexedBackend::new(backend, device_type, index)),
+            config: Mutex::new(config),
             devices: (0..count).map(|_| spin::Once::new()).collect(),
         }
+    }
+
+    fn config(&self) -> MutexGuard<'_, CachingConfig> {
+        // The config is plain data: a panic elsewhere cannot leave it half-written.
+        self.config
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The settings in force.
+    pub fn settings(&self) -> CachingConfig {
+        self.config().clone()
+    }
+
+    /// Apply a configuration string on top of the settings in force, on every device; on error nothing
+    /// changes.
+    pub fn set_settings(&self, text: &str) -> Result<()> {
+        let mut config = self.config();
+        let updated = parse_settings(text, &config)?;
+        for (index, slot) in self.devices.iter().enumerate() {
+            if slot.is_completed() {
+                self.lock(index)?.set_config(updated.clone());
+            }
+        }
+        *config = updated;
+        Ok(())
     }
 
     pub fn device_type(&self) -> DeviceType {
@@ -84,7 +118,7 @@ impl Accelerator {
     /// Lock the caching allocator of device `index` (a resolved index), creating it on first use.
     pub fn lock(&self, index: usize) -> Result<MutexGuard<'_, CachingAllocator>> {
         let slot = self.devices[index].try_call_once(|| {
-            CachingAllocator::new(self.backend.clone(), index, CachingConfig::default())
+            CachingAllocator::new(self.backend.clone(), index, self.config().clone())
                 .map(Mutex::new)
         })?;
         slot.lock().map_err(|_| {
@@ -163,11 +197,17 @@ pub fn runtime() -> Result<&'static Runtime> {
 impl Runtime {
     fn from_env() -> Result<Runtime> {
         let settings = HostSettings::from_env()?;
+        let config = match std::env::var(ALLOC_CONF_VAR) {
+            Ok(text) => parse_settings(&text, &CachingConfig::default())
+                .map_err(|e| Error::config(format!("{ALLOC_CONF_VAR}: {}", e.message)))?,
+            Err(_) => CachingConfig::default(),
+        };
         let index = Arc::new(SegmentIndex::default());
         let host = Accelerator::new(
             DEVICE_TYPE_HOST,
             Arc::new(HostBackend::new(settings)),
             index.clone(),
+            config,
         );
         Ok(Runtime { host, index })
     }
@@ -250,6 +290,11 @@ impl Runtime {
 
     pub fn device_count(&self) -> usize {
         self.current().device_count()
+    }
+
+    /// Change the allocator settings at run time (torch._C._accelerator_setAllocatorSettings).
+    pub fn set_allocator_settings(&self, text: &str) -> Result<()> {
+        self.current().set_settings(text)
     }
 
     pub fn current_device(&self) -> usize {
