@@ -9,6 +9,9 @@ use std::fmt;
 /// An opaque stream handle (`void*` at the C boundary); 0 is the default stream.
 pub type StreamId = usize;
 
+/// An event handle of a backend (a cudaEvent_t for CUDA).
+pub type EventId = usize;
+
 /// Why a backend call failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BackendError {
@@ -55,4 +58,29 @@ pub trait Backend: Send + Sync {
     fn raw_free(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError>;
     /// The device's free and total memory.
     fn mem_get_info(&self, device: usize) -> Result<MemInfo, BackendError>;
+
+    // Events mark the point a stream has reached; a block freed while other streams still use it
+    // returns to the pool only when their events complete. The defaults suit a backend whose work is
+    // synchronous (the host): events complete at once.
+
+    /// Create an event on `device`.
+    fn create_event(&self, _device: usize) -> Result<EventId, BackendError> {
+        Ok(0)
+    }
+    /// Record `event` on `stream`: it completes when the stream's work so far is done.
+    fn record_event(&self, _device: usize, _event: EventId, _stream: StreamId) -> Result<(), BackendError> {
+        Ok(())
+    }
+    /// Whether `event` has completed, without waiting.
+    fn query_event(&self, _device: usize, _event: EventId) -> Result<bool, BackendError> {
+        Ok(true)
+    }
+    /// Wait until `event` completes.
+    fn synchronize_event(&self, _device: usize, _event: EventId) -> Result<(), BackendError> {
+        Ok(())
+    }
+    /// Release an event created by `create_event`.
+    fn destroy_event(&self, _device: usize, _event: EventId) -> Result<(), BackendError> {
+        Ok(())
+    }
 }

@@ -1,8 +1,9 @@
-//! A backend for tests: fake addresses handed out in rising order, a fixed capacity, and counts of
-//! every call. No memory is touched, so tests can model devices of any size.
+//! A backend for tests: fake addresses handed out in rising order, a fixed capacity, counts of every
+//! call, and events that complete only when the test says so. No memory is touched, so tests can model
+//! devices of any size.
 
-use super::{Backend, BackendError, MemInfo, StreamId};
-use std::collections::BTreeMap;
+use super::{Backend, BackendError, EventId, MemInfo, StreamId};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
 /// Where the fake address space starts; segments are laid out upwards, 2 MiB aligned, with gaps.
@@ -18,11 +19,19 @@ struct State {
     fail_next: usize,
 }
 
+/// An event: the stream it was recorded on, and whether it has completed.
+#[derive(Clone, Copy, Default)]
+struct EventState {
+    stream: Option<StreamId>,
+    completed: bool,
+}
+
 /// A deterministic in-memory backend.
 pub struct TestBackend {
     devices: usize,
     capacity: usize,
     state: Mutex<Vec<State>>,
+    events: Mutex<(EventId, HashMap<EventId, EventState>)>,
 }
 
 impl TestBackend {
@@ -32,7 +41,21 @@ impl TestBackend {
             devices,
             capacity,
             state: Mutex::new((0..devices).map(|_| State::default()).collect()),
+            events: Mutex::new((1, HashMap::new())),
         }
+    }
+
+    /// Complete every event recorded so far on `stream`, as if its queued work had finished.
+    pub fn complete_stream(&self, stream: StreamId) {
+        let mut events = self.events.lock().unwrap();
+        for event in events.1.values_mut().filter(|e| e.stream == Some(stream)) {
+            event.completed = true;
+        }
+    }
+
+    /// Events created and not yet destroyed.
+    pub fn live_events(&self) -> usize {
+        self.events.lock().unwrap().1.len()
     }
 
     /// Raw allocations served so far on `device`.
@@ -115,5 +138,43 @@ impl Backend for TestBackend {
             free: self.capacity - used,
             total: self.capacity,
         })
+    }
+
+    fn create_event(&self, _device: usize) -> Result<EventId, BackendError> {
+        let mut events = self.events.lock().unwrap();
+        let id = events.0;
+        events.0 += 1;
+        events.1.insert(id, EventState::default());
+        Ok(id)
+    }
+
+    fn record_event(&self, _device: usize, event: EventId, stream: StreamId) -> Result<(), BackendError> {
+        let mut events = self.events.lock().unwrap();
+        let state = events.1.get_mut(&event).ok_or_else(|| unknown_event(event))?;
+        *state = EventState { stream: Some(stream), completed: false };
+        Ok(())
+    }
+
+    fn query_event(&self, _device: usize, event: EventId) -> Result<bool, BackendError> {
+        let events = self.events.lock().unwrap();
+        Ok(events.1.get(&event).ok_or_else(|| unknown_event(event))?.completed)
+    }
+
+    fn synchronize_event(&self, _device: usize, event: EventId) -> Result<(), BackendError> {
+        let mut events = self.events.lock().unwrap();
+        events.1.get_mut(&event).ok_or_else(|| unknown_event(event))?.completed = true;
+        Ok(())
+    }
+
+    fn destroy_event(&self, _device: usize, event: EventId) -> Result<(), BackendError> {
+        let mut events = self.events.lock().unwrap();
+        events.1.remove(&event).map(|_| ()).ok_or_else(|| unknown_event(event))
+    }
+}
+
+fn unknown_event(event: EventId) -> BackendError {
+    BackendError::Failed {
+        code: 2,
+        message: format!("unknown event {event}"),
     }
 }

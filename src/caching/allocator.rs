@@ -6,9 +6,10 @@ use super::block::{Block, BlockId, BlockPool, PtrMap, Slab};
 use super::config::CachingConfig;
 use super::policy::{allocation_size, round_size, should_split, PoolKind};
 use super::stats::{for_pool, DeviceStats, StatType};
-use crate::backend::{Backend, BackendError, MemInfo, StreamId};
+use crate::backend::{Backend, BackendError, EventId, MemInfo, StreamId};
 use crate::error::{Error, ErrorKind, Result};
 use crate::units::format_size;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
 /// One device's caching allocator.
@@ -28,6 +29,10 @@ pub struct CachingAllocator {
     reserved_total: usize,
     /// Set by set_memory_fraction: reserved memory may not grow past this.
     allowed_maximum: Option<usize>,
+    /// Streams other than its own that use a live block (acc_record_stream).
+    stream_uses: HashMap<BlockId, Vec<StreamId>>,
+    /// Events recorded when such a block was freed, per stream in record order.
+    pending_events: BTreeMap<StreamId, VecDeque<(EventId, BlockId)>>,
 }
 
 /// A segment as a snapshot shows it.
@@ -60,6 +65,8 @@ impl CachingAllocator {
             stats: DeviceStats::default(),
             reserved_total: 0,
             allowed_maximum: None,
+            stream_uses: HashMap::new(),
+            pending_events: BTreeMap::new(),
         };
         allocator.set_config(config);
         Ok(allocator)
@@ -85,17 +92,21 @@ impl CachingAllocator {
     /// Hand out a block of at least `size` bytes (size > 0) for use on `stream`.
     pub fn malloc(&mut self, size: usize, stream: StreamId) -> Result<usize> {
         debug_assert!(size > 0);
+        if !self.pending_events.is_empty() {
+            self.process_events()?;
+        }
         let rounded = round_size(size, &self.config);
         let alloc_size = rounded.and_then(allocation_size);
-        let (rounded, alloc_size) = match (rounded, alloc_size) {
-            (Some(r), Some(a)) if a <= self.capacity => (r, a),
-            // No device segment could ever hold it: refuse before touching the cache.
-            _ => return Err(self.out_of_memory_message(size.max(alloc_size.unwrap_or(0)))),
+        let (Some(rounded), Some(alloc_size)) = (rounded, alloc_size) else {
+            // A size so large that its rounding overflows: nothing could hold it.
+            return Err(self.out_of_memory_message(size));
         };
         let pool = PoolKind::for_size(rounded);
 
         let id = match self.take_free_block(pool, stream, rounded) {
             Some(id) => id,
+            // No segment of this size could ever fit the device: fail without flushing the cache.
+            None if alloc_size > self.capacity => return Err(self.out_of_memory_message(alloc_size)),
             None => self.allocate_segment_with_fallbacks(pool, stream, rounded, alloc_size)?,
         };
         let split = should_split(pool, self.blocks[id].size, rounded, &self.config);
@@ -123,7 +134,100 @@ impl CachingAllocator {
         if size >= self.config.max_split_size {
             self.stats.oversize_allocations.decrease(1);
         }
-        self.return_to_pool(id);
+        match self.stream_uses.remove(&id) {
+            Some(streams) => self.insert_events(id, streams),
+            None => {
+                self.return_to_pool(id);
+                Ok(())
+            }
+        }
+    }
+
+    /// Note that `stream` uses the block at `ptr`: when it is freed, it waits for `stream`'s work
+    /// queued until then. Uses on the block's own stream need no event and are ignored.
+    pub fn record_stream(&mut self, ptr: usize, stream: StreamId) -> Result<()> {
+        let Some(&id) = self.active.get(&ptr) else {
+            return Err(Error::invalid_pointer(format!(
+                "pointer {ptr:#x} is not a live allocation of {} device {}: record_stream needs the \
+                 start of a block that is still allocated",
+                self.backend.name(),
+                self.device
+            )));
+        };
+        if self.blocks[id].stream != stream {
+            let uses = self.stream_uses.entry(id).or_default();
+            if !uses.contains(&stream) {
+                uses.push(stream);
+            }
+        }
+        Ok(())
+    }
+
+    /// Record an event on each stream that used a freed block; it stays out of the pool until they
+    /// complete.
+    fn insert_events(&mut self, id: BlockId, streams: Vec<StreamId>) -> Result<()> {
+        for stream in streams {
+            let event = self
+                .backend
+                .create_event(self.device)
+                .map_err(|e| backend_error(&*self.backend, self.device, "create_event", e))?;
+            self.backend
+                .record_event(self.device, event, stream)
+                .map_err(|e| backend_error(&*self.backend, self.device, "record_event", e))?;
+            self.blocks[id].event_count += 1;
+            self.pending_events.entry(stream).or_default().push_back((event, id));
+        }
+        if self.blocks[id].event_count == 0 {
+            self.return_to_pool(id);
+        }
+        Ok(())
+    }
+
+    /// Return the blocks whose events have all completed (checked at the start of every malloc).
+    fn process_events(&mut self) -> Result<()> {
+        let streams: Vec<StreamId> = self.pending_events.keys().copied().collect();
+        for stream in streams {
+            while let Some(&(event, id)) = self.pending_events[&stream].front() {
+                let done = self
+                    .backend
+                    .query_event(self.device, event)
+                    .map_err(|e| backend_error(&*self.backend, self.device, "query_event", e))?;
+                if !done {
+                    break;
+                }
+                self.pending_events.get_mut(&stream).unwrap().pop_front();
+                self.event_completed(event, id)?;
+            }
+            if self.pending_events[&stream].is_empty() {
+                self.pending_events.remove(&stream);
+            }
+        }
+        Ok(())
+    }
+
+    /// Wait for every pending event and return their blocks (PyTorch's synchronize_and_free_events).
+    fn synchronize_and_free_events(&mut self) -> Result<()> {
+        self.stats.num_sync_all_streams += 1;
+        while let Some((_, mut queue)) = self.pending_events.pop_first() {
+            while let Some((event, id)) = queue.pop_front() {
+                self.backend
+                    .synchronize_event(self.device, event)
+                    .map_err(|e| backend_error(&*self.backend, self.device, "synchronize_event", e))?;
+                self.event_completed(event, id)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn event_completed(&mut self, event: EventId, id: BlockId) -> Result<()> {
+        self.backend
+            .destroy_event(self.device, event)
+            .map_err(|e| backend_error(&*self.backend, self.device, "destroy_event", e))?;
+        let block = &mut self.blocks[id];
+        block.event_count -= 1;
+        if block.event_count == 0 {
+            self.return_to_pool(id);
+        }
         Ok(())
     }
 
@@ -184,9 +288,11 @@ impl CachingAllocator {
             .copied()
             .chain(self.small.ids())
             .chain(self.large.ids())
+            .chain(self.pending_events.values().flatten().map(|&(_, id)| id))
             .filter(|&id| self.blocks[id].prev.is_none())
             .collect();
         heads.sort_by_key(|&id| self.blocks[id].ptr);
+        heads.dedup();
         heads
             .into_iter()
             .map(|head| {
@@ -312,6 +418,7 @@ impl CachingAllocator {
             stream,
             pool,
             allocated: false,
+            event_count: 0,
             prev: None,
             next: None,
         })))
@@ -361,8 +468,8 @@ impl CachingAllocator {
 
     /// Release every cached block that is a whole segment, in both pools.
     fn release_cached_blocks(&mut self) -> Result<()> {
-        // Stream events are synchronized here; this counts the synchronization.
-        self.stats.num_sync_all_streams += 1;
+        // Blocks waiting on stream events are returned first, so their segments can go too.
+        self.synchronize_and_free_events()?;
         for pool in [PoolKind::Large, PoolKind::Small] {
             let blocks = &self.blocks;
             let whole: Vec<BlockId> = match pool {
@@ -418,6 +525,7 @@ impl CachingAllocator {
                 stream: found.stream,
                 pool: found.pool,
                 allocated: false,
+                event_count: 0,
                 prev: found.prev,
                 next: Some(id),
             });
@@ -520,7 +628,7 @@ impl CachingAllocator {
     fn try_merge(&mut self, target: BlockId, source: Option<BlockId>) -> usize {
         let Some(source) = source else { return 0 };
         let absorbed = self.blocks[source];
-        if absorbed.allocated {
+        if absorbed.allocated || absorbed.event_count > 0 {
             return 0;
         }
         self.pool_mut(absorbed.pool).remove(&absorbed);

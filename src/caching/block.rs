@@ -19,6 +19,8 @@ pub struct Block {
     pub stream: StreamId,
     pub pool: PoolKind,
     pub allocated: bool,
+    /// Stream events still pending on a freed block; it returns to the pool when this reaches 0.
+    pub event_count: u32,
     /// Neighbours in the same segment, by address.
     pub prev: Option<BlockId>,
     pub next: Option<BlockId>,

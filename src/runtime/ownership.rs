@@ -1,7 +1,7 @@
 //! Which device owns an address. `acc_free` gets only a pointer; this index of every segment held from
 //! any backend answers "whose is it?" without locking any device.
 
-use crate::backend::{Backend, BackendError, MemInfo, StreamId};
+use crate::backend::{Backend, BackendError, EventId, MemInfo, StreamId};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -76,6 +76,26 @@ impl Backend for IndexedBackend {
 
     fn mem_get_info(&self, device: usize) -> Result<MemInfo, BackendError> {
         self.inner.mem_get_info(device)
+    }
+
+    fn create_event(&self, device: usize) -> Result<EventId, BackendError> {
+        self.inner.create_event(device)
+    }
+
+    fn record_event(&self, device: usize, event: EventId, stream: StreamId) -> Result<(), BackendError> {
+        self.inner.record_event(device, event, stream)
+    }
+
+    fn query_event(&self, device: usize, event: EventId) -> Result<bool, BackendError> {
+        self.inner.query_event(device, event)
+    }
+
+    fn synchronize_event(&self, device: usize, event: EventId) -> Result<(), BackendError> {
+        self.inner.synchronize_event(device, event)
+    }
+
+    fn destroy_event(&self, device: usize, event: EventId) -> Result<(), BackendError> {
+        self.inner.destroy_event(device, event)
     }
 }
 
