@@ -301,6 +301,15 @@ enum AccStatus acc_malloc(void **out, size_t size, int32_t device, void *stream)
 enum AccStatus acc_free(void *ptr);
 
 /**
+ * Note that `stream` uses the allocation at `ptr` (PyTorch's record_stream): when it is freed, the
+ * block returns to the cache only after the work queued on `stream` until then has completed.
+ * Uses on the stream the block was allocated on are ignored.
+ *
+ * Errors: ACC_ERROR_INVALID_POINTER when `ptr` is not a live allocation.
+ */
+enum AccStatus acc_record_stream(void *ptr, void *stream);
+
+/**
  * Release every unused cached segment of every device of the current accelerator back to the
  * device (torch.accelerator.empty_cache).
  */

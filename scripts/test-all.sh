@@ -23,6 +23,9 @@ run_ctest() {
   cmake --build "$build_dir" -j2
   ctest --test-dir "$build_dir" --output-on-failure
 }
+echo "== statistics against the independent model of PyTorch's allocator"
+python3 scripts/check_model.py
+
 echo "== ctest"
 run_ctest build/c_tests
 if [ "${ACCALLOC_ASAN:-OFF}" = "ON" ]; then

@@ -284,6 +284,26 @@ fn c_abi_end_to_end() {
             AccStatus::ACC_ERROR_INVALID_DEVICE
         );
 
+        // record_stream: host events complete at once, so the block returns at the next malloc.
+        let stream_a = 0x10 as *mut c_void;
+        let stream_b = 0x20 as *mut c_void;
+        assert_eq!(acc_malloc(&mut p, 1000, 1, stream_a), AccStatus::ACC_OK);
+        assert_eq!(acc_record_stream(p, stream_b), AccStatus::ACC_OK);
+        assert_eq!(acc_free(p), AccStatus::ACC_OK);
+        assert_eq!(stat("active.all.current"), 1, "pending on stream b's event");
+        assert_eq!(acc_malloc(&mut q, 1000, 1, stream_a), AccStatus::ACC_OK);
+        assert_eq!(q, p, "the event completed and the block was reused");
+        assert_eq!(acc_record_stream(q, stream_a), AccStatus::ACC_OK);
+        assert_eq!(acc_free(q), AccStatus::ACC_OK);
+        assert_eq!(
+            acc_record_stream(q, stream_b),
+            AccStatus::ACC_ERROR_INVALID_POINTER
+        );
+        assert_eq!(
+            acc_record_stream(&mut local as *mut u64 as *mut c_void, stream_b),
+            AccStatus::ACC_ERROR_INVALID_POINTER
+        );
+
         for (status, name) in [
             (0, "ACC_OK"),
             (4, "ACC_ERROR_OUT_OF_MEMORY"),

@@ -75,6 +75,7 @@ fn header_declares_every_exported_function() {
         "acc_status_name",
         "acc_set_allocator_settings",
         "acc_get_allocator_settings",
+        "acc_record_stream",
     ];
     for name in required {
         assert!(

@@ -68,7 +68,12 @@ pub trait Backend: Send + Sync {
         Ok(0)
     }
     /// Record `event` on `stream`: it completes when the stream's work so far is done.
-    fn record_event(&self, _device: usize, _event: EventId, _stream: StreamId) -> Result<(), BackendError> {
+    fn record_event(
+        &self,
+        _device: usize,
+        _event: EventId,
+        _stream: StreamId,
+    ) -> Result<(), BackendError> {
         Ok(())
     }
     /// Whether `event` has completed, without waiting.

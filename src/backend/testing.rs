@@ -148,27 +148,50 @@ impl Backend for TestBackend {
         Ok(id)
     }
 
-    fn record_event(&self, _device: usize, event: EventId, stream: StreamId) -> Result<(), BackendError> {
+    fn record_event(
+        &self,
+        _device: usize,
+        event: EventId,
+        stream: StreamId,
+    ) -> Result<(), BackendError> {
         let mut events = self.events.lock().unwrap();
-        let state = events.1.get_mut(&event).ok_or_else(|| unknown_event(event))?;
-        *state = EventState { stream: Some(stream), completed: false };
+        let state = events
+            .1
+            .get_mut(&event)
+            .ok_or_else(|| unknown_event(event))?;
+        *state = EventState {
+            stream: Some(stream),
+            completed: false,
+        };
         Ok(())
     }
 
     fn query_event(&self, _device: usize, event: EventId) -> Result<bool, BackendError> {
         let events = self.events.lock().unwrap();
-        Ok(events.1.get(&event).ok_or_else(|| unknown_event(event))?.completed)
+        Ok(events
+            .1
+            .get(&event)
+            .ok_or_else(|| unknown_event(event))?
+            .completed)
     }
 
     fn synchronize_event(&self, _device: usize, event: EventId) -> Result<(), BackendError> {
         let mut events = self.events.lock().unwrap();
-        events.1.get_mut(&event).ok_or_else(|| unknown_event(event))?.completed = true;
+        events
+            .1
+            .get_mut(&event)
+            .ok_or_else(|| unknown_event(event))?
+            .completed = true;
         Ok(())
     }
 
     fn destroy_event(&self, _device: usize, event: EventId) -> Result<(), BackendError> {
         let mut events = self.events.lock().unwrap();
-        events.1.remove(&event).map(|_| ()).ok_or_else(|| unknown_event(event))
+        events
+            .1
+            .remove(&event)
+            .map(|_| ())
+            .ok_or_else(|| unknown_event(event))
     }
 }
 

@@ -106,7 +106,9 @@ impl CachingAllocator {
         let id = match self.take_free_block(pool, stream, rounded) {
             Some(id) => id,
             // No segment of this size could ever fit the device: fail without flushing the cache.
-            None if alloc_size > self.capacity => return Err(self.out_of_memory_message(alloc_size)),
+            None if alloc_size > self.capacity => {
+                return Err(self.out_of_memory_message(alloc_size))
+            }
             None => self.allocate_segment_with_fallbacks(pool, stream, rounded, alloc_size)?,
         };
         let split = should_split(pool, self.blocks[id].size, rounded, &self.config);
@@ -175,7 +177,10 @@ impl CachingAllocator {
                 .record_event(self.device, event, stream)
                 .map_err(|e| backend_error(&*self.backend, self.device, "record_event", e))?;
             self.blocks[id].event_count += 1;
-            self.pending_events.entry(stream).or_default().push_back((event, id));
+            self.pending_events
+                .entry(stream)
+                .or_default()
+                .push_back((event, id));
         }
         if self.blocks[id].event_count == 0 {
             self.return_to_pool(id);
@@ -212,7 +217,9 @@ impl CachingAllocator {
             while let Some((event, id)) = queue.pop_front() {
                 self.backend
                     .synchronize_event(self.device, event)
-                    .map_err(|e| backend_error(&*self.backend, self.device, "synchronize_event", e))?;
+                    .map_err(|e| {
+                        backend_error(&*self.backend, self.device, "synchronize_event", e)
+                    })?;
                 self.event_completed(event, id)?;
             }
         }

@@ -401,3 +401,101 @@ fn release_of_segments_returns_them_to_the_backend() {
     let s = a.stats();
     assert_eq!(s.num_device_alloc, s.num_device_free);
 }
+
+#[test]
+fn a_block_used_by_another_stream_waits_for_its_event() {
+    let (mut a, backend) = allocator(1 << 30);
+    let p = a.malloc(1000, 1).unwrap();
+    a.record_stream(p, 2).unwrap();
+    a.record_stream(p, 2).unwrap(); // a second use of the same stream needs no second event
+    a.free(p).unwrap();
+    let s = a.stats();
+    // Freed for the caller, still active for the allocator.
+    assert_eq!(
+        (s.allocation[ALL].current, s.allocated_bytes[ALL].current),
+        (0, 0)
+    );
+    assert_eq!(
+        (s.active[ALL].current, s.active_bytes[ALL].current),
+        (1, 1024)
+    );
+    assert_eq!(s.requested_bytes[ALL].current, 1000);
+    assert_eq!(backend.live_events(), 1);
+    assert_eq!(
+        a.segments()[0].blocks[0],
+        (p, 1024, 1000, false),
+        "pending blocks stay in their segment"
+    );
+
+    // Not reusable while the event is pending: the same request gets the rest of the segment.
+    let q = a.malloc(1000, 1).unwrap();
+    assert_eq!(q, p + 1024);
+    a.free(q).unwrap();
+    // q merges with the free remainder after it but not with pending p before it: still one
+    // inactive split block (pending p is not counted until it returns).
+    assert_eq!(a.stats().inactive_split[SMALL].current, 1);
+    assert_eq!(a.segments()[0].blocks.len(), 2);
+
+    backend.complete_stream(2);
+    let r = a.malloc(1000, 1).unwrap();
+    assert_eq!(
+        r, p,
+        "after the event completes the block is back, merged and reused"
+    );
+    assert_eq!(backend.live_events(), 0, "completed events are destroyed");
+    let s = a.stats();
+    assert_eq!(s.active[ALL].current, 1);
+    assert_eq!(s.num_sync_all_streams, 0, "no synchronization was needed");
+    a.free(r).unwrap();
+}
+
+#[test]
+fn uses_on_the_blocks_own_stream_need_no_event() {
+    let (mut a, backend) = allocator(1 << 30);
+    let p = a.malloc(4096, 3).unwrap();
+    a.record_stream(p, 3).unwrap();
+    a.free(p).unwrap();
+    assert_eq!(backend.live_events(), 0);
+    assert_eq!(a.stats().active[ALL].current, 0);
+    assert_eq!(
+        a.record_stream(p, 4).unwrap_err().kind,
+        ErrorKind::InvalidPointer
+    );
+}
+
+#[test]
+fn empty_cache_synchronizes_pending_events_and_releases_their_segments() {
+    let (mut a, backend) = allocator(1 << 30);
+    let p = a.malloc(5 << 20, 0).unwrap();
+    a.record_stream(p, 9).unwrap();
+    a.record_stream(p, 8).unwrap();
+    a.free(p).unwrap();
+    assert_eq!(backend.live_events(), 2);
+    a.empty_cache().unwrap();
+    let s = a.stats();
+    assert_eq!(backend.live_events(), 0);
+    assert_eq!((s.num_sync_all_streams, s.num_device_free), (1, 1));
+    assert_eq!(
+        (s.active[ALL].current, s.reserved_bytes[ALL].current),
+        (0, 0)
+    );
+    assert!(backend.live_segments(0).is_empty());
+}
+
+#[test]
+fn the_oom_retry_synchronizes_pending_events_first() {
+    let (mut a, backend) = allocator(40 << 20);
+    let p = a.malloc(30 << 20, 0).unwrap();
+    a.record_stream(p, 5).unwrap();
+    a.free(p).unwrap();
+    // 30 MiB again on another stream: the pending 30 MiB segment must be synchronized and released.
+    let q = a.malloc(30 << 20, 1).unwrap();
+    let s = a.stats();
+    assert_eq!(
+        (s.num_sync_all_streams, s.num_alloc_retries, s.num_ooms),
+        (1, 1, 0)
+    );
+    assert_eq!(backend.live_events(), 0);
+    assert_eq!(s.reserved_bytes[ALL].current, 30 << 20);
+    a.free(q).unwrap();
+}

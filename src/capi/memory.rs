@@ -36,6 +36,16 @@ pub unsafe extern "C" fn acc_free(ptr: *mut c_void) -> AccStatus {
     guard(|| runtime()?.free(ptr as usize))
 }
 
+/// Note that `stream` uses the allocation at `ptr` (PyTorch's record_stream): when it is freed, the
+/// block returns to the cache only after the work queued on `stream` until then has completed.
+/// Uses on the stream the block was allocated on are ignored.
+///
+/// Errors: ACC_ERROR_INVALID_POINTER when `ptr` is not a live allocation.
+#[no_mangle]
+pub unsafe extern "C" fn acc_record_stream(ptr: *mut c_void, stream: *mut c_void) -> AccStatus {
+    guard(|| runtime()?.record_stream(ptr as usize, stream as usize))
+}
+
 /// Release every unused cached segment of every device of the current accelerator back to the
 /// device (torch.accelerator.empty_cache).
 #[no_mangle]

@@ -237,10 +237,24 @@ impl Runtime {
         if ptr == 0 {
             return Ok(());
         }
+        self.with_owner(ptr, |device| device.free(ptr))
+    }
+
+    /// Note that `stream` uses the allocation at `ptr` (PyTorch's record_stream).
+    pub fn record_stream(&self, ptr: usize, stream: StreamId) -> Result<()> {
+        self.with_owner(ptr, |device| device.record_stream(ptr, stream))
+    }
+
+    /// Run `action` on the device that owns `ptr`, under that device's lock.
+    fn with_owner<T>(
+        &self,
+        ptr: usize,
+        action: impl FnOnce(&mut CachingAllocator) -> Result<T>,
+    ) -> Result<T> {
         // Fast path: with a single device there is only one place the pointer can be.
         let current = self.current();
         if current.device_count() == 1 && current.devices[0].is_completed() {
-            let result = current.lock(0)?.free(ptr);
+            let result = action(&mut *current.lock(0)?);
             return match result {
                 Err(e)
                     if e.kind == ErrorKind::InvalidPointer
@@ -258,7 +272,7 @@ impl Runtime {
                 "segment owned by an unknown accelerator",
             )
         })?;
-        accelerator.lock(device)?.free(ptr)
+        action(&mut *accelerator.lock(device)?)
     }
 
     /// Release cached memory on every device of the current accelerator.

@@ -82,7 +82,12 @@ impl Backend for IndexedBackend {
         self.inner.create_event(device)
     }
 
-    fn record_event(&self, device: usize, event: EventId, stream: StreamId) -> Result<(), BackendError> {
+    fn record_event(
+        &self,
+        device: usize,
+        event: EventId,
+        stream: StreamId,
+    ) -> Result<(), BackendError> {
         self.inner.record_event(device, event, stream)
     }
 
