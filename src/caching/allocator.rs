@@ -345,7 +345,11 @@ impl CachingAllocator {
     ) -> Option<BlockId> {
         let max_split = self.config.max_split_size;
         let max_rounding = self.config.max_non_split_rounding;
+        let gc_on = self.garbage_collection_on();
         let pool = self.pool_mut(pool);
+        if gc_on {
+            pool.lookups += 1;
+        }
         let (key, id) = pool.lower_bound(stream, rounded)?;
         let (block_stream, block_size, _) = key;
         if block_stream != stream {
@@ -362,6 +366,63 @@ impl CachingAllocator {
         Some(id)
     }
 
+    /// Put block `id` into its pool, noting when (for garbage collection by age).
+    fn cache_block(&mut self, id: BlockId) {
+        let pool_kind = self.blocks[id].pool;
+        let lookups = self.pool_mut(pool_kind).lookups;
+        let block = &mut self.blocks[id];
+        block.gc_count_base = lookups;
+        let block = *block;
+        self.pool_mut(pool_kind).insert(&block, id);
+    }
+
+    /// Garbage collection runs only with a memory fraction and a threshold set, as in PyTorch.
+    #[inline]
+    fn garbage_collection_on(&self) -> bool {
+        self.allowed_maximum.is_some() && self.config.garbage_collection_threshold > 0.0
+    }
+
+    /// Free cached whole segments of the large pool, oldest (by lookups since cached) first, until
+    /// reserved memory is back under threshold x allowed or nothing more can go. Unlike the OOM path it
+    /// does not synchronize streams.
+    fn garbage_collect_cached_blocks(&mut self) -> Result<()> {
+        let allowed = self.allowed_maximum.unwrap_or(usize::MAX);
+        let threshold = (self.config.garbage_collection_threshold * allowed as f64) as usize;
+        if self.reserved_total <= threshold {
+            return Ok(());
+        }
+        let target = self.reserved_total - threshold;
+        let lookups = self.large.lookups;
+        let blocks = &self.blocks;
+        let mut candidates: Vec<(BlockId, u64)> = self
+            .large
+            .ordered()
+            .values()
+            .filter(|&&id| !blocks[id].is_split())
+            .map(|&id| (id, lookups - blocks[id].gc_count_base))
+            .collect();
+        let mut total_age: u64 = candidates.iter().map(|&(_, age)| age).sum();
+        let mut reclaimed = 0;
+        while reclaimed < target && !candidates.is_empty() {
+            // Free every block at least as old as the average; do not stop at the target, so that
+            // collection does not run again at once.
+            let average_age = total_age as f64 / candidates.len() as f64;
+            let (old, young): (Vec<_>, Vec<_>) = candidates
+                .into_iter()
+                .partition(|&(_, age)| age as f64 >= average_age);
+            if old.is_empty() {
+                break;
+            }
+            for (id, age) in old {
+                reclaimed += self.blocks[id].size;
+                total_age -= age;
+                self.release_block(id)?;
+            }
+            candidates = young;
+        }
+        Ok(())
+    }
+
     /// The miss path: a new segment, else free oversize cached blocks and ask again, else free every
     /// cached segment and retry once, else out of memory.
     fn allocate_segment_with_fallbacks(
@@ -371,6 +432,9 @@ impl CachingAllocator {
         rounded: usize,
         alloc_size: usize,
     ) -> Result<BlockId> {
+        if self.garbage_collection_on() {
+            self.garbage_collect_cached_blocks()?;
+        }
         if let Some(id) = self.allocate_segment(pool, stream, alloc_size, false)? {
             return Ok(id);
         }
@@ -426,6 +490,7 @@ impl CachingAllocator {
             pool,
             allocated: false,
             event_count: 0,
+            gc_count_base: 0,
             prev: None,
             next: None,
         })))
@@ -533,6 +598,7 @@ impl CachingAllocator {
                 pool: found.pool,
                 allocated: false,
                 event_count: 0,
+                gc_count_base: 0,
                 prev: found.prev,
                 next: Some(id),
             });
@@ -544,8 +610,7 @@ impl CachingAllocator {
             remainder.ptr += rounded;
             remainder.size -= rounded;
             let remainder_size = remainder.size;
-            let remainder = self.blocks[id];
-            self.pool_mut(found.pool).insert(&remainder, id);
+            self.cache_block(id);
             if already_split {
                 for_pool(&mut self.stats.inactive_split_bytes, stat_type, |s| {
                     s.decrease(rounded as u64)
@@ -609,7 +674,7 @@ impl CachingAllocator {
         let block = &mut self.blocks[id];
         block.requested_size = 0;
         let block = self.blocks[id];
-        self.pool_mut(pool).insert(&block, id);
+        self.cache_block(id);
         if block.is_split() {
             net_blocks += 1;
             net_bytes += block.size as i64;

@@ -21,6 +21,8 @@ pub struct Block {
     pub allocated: bool,
     /// Stream events still pending on a freed block; it returns to the pool when this reaches 0.
     pub event_count: u32,
+    /// The pool's lookup count when this block was cached: its age for garbage collection.
+    pub gc_count_base: u64,
     /// Neighbours in the same segment, by address.
     pub prev: Option<BlockId>,
     pub next: Option<BlockId>,
@@ -94,6 +96,8 @@ pub type PoolKey = (StreamId, usize, usize);
 pub struct BlockPool {
     tree: BTreeMap<PoolKey, BlockId>,
     staged: Option<(PoolKey, BlockId)>,
+    /// Lookups made while garbage collection is on; a cached block's age is measured in them.
+    pub lookups: u64,
 }
 
 impl BlockPool {

@@ -499,3 +499,64 @@ fn the_oom_retry_synchronizes_pending_events_first() {
     assert_eq!(s.reserved_bytes[ALL].current, 30 << 20);
     a.free(q).unwrap();
 }
+
+#[test]
+fn garbage_collection_frees_the_oldest_cached_segments_without_synchronizing() {
+    let config = CachingConfig {
+        garbage_collection_threshold: 0.7,
+        ..CachingConfig::default()
+    };
+    let (mut a, _) = allocator_with(100 << 20, config);
+    a.set_memory_fraction(0.5).unwrap(); // allowed 50 MiB; collection above 35 MiB reserved
+    let first = a.malloc(12 << 20, 0).unwrap(); // lookup 1: a 12 MiB segment
+    let _held = a.malloc(12 << 20, 0).unwrap(); // lookup 2: another
+    let other = a.malloc(14 << 20, 0).unwrap(); // lookup 3: a 14 MiB segment
+    a.free(first).unwrap(); // cached at lookup 3
+    a.free(other).unwrap(); // cached at lookup 3
+    for _ in 0..3 {
+        // Hits refresh the 14 MiB block (cached again at lookups 4, 5, 6); no collection on a hit.
+        let t = a.malloc(13 << 20, 0).unwrap();
+        assert_eq!(t, other);
+        a.free(t).unwrap();
+    }
+    assert_eq!(a.stats().num_device_free, 0);
+    // Lookup 7 misses with 38 MiB reserved > 35 MiB: ages are 4 (12 MiB) and 1 (14 MiB), average
+    // 2.5, so only the older block goes, which is enough.
+    a.malloc(15 << 20, 0).unwrap();
+    let s = a.stats();
+    assert_eq!(
+        (
+            s.num_device_free,
+            s.num_sync_all_streams,
+            s.num_alloc_retries
+        ),
+        (1, 0, 0)
+    );
+    assert_eq!(s.reserved_bytes[ALL].current, (12 + 14 + 16) << 20);
+    let segments = a.segments();
+    assert!(
+        segments.iter().all(|seg| seg.address != first),
+        "the old block was released"
+    );
+    assert!(
+        segments.iter().any(|seg| seg.address == other),
+        "the young one stays cached"
+    );
+}
+
+#[test]
+fn garbage_collection_needs_a_memory_fraction() {
+    let config = CachingConfig {
+        garbage_collection_threshold: 0.1,
+        ..CachingConfig::default()
+    };
+    let (mut a, _) = allocator_with(100 << 20, config);
+    let p = a.malloc(12 << 20, 0).unwrap();
+    a.free(p).unwrap();
+    a.malloc(14 << 20, 0).unwrap();
+    assert_eq!(
+        a.stats().num_device_free,
+        0,
+        "no fraction set: nothing is collected"
+    );
+}
