@@ -282,6 +282,34 @@ const char *acc_version(void);
 uint32_t acc_abi_version(void);
 
 /**
+ * The statistics of `device` (-1: current) as PyTorch's memory_summary() table; `abbreviated`
+ * non-zero leaves out the per-pool rows. Written like acc_memory_stats_json: buf NULL asks for the
+ * size, *len receives the bytes needed including the NUL.
+ */
+enum AccStatus acc_memory_summary(int32_t device,
+                                  int32_t abbreviated,
+                                  char *buf,
+                                  size_t cap,
+                                  size_t *len);
+
+/**
+ * Every segment and block of every device of the current accelerator as one JSON object with the
+ * fields of PyTorch's snapshot: {"segments": [...], "device_traces": [[...] per device],
+ * "allocator_settings": {...}}. Written like acc_memory_stats_json.
+ */
+enum AccStatus acc_memory_snapshot_json(char *buf, size_t cap, size_t *len);
+
+/**
+ * Start (`enabled` non-zero, keeping the newest `max_entries` per device) or stop recording the
+ * history of allocator events (alloc, free_requested, free_completed, segment_alloc, segment_free,
+ * segment_map, segment_unmap, oom) with microsecond times; the snapshot includes it as
+ * device_traces. Starting again clears the history. Errors: ACC_ERROR_INVALID_ARGUMENT when enabling
+ * with max_entries 0.
+ */
+enum AccStatus acc_record_memory_history(int32_t enabled,
+                                         size_t max_entries);
+
+/**
  * Allocate at least `size` bytes on `device` (-1: this thread's current device) for use on `stream`
  * (NULL: the default stream) and store the address in `*out`. Blocks are 512-byte aligned and are
  * reused only on the stream they were allocated on. Size 0 stores NULL and succeeds.

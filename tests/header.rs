@@ -76,6 +76,9 @@ fn header_declares_every_exported_function() {
         "acc_set_allocator_settings",
         "acc_get_allocator_settings",
         "acc_record_stream",
+        "acc_memory_summary",
+        "acc_memory_snapshot_json",
+        "acc_record_memory_history",
     ];
     for name in required {
         assert!(

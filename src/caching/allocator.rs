@@ -5,6 +5,7 @@
 use super::block::{Block, BlockId, BlockPool, PtrMap, Slab};
 use super::config::CachingConfig;
 use super::policy::{allocation_size, round_size, should_split, PoolKind};
+use super::snapshot::{BlockInfo, BlockState, History, SegmentInfo, TraceAction};
 use super::stats::{for_pool, DeviceStats, StatType};
 use crate::backend::{Backend, BackendError, EventId, MemInfo, StreamId};
 use crate::error::{Error, ErrorKind, Result};
@@ -33,17 +34,8 @@ pub struct CachingAllocator {
     stream_uses: HashMap<BlockId, Vec<StreamId>>,
     /// Events recorded when such a block was freed, per stream in record order.
     pending_events: BTreeMap<StreamId, VecDeque<(EventId, BlockId)>>,
-}
-
-/// A segment as a snapshot shows it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SegmentInfo {
-    pub address: usize,
-    pub total_size: usize,
-    pub stream: StreamId,
-    pub pool: PoolKind,
-    /// (address, size, requested size, allocated) of each block, by address.
-    pub blocks: Vec<(usize, usize, usize, bool)>,
+    /// Recent allocator events, when recording is on (acc_record_memory_history).
+    history: Option<History>,
 }
 
 impl CachingAllocator {
@@ -67,6 +59,7 @@ impl CachingAllocator {
             allowed_maximum: None,
             stream_uses: HashMap::new(),
             pending_events: BTreeMap::new(),
+            history: None,
         };
         allocator.set_config(config);
         Ok(allocator)
@@ -127,7 +120,8 @@ impl CachingAllocator {
         };
         let block = &mut self.blocks[id];
         block.allocated = false;
-        let (size, pool) = (block.size, block.pool);
+        let (size, pool, stream) = (block.size, block.pool, block.stream);
+        self.trace(TraceAction::FreeRequested, ptr, size, stream);
         let stat_type = stat_type(pool);
         for_pool(&mut self.stats.allocation, stat_type, |s| s.decrease(1));
         for_pool(&mut self.stats.allocated_bytes, stat_type, |s| {
@@ -287,6 +281,25 @@ impl CachingAllocator {
         self.active.get(&ptr).map(|&id| self.blocks[id].size)
     }
 
+    /// Start (keeping the newest `max_entries`) or stop recording the history of allocator events.
+    /// Starting again clears what was recorded.
+    pub fn record_history(&mut self, enabled: bool, max_entries: usize) {
+        self.history = enabled.then(|| History::new(max_entries));
+    }
+
+    /// The recorded history, if recording is on.
+    pub fn history(&self) -> Option<&History> {
+        self.history.as_ref()
+    }
+
+    /// Note an event in the history; a single branch when recording is off.
+    #[inline]
+    fn trace(&mut self, action: TraceAction, addr: usize, size: usize, stream: StreamId) {
+        if let Some(history) = &mut self.history {
+            history.record(action, addr, size, stream);
+        }
+    }
+
     /// Every segment with its blocks, ordered by address.
     pub fn segments(&self) -> Vec<SegmentInfo> {
         let mut heads: Vec<BlockId> = self
@@ -309,18 +322,26 @@ impl CachingAllocator {
                     total_size: 0,
                     stream: first.stream,
                     pool: first.pool,
+                    is_expandable: false,
                     blocks: Vec::new(),
                 };
                 let mut cursor = Some(head);
                 while let Some(id) = cursor {
                     let block = &self.blocks[id];
                     segment.total_size += block.size;
-                    segment.blocks.push((
-                        block.ptr,
-                        block.size,
-                        block.requested_size,
-                        block.allocated,
-                    ));
+                    let state = if block.allocated {
+                        BlockState::ActiveAllocated
+                    } else if block.event_count > 0 {
+                        BlockState::ActivePendingFree
+                    } else {
+                        BlockState::Inactive
+                    };
+                    segment.blocks.push(BlockInfo {
+                        address: block.ptr,
+                        size: block.size,
+                        requested_size: block.requested_size,
+                        state,
+                    });
                     cursor = block.next;
                 }
                 segment
@@ -448,6 +469,13 @@ impl CachingAllocator {
             return Ok(id);
         }
         self.stats.num_ooms += 1;
+        if self.history.is_some() {
+            let free = self
+                .backend
+                .mem_get_info(self.device)
+                .map_or(0, |info| info.free);
+            self.trace(TraceAction::Oom, free, alloc_size, stream);
+        }
         Err(self.out_of_memory_message(alloc_size))
     }
 
@@ -482,6 +510,7 @@ impl CachingAllocator {
             self.stats.oversize_segments.increase(1);
         }
         self.stats.num_device_alloc += 1;
+        self.trace(TraceAction::SegmentAlloc, ptr, size, stream);
         Ok(Some(self.blocks.insert(Block {
             ptr,
             size,
@@ -571,6 +600,12 @@ impl CachingAllocator {
         self.blocks.remove(id);
         self.reserved_total -= block.size;
         self.stats.num_device_free += 1;
+        self.trace(
+            TraceAction::SegmentFree,
+            block.ptr,
+            block.size,
+            block.stream,
+        );
         let stat_type = stat_type(block.pool);
         for_pool(&mut self.stats.segment, stat_type, |s| s.decrease(1));
         for_pool(&mut self.stats.reserved_bytes, stat_type, |s| {
@@ -637,6 +672,7 @@ impl CachingAllocator {
         block.requested_size = requested;
         let (ptr, size) = (block.ptr, block.size);
         self.active.insert(ptr, handed);
+        self.trace(TraceAction::Alloc, ptr, size, found.stream);
         let stats = &mut self.stats;
         for_pool(&mut stats.allocation, stat_type, |s| s.increase(1));
         for_pool(&mut stats.allocated_bytes, stat_type, |s| {
@@ -658,7 +694,13 @@ impl CachingAllocator {
     /// A freed block goes back to its pool, merged with free neighbours (PyTorch's free_block).
     fn return_to_pool(&mut self, id: BlockId) {
         let (original_size, requested, pool) = {
-            let block = &self.blocks[id];
+            let block = self.blocks[id];
+            self.trace(
+                TraceAction::FreeCompleted,
+                block.ptr,
+                block.size,
+                block.stream,
+            );
             (block.size, block.requested_size, block.pool)
         };
         // inactive_split moves by the net change, as PyTorch applies it.

@@ -11,11 +11,14 @@ pub mod block;
 pub mod config;
 pub mod policy;
 pub mod settings;
+pub mod snapshot;
 pub mod stats;
+pub mod summary;
 
-pub use allocator::{CachingAllocator, SegmentInfo};
+pub use allocator::CachingAllocator;
 pub use config::CachingConfig;
 pub use policy::PoolKind;
+pub use snapshot::{BlockInfo, BlockState, SegmentInfo};
 pub use stats::{DeviceStats, Stat, StatType};
 
 #[cfg(test)]

@@ -101,7 +101,12 @@ fn inactive_split_moves_by_net_change() {
     assert_eq!(s.active_bytes[SMALL], stat(0, 2 * KIB, 2 * KIB, 2 * KIB));
     assert_eq!(s.requested_bytes[SMALL], stat(0, 1600, 1600, 1600));
     assert_eq!(a.segments().len(), 1);
-    assert_eq!(a.segments()[0].blocks, vec![(first, 2 << 20, 0, false)]);
+    let blocks = &a.segments()[0].blocks;
+    assert_eq!(blocks.len(), 1);
+    assert_eq!(
+        (blocks[0].address, blocks[0].size, blocks[0].state),
+        (first, 2 << 20, BlockState::Inactive)
+    );
 }
 
 #[test]
@@ -421,9 +426,15 @@ fn a_block_used_by_another_stream_waits_for_its_event() {
     );
     assert_eq!(s.requested_bytes[ALL].current, 1000);
     assert_eq!(backend.live_events(), 1);
+    let pending = a.segments()[0].blocks[0];
     assert_eq!(
-        a.segments()[0].blocks[0],
-        (p, 1024, 1000, false),
+        (
+            pending.address,
+            pending.size,
+            pending.requested_size,
+            pending.state
+        ),
+        (p, 1024, 1000, BlockState::ActivePendingFree),
         "pending blocks stay in their segment"
     );
 
@@ -559,4 +570,45 @@ fn garbage_collection_needs_a_memory_fraction() {
         0,
         "no fraction set: nothing is collected"
     );
+}
+
+#[test]
+fn history_records_each_step_when_on_and_nothing_when_off() {
+    let (mut a, _) = allocator(40 << 20);
+    let p = a.malloc(1000, 0).unwrap();
+    a.free(p).unwrap();
+    assert!(a.history().is_none(), "off by default");
+    a.record_history(true, 100);
+    let q = a.malloc(1000, 0).unwrap();
+    a.record_stream(q, 4).unwrap();
+    a.free(q).unwrap();
+    a.empty_cache().unwrap();
+    let _ = a.malloc(100 << 20, 0).unwrap_err(); // larger than the device: no OOM entry (no OOM path)
+    let r = a.malloc(30 << 20, 0).unwrap();
+    assert!(a.malloc(30 << 20, 0).is_err());
+    a.free(r).unwrap();
+    let actions: Vec<&str> = a
+        .history()
+        .unwrap()
+        .entries()
+        .map(|e| e.action.name())
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            "alloc",
+            "free_requested",
+            "free_completed",
+            "segment_free", // q, then empty_cache
+            "segment_alloc",
+            "alloc", // r
+            "oom",
+            "free_requested",
+            "free_completed",
+        ]
+    );
+    let alloc = a.history().unwrap().entries().nth(0).copied().unwrap();
+    assert_eq!((alloc.addr, alloc.size), (q, 1024));
+    a.record_history(false, 0);
+    assert!(a.history().is_none());
 }

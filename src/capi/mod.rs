@@ -10,6 +10,7 @@
 pub mod device;
 pub(crate) mod guard;
 pub mod info;
+pub mod inspect;
 pub mod memory;
 pub mod settings;
 pub mod stats;

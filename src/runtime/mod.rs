@@ -7,6 +7,8 @@ pub mod ownership;
 use crate::backend::host::{HostBackend, HostSettings};
 use crate::backend::{Backend, MemInfo, StreamId};
 use crate::caching::settings::parse_settings;
+use crate::caching::snapshot::settings_json;
+use crate::caching::summary::memory_summary;
 use crate::caching::{CachingAllocator, CachingConfig, DeviceStats};
 use crate::error::{Error, ErrorKind, Result};
 use ownership::{IndexedBackend, SegmentIndex};
@@ -38,6 +40,8 @@ pub struct Accelerator {
     backend: Arc<dyn Backend>,
     /// The settings every device of this accelerator runs with.
     config: Mutex<CachingConfig>,
+    /// History recording for devices created from now on: Some(max entries) when on.
+    history: Mutex<Option<usize>>,
     devices: Vec<spin::Once<Mutex<CachingAllocator>>>,
 }
 
@@ -54,6 +58,7 @@ impl Accelerator {
             device_type,
             backend: Arc::new(IndexedBackend::new(backend, device_type, index)),
             config: Mutex::new(config),
+            history: Mutex::new(None),
             devices: (0..count).map(|_| spin::Once::new()).collect(),
         }
     }
@@ -118,8 +123,12 @@ impl Accelerator {
     /// Lock the caching allocator of device `index` (a resolved index), creating it on first use.
     pub fn lock(&self, index: usize) -> Result<MutexGuard<'_, CachingAllocator>> {
         let slot = self.devices[index].try_call_once(|| {
-            CachingAllocator::new(self.backend.clone(), index, self.config().clone())
-                .map(Mutex::new)
+            let mut allocator =
+                CachingAllocator::new(self.backend.clone(), index, self.config().clone())?;
+            if let Some(entries) = *self.history.lock().unwrap_or_else(|p| p.into_inner()) {
+                allocator.record_history(true, entries);
+            }
+            Ok::<_, Error>(Mutex::new(allocator))
         })?;
         slot.lock().map_err(|_| {
             Error::new(
@@ -135,6 +144,49 @@ impl Accelerator {
     /// Lock a device given as a C ABI index.
     pub fn device(&self, device: i32) -> Result<MutexGuard<'_, CachingAllocator>> {
         self.lock(self.resolve(device)?)
+    }
+
+    /// Start or stop recording allocator history on every device.
+    pub fn record_history(&self, enabled: bool, max_entries: usize) -> Result<()> {
+        let mut setting = self.history.lock().unwrap_or_else(|p| p.into_inner());
+        *setting = enabled.then_some(max_entries);
+        for (index, slot) in self.devices.iter().enumerate() {
+            if slot.is_completed() {
+                self.lock(index)?.record_history(enabled, max_entries);
+            }
+        }
+        Ok(())
+    }
+
+    /// The summary table of one device.
+    pub fn memory_summary(&self, device: i32, abbreviated: bool) -> Result<String> {
+        let index = self.resolve(device)?;
+        let stats = self.lock(index)?.stats();
+        let title = format!("accalloc {}", self.name());
+        Ok(memory_summary(&stats, index, &title, abbreviated))
+    }
+
+    /// Every segment and block of every device, the history of each device, and the settings.
+    pub fn snapshot(&self) -> Result<serde_json::Value> {
+        let mut segments = Vec::new();
+        let mut traces = Vec::new();
+        for (index, slot) in self.devices.iter().enumerate() {
+            if !slot.is_completed() {
+                traces.push(serde_json::Value::Array(Vec::new()));
+                continue;
+            }
+            let device = self.lock(index)?;
+            segments.extend(device.segments().iter().map(|s| s.to_json(index)));
+            let entries = device
+                .history()
+                .map(|h| h.entries().map(|e| e.to_json()).collect());
+            traces.push(serde_json::Value::Array(entries.unwrap_or_default()));
+        }
+        Ok(serde_json::json!({
+            "segments": segments,
+            "device_traces": traces,
+            "allocator_settings": settings_json(&self.settings()),
+        }))
     }
 
     /// Release the cached segments of every device in use.

@@ -1,0 +1,59 @@
+//! Seeing inside: the summary table, the snapshot and the history of allocator events.
+
+use super::guard::{guard, write_text};
+use super::types::AccStatus;
+use crate::runtime::runtime;
+use std::ffi::c_char;
+
+/// The statistics of `device` (-1: current) as PyTorch's memory_summary() table; `abbreviated`
+/// non-zero leaves out the per-pool rows. Written like acc_memory_stats_json: buf NULL asks for the
+/// size, *len receives the bytes needed including the NUL.
+#[no_mangle]
+pub unsafe extern "C" fn acc_memory_summary(
+    device: i32,
+    abbreviated: i32,
+    buf: *mut c_char,
+    cap: usize,
+    len: *mut usize,
+) -> AccStatus {
+    guard(|| {
+        let text = runtime()?
+            .current()
+            .memory_summary(device, abbreviated != 0)?;
+        write_text(&text, buf, cap, len)
+    })
+}
+
+/// Every segment and block of every device of the current accelerator as one JSON object with the
+/// fields of PyTorch's snapshot: {"segments": [...], "device_traces": [[...] per device],
+/// "allocator_settings": {...}}. Written like acc_memory_stats_json.
+#[no_mangle]
+pub unsafe extern "C" fn acc_memory_snapshot_json(
+    buf: *mut c_char,
+    cap: usize,
+    len: *mut usize,
+) -> AccStatus {
+    guard(|| {
+        let text = runtime()?.current().snapshot()?.to_string();
+        write_text(&text, buf, cap, len)
+    })
+}
+
+/// Start (`enabled` non-zero, keeping the newest `max_entries` per device) or stop recording the
+/// history of allocator events (alloc, free_requested, free_completed, segment_alloc, segment_free,
+/// segment_map, segment_unmap, oom) with microsecond times; the snapshot includes it as
+/// device_traces. Starting again clears the history. Errors: ACC_ERROR_INVALID_ARGUMENT when enabling
+/// with max_entries 0.
+#[no_mangle]
+pub extern "C" fn acc_record_memory_history(enabled: i32, max_entries: usize) -> AccStatus {
+    guard(|| {
+        if enabled != 0 && max_entries == 0 {
+            return Err(crate::error::Error::invalid_argument(
+                "max_entries is 0: give how many entries to keep per device",
+            ));
+        }
+        runtime()?
+            .current()
+            .record_history(enabled != 0, max_entries)
+    })
+}
