@@ -607,7 +607,7 @@ fn history_records_each_step_when_on_and_nothing_when_off() {
             "free_completed",
         ]
     );
-    let alloc = a.history().unwrap().entries().nth(0).copied().unwrap();
+    let alloc = a.history().unwrap().entries().next().copied().unwrap();
     assert_eq!((alloc.addr, alloc.size), (q, 1024));
     a.record_history(false, 0);
     assert!(a.history().is_none());
