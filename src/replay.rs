@@ -4,6 +4,7 @@
 //! "device"), `{"op":"free","id":7}`, `{"op":"empty_cache"}`. Blank lines are skipped.
 
 use crate::backend::Backend;
+use crate::caching::snapshot::settings_json;
 use crate::caching::{CachingAllocator, CachingConfig, DeviceStats, StatType};
 use crate::error::{Error, ErrorKind, Result};
 use std::collections::HashMap;
@@ -103,6 +104,22 @@ fn parse_line(line: &str) -> std::result::Result<TraceOp, String> {
     }
 }
 
+/// What to collect besides the figures.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ReplayOptions {
+    /// Sample allocated and reserved bytes by pool after every operation (for the timeline).
+    pub timeline: bool,
+    /// Take a snapshot (segments, blocks, history) at the operation where reserved memory peaks.
+    pub snapshot_at_peak: bool,
+}
+
+/// Bytes allocated and reserved after one operation, summed over devices, as [small, large].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TimelinePoint {
+    pub allocated: [i64; 2],
+    pub reserved: [i64; 2],
+}
+
 /// What a replay measured.
 #[derive(Clone, Debug)]
 pub struct ReplayReport {
@@ -117,6 +134,10 @@ pub struct ReplayReport {
     pub total_ns: u128,
     pub malloc_ns: u128,
     pub free_ns: u128,
+    /// One point per operation, when asked for.
+    pub timeline: Vec<TimelinePoint>,
+    /// The snapshot at peak reserved memory, when asked for.
+    pub snapshot: Option<serde_json::Value>,
 }
 
 impl ReplayReport {
@@ -155,45 +176,41 @@ impl ReplayReport {
     }
 }
 
-/// Replay `ops` through fresh caching allocators (one per device) over `backend`. Allocations left
-/// live at the end are freed (not timed) so the backend gets its memory back.
-pub fn replay(
-    ops: &[TraceOp],
-    backend: Arc<dyn Backend>,
-    config: &CachingConfig,
-) -> Result<ReplayReport> {
-    let devices_used = ops
-        .iter()
-        .filter_map(|op| match op {
-            TraceOp::Alloc { device, .. } => Some(*device + 1),
-            _ => None,
+/// The allocators of one replay and the trace ids they hold.
+struct Session {
+    allocators: Vec<CachingAllocator>,
+    live: HashMap<u64, (usize, usize)>,
+}
+
+impl Session {
+    fn new(ops: &[TraceOp], backend: &Arc<dyn Backend>, config: &CachingConfig) -> Result<Session> {
+        let devices_used = ops
+            .iter()
+            .filter_map(|op| match op {
+                TraceOp::Alloc { device, .. } => Some(*device + 1),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(1);
+        if devices_used > backend.device_count() {
+            return Err(Error::invalid_device(format!(
+                "the trace uses device {} but {} has {} device(s)",
+                devices_used - 1,
+                backend.name(),
+                backend.device_count()
+            )));
+        }
+        let allocators = (0..devices_used)
+            .map(|d| CachingAllocator::new(backend.clone(), d, config.clone()))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Session {
+            allocators,
+            live: HashMap::with_capacity(1024),
         })
-        .max()
-        .unwrap_or(1);
-    if devices_used > backend.device_count() {
-        return Err(Error::invalid_device(format!(
-            "the trace uses device {} but {} has {} device(s)",
-            devices_used - 1,
-            backend.name(),
-            backend.device_count()
-        )));
     }
-    let mut allocators = (0..devices_used)
-        .map(|d| CachingAllocator::new(backend.clone(), d, config.clone()))
-        .collect::<Result<Vec<_>>>()?;
-    let mut live: HashMap<u64, (usize, usize)> = HashMap::with_capacity(1024);
-    let mut report = ReplayReport {
-        operations: ops.len(),
-        allocs: 0,
-        frees: 0,
-        ooms: 0,
-        device_stats: Vec::new(),
-        total_ns: 0,
-        malloc_ns: 0,
-        free_ns: 0,
-    };
-    let start = Instant::now();
-    for op in ops {
+
+    /// Apply one operation, counting and timing it in `report`.
+    fn step(&mut self, op: &TraceOp, report: &mut ReplayReport) -> Result<()> {
         match *op {
             TraceOp::Alloc {
                 id,
@@ -203,14 +220,14 @@ pub fn replay(
             } => {
                 report.allocs += 1;
                 if size == 0 {
-                    continue;
+                    return Ok(());
                 }
                 let t = Instant::now();
-                let result = allocators[device].malloc(size, stream);
+                let result = self.allocators[device].malloc(size, stream);
                 report.malloc_ns += t.elapsed().as_nanos();
                 match result {
                     Ok(ptr) => {
-                        live.insert(id, (device, ptr));
+                        self.live.insert(id, (device, ptr));
                     }
                     Err(e) if e.kind == ErrorKind::OutOfMemory => report.ooms += 1,
                     Err(e) => return Err(e),
@@ -218,26 +235,133 @@ pub fn replay(
             }
             TraceOp::Free { id } => {
                 report.frees += 1;
-                if let Some((device, ptr)) = live.remove(&id) {
+                if let Some((device, ptr)) = self.live.remove(&id) {
                     let t = Instant::now();
-                    allocators[device].free(ptr)?;
+                    self.allocators[device].free(ptr)?;
                     report.free_ns += t.elapsed().as_nanos();
                 }
             }
             TraceOp::EmptyCache => {
-                for allocator in &mut allocators {
+                for allocator in &mut self.allocators {
                     allocator.empty_cache()?;
                 }
             }
         }
+        Ok(())
+    }
+
+    fn point(&self) -> TimelinePoint {
+        let mut point = TimelinePoint::default();
+        for allocator in &self.allocators {
+            let (allocated, reserved) = allocator.current_bytes_by_pool();
+            for pool in 0..2 {
+                point.allocated[pool] += allocated[pool];
+                point.reserved[pool] += reserved[pool];
+            }
+        }
+        point
+    }
+
+    fn snapshot(&self, config: &CachingConfig) -> serde_json::Value {
+        let segments: Vec<serde_json::Value> = self
+            .allocators
+            .iter()
+            .flat_map(|a| a.segments().into_iter().map(|s| s.to_json(a.device())))
+            .collect();
+        let traces: Vec<serde_json::Value> = self
+            .allocators
+            .iter()
+            .map(|a| {
+                a.history()
+                    .map(|h| h.entries().map(|e| e.to_json()).collect())
+                    .unwrap_or_default()
+            })
+            .collect();
+        serde_json::json!({
+            "segments": segments,
+            "device_traces": traces,
+            "allocator_settings": settings_json(config),
+        })
+    }
+
+    /// Give everything back so the backend ends as it began.
+    fn finish(mut self) -> Result<()> {
+        for (_, (device, ptr)) in std::mem::take(&mut self.live) {
+            self.allocators[device].free(ptr)?;
+        }
+        for allocator in &mut self.allocators {
+            allocator.empty_cache()?;
+        }
+        Ok(())
+    }
+}
+
+fn empty_report(operations: usize) -> ReplayReport {
+    ReplayReport {
+        operations,
+        allocs: 0,
+        frees: 0,
+        ooms: 0,
+        device_stats: Vec::new(),
+        total_ns: 0,
+        malloc_ns: 0,
+        free_ns: 0,
+        timeline: Vec::new(),
+        snapshot: None,
+    }
+}
+
+/// Replay `ops` through fresh caching allocators (one per device) over `backend`. Allocations left
+/// live at the end are freed (not timed) so the backend gets its memory back.
+pub fn replay(
+    ops: &[TraceOp],
+    backend: Arc<dyn Backend>,
+    config: &CachingConfig,
+) -> Result<ReplayReport> {
+    replay_with(ops, backend, config, ReplayOptions::default())
+}
+
+/// `replay`, also collecting what `options` asks for.
+pub fn replay_with(
+    ops: &[TraceOp],
+    backend: Arc<dyn Backend>,
+    config: &CachingConfig,
+    options: ReplayOptions,
+) -> Result<ReplayReport> {
+    let mut session = Session::new(ops, &backend, config)?;
+    let mut report = empty_report(ops.len());
+    let sampling = options.timeline || options.snapshot_at_peak;
+    let (mut peak_reserved, mut peak_at) = (-1i64, 0usize);
+    let start = Instant::now();
+    for (index, op) in ops.iter().enumerate() {
+        session.step(op, &mut report)?;
+        if sampling {
+            let point = session.point();
+            let reserved = point.reserved[0] + point.reserved[1];
+            if reserved > peak_reserved {
+                (peak_reserved, peak_at) = (reserved, index);
+            }
+            if options.timeline {
+                report.timeline.push(point);
+            }
+        }
     }
     report.total_ns = start.elapsed().as_nanos();
-    report.device_stats = allocators.iter().map(|a| a.stats()).collect();
-    for (_, (device, ptr)) in live {
-        allocators[device].free(ptr)?;
-    }
-    for allocator in &mut allocators {
-        allocator.empty_cache()?;
+    report.device_stats = session.allocators.iter().map(|a| a.stats()).collect();
+    session.finish()?;
+
+    if options.snapshot_at_peak {
+        // Replay again up to the peak with history on, and look inside there.
+        let mut again = Session::new(ops, &backend, config)?;
+        for allocator in &mut again.allocators {
+            allocator.record_history(true, ops.len().max(1));
+        }
+        let mut scratch = empty_report(ops.len());
+        for op in &ops[..ops.len().min(peak_at + 1)] {
+            again.step(op, &mut scratch)?;
+        }
+        report.snapshot = Some(again.snapshot(config));
+        again.finish()?;
     }
     Ok(report)
 }

@@ -3,19 +3,26 @@
 use accalloc::backend::host::{HostBackend, HostSettings};
 use accalloc::backend::testing::TestBackend;
 use accalloc::backend::Backend;
+use accalloc::caching::settings::parse_settings;
+use accalloc::caching::summary::memory_summary;
 use accalloc::caching::CachingConfig;
-use accalloc::replay::{parse_trace, replay, ReplayReport};
+use accalloc::replay::{parse_trace, replay_with, ReplayOptions, ReplayReport};
 use accalloc::runtime::runtime;
+use accalloc::timeline::timeline_svg;
 use accalloc::units::format_size;
 use std::process::ExitCode;
 use std::sync::Arc;
 
 const USAGE: &str = "usage:
   accalloc info                    the current accelerator, its devices and their capacity
-  accalloc replay TRACE [--json] [--simulate]
+  accalloc replay TRACE [--json] [--simulate] [--config STR] [--svg FILE] [--snapshot FILE] [--summary]
                                    replay an allocation trace (JSON lines) through the allocator;
-                                   --simulate uses a simulated device (fake addresses handed out in
-                                   rising order, no memory touched) instead of the host backend
+                                   --simulate: a simulated device (fake addresses handed out in
+                                     rising order, no memory touched) instead of the host backend
+                                   --config: allocator settings (ACC_ALLOC_CONF syntax)
+                                   --svg: write the memory timeline (allocated and reserved by pool)
+                                   --snapshot: write the snapshot taken at peak reserved memory
+                                   --summary: print memory_summary's table at the end
   accalloc bench [--quick]         cached malloc+free pair against the C library's malloc+free
 
 Environment: ACC_HOST_CAPACITY (e.g. 8GiB), ACC_HOST_DEVICES (e.g. 2).";
@@ -67,10 +74,24 @@ fn replay_command(args: &[String]) -> Result<(), String> {
     let mut path = None;
     let mut json = false;
     let mut simulate = false;
-    for arg in args {
+    let mut config_text = None;
+    let mut svg_path = None;
+    let mut snapshot_path = None;
+    let mut summary = false;
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        let mut value = |name: &str| {
+            args.next()
+                .cloned()
+                .ok_or_else(|| format!("{name} needs a value\n{USAGE}"))
+        };
         match arg.as_str() {
             "--json" => json = true,
             "--simulate" => simulate = true,
+            "--summary" => summary = true,
+            "--config" => config_text = Some(value("--config")?),
+            "--svg" => svg_path = Some(value("--svg")?),
+            "--snapshot" => snapshot_path = Some(value("--snapshot")?),
             flag if flag.starts_with("--") => {
                 return Err(format!("unknown option {flag}\n{USAGE}"))
             }
@@ -79,6 +100,11 @@ fn replay_command(args: &[String]) -> Result<(), String> {
         }
     }
     let path = path.ok_or_else(|| format!("replay needs a trace file\n{USAGE}"))?;
+    let config = match &config_text {
+        Some(text) => parse_settings(text, &CachingConfig::default())
+            .map_err(|e| format!("--config: {}", e.message))?,
+        None => CachingConfig::default(),
+    };
     let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {path}: {e}"))?;
     let ops = parse_trace(&text).map_err(|e| format!("{path}: {}", e.message))?;
     let settings = HostSettings::from_env().map_err(|e| e.message)?;
@@ -87,11 +113,35 @@ fn replay_command(args: &[String]) -> Result<(), String> {
     } else {
         Arc::new(HostBackend::new(settings))
     };
-    let report = replay(&ops, backend, &CachingConfig::default()).map_err(|e| e.message)?;
+    let options = ReplayOptions {
+        timeline: svg_path.is_some(),
+        snapshot_at_peak: snapshot_path.is_some(),
+    };
+    let report = replay_with(&ops, backend, &config, options).map_err(|e| e.message)?;
+    if let Some(svg) = &svg_path {
+        let title = match &config_text {
+            Some(text) => format!("{path} ({text})"),
+            None => path.clone(),
+        };
+        std::fs::write(svg, timeline_svg(&report.timeline, &title))
+            .map_err(|e| format!("cannot write {svg}: {e}"))?;
+    }
+    if let (Some(file), Some(snapshot)) = (&snapshot_path, &report.snapshot) {
+        std::fs::write(file, snapshot.to_string())
+            .map_err(|e| format!("cannot write {file}: {e}"))?;
+    }
     if json {
         println!("{}", report_json(&path, &report));
     } else {
         print_report(&path, &report);
+    }
+    if summary {
+        for (device, stats) in report.device_stats.iter().enumerate() {
+            print!(
+                "{}",
+                memory_summary(stats, device, "accalloc replay", false)
+            );
+        }
     }
     Ok(())
 }

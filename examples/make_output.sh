@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Regenerates examples/output/: the summary, the snapshot at peak and the memory timeline of the sample
+# transformer trace, with and without expandable segments. Run from anywhere after `cargo build --release`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tool=target/release/accalloc
+trace=examples/traces/transformer_train.jsonl
+out=examples/output
+mkdir -p "$out"
+"$tool" replay "$trace" --simulate --summary --svg "$out/transformer_timeline.svg" \
+  --snapshot "$out/transformer_snapshot.json" > "$out/transformer_summary.txt"
+echo "wrote $out/transformer_summary.txt, transformer_timeline.svg, transformer_snapshot.json"
