@@ -153,11 +153,7 @@ impl Backend for HostBackend {
         // SAFETY: the caching layer frees only segments this backend mapped, with their exact size.
         let rc = unsafe { libc::munmap(ptr as *mut libc::c_void, size) };
         if rc != 0 {
-            let errno = std::io::Error::last_os_error();
-            return Err(BackendError::Failed {
-                code: errno.raw_os_error().unwrap_or(-1) as i64,
-                message: format!("munmap of {size} bytes at {ptr:#x} failed: {errno}"),
-            });
+            return Err(os_error("munmap", size, ptr));
         }
         self.used[device].fetch_sub(size, Ordering::AcqRel);
         Ok(())
@@ -169,6 +165,105 @@ impl Backend for HostBackend {
             free: self.settings.capacity.saturating_sub(used),
             total: self.settings.capacity,
         })
+    }
+
+    // Virtual memory: a reservation is an inaccessible mapping; mapping a range makes it readable and
+    // writable and counts it against the capacity; unmapping drops its pages (MADV_DONTNEED) so the
+    // memory really goes back, and makes it inaccessible again.
+
+    fn vm_granularity(&self, _device: usize) -> Option<usize> {
+        Some(page_size())
+    }
+
+    fn vm_reserve(&self, _device: usize, size: usize) -> std::result::Result<usize, BackendError> {
+        // SAFETY: an anonymous inaccessible mapping with no address hint has no preconditions.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                size,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(os_error("mmap (reserve)", size, 0));
+        }
+        Ok(ptr as usize)
+    }
+
+    fn vm_map(
+        &self,
+        device: usize,
+        ptr: usize,
+        size: usize,
+    ) -> std::result::Result<(), BackendError> {
+        if !self.claim(device, size) {
+            return Err(BackendError::OutOfMemory);
+        }
+        // SAFETY: the range lies inside a reservation made by vm_reserve.
+        if unsafe {
+            libc::mprotect(
+                ptr as *mut libc::c_void,
+                size,
+                libc::PROT_READ | libc::PROT_WRITE,
+            )
+        } != 0
+        {
+            self.used[device].fetch_sub(size, Ordering::AcqRel);
+            return Err(os_error("mprotect (map)", size, ptr));
+        }
+        Ok(())
+    }
+
+    fn vm_unmap(
+        &self,
+        device: usize,
+        ptr: usize,
+        size: usize,
+    ) -> std::result::Result<(), BackendError> {
+        // SAFETY: the range lies inside a reservation and is no longer handed out.
+        let ok = unsafe {
+            libc::madvise(ptr as *mut libc::c_void, size, libc::MADV_DONTNEED) == 0
+                && libc::mprotect(ptr as *mut libc::c_void, size, libc::PROT_NONE) == 0
+        };
+        if !ok {
+            return Err(os_error("madvise/mprotect (unmap)", size, ptr));
+        }
+        self.used[device].fetch_sub(size, Ordering::AcqRel);
+        Ok(())
+    }
+
+    fn vm_release(
+        &self,
+        _device: usize,
+        ptr: usize,
+        size: usize,
+    ) -> std::result::Result<(), BackendError> {
+        // SAFETY: the whole reservation is given back; nothing in it is mapped any more.
+        if unsafe { libc::munmap(ptr as *mut libc::c_void, size) } != 0 {
+            return Err(os_error("munmap (release)", size, ptr));
+        }
+        Ok(())
+    }
+}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if size > 0 {
+        size as usize
+    } else {
+        4096
+    }
+}
+
+fn os_error(call: &str, size: usize, ptr: usize) -> BackendError {
+    let errno = std::io::Error::last_os_error();
+    BackendError::Failed {
+        code: errno.raw_os_error().unwrap_or(-1) as i64,
+        message: format!("{call} of {size} bytes at {ptr:#x} failed: {errno}"),
     }
 }
 
@@ -239,6 +334,38 @@ mod tests {
         );
         backend.raw_free(0, a, 2 << 20).unwrap();
         backend.raw_free(0, b, 2 << 20).unwrap();
+        assert_eq!(backend.mem_get_info(0).unwrap().free, 4 << 20);
+    }
+
+    #[test]
+    fn virtual_memory_maps_and_unmaps_inside_a_reservation() {
+        let backend = HostBackend::new(HostSettings {
+            capacity: 4 << 20,
+            devices: 1,
+        });
+        assert_eq!(backend.vm_granularity(0), Some(page_size()));
+        let base = backend.vm_reserve(0, 64 << 20).unwrap();
+        assert_eq!(
+            backend.mem_get_info(0).unwrap().free,
+            4 << 20,
+            "reserving costs no capacity"
+        );
+        backend.vm_map(0, base + (8 << 20), 2 << 20).unwrap();
+        // SAFETY: the 2 MiB just mapped are readable and writable.
+        unsafe { std::ptr::write_bytes((base + (8 << 20)) as *mut u8, 0x5A, 2 << 20) };
+        backend.vm_map(0, base, 2 << 20).unwrap();
+        assert_eq!(
+            backend.vm_map(0, base + (2 << 20), 2 << 20),
+            Err(BackendError::OutOfMemory)
+        );
+        backend.vm_unmap(0, base + (8 << 20), 2 << 20).unwrap();
+        assert_eq!(backend.mem_get_info(0).unwrap().free, 2 << 20);
+        backend.vm_map(0, base + (8 << 20), 2 << 20).unwrap();
+        // SAFETY: remapped pages read as zero: the old contents really went back.
+        assert_eq!(unsafe { *((base + (8 << 20)) as *const u8) }, 0);
+        backend.vm_unmap(0, base + (8 << 20), 2 << 20).unwrap();
+        backend.vm_unmap(0, base, 2 << 20).unwrap();
+        backend.vm_release(0, base, 64 << 20).unwrap();
         assert_eq!(backend.mem_get_info(0).unwrap().free, 4 << 20);
     }
 }

@@ -88,4 +88,37 @@ pub trait Backend: Send + Sync {
     fn destroy_event(&self, _device: usize, _event: EventId) -> Result<(), BackendError> {
         Ok(())
     }
+
+    // Virtual memory, for expandable segments: reserve an address range once, then map and unmap
+    // physical memory inside it in whole pages. A backend without it returns None from
+    // `vm_granularity`, and expandable segments fall back to ordinary ones.
+
+    /// The mapping granularity in bytes, or None when virtual memory is not supported.
+    fn vm_granularity(&self, _device: usize) -> Option<usize> {
+        None
+    }
+    /// Reserve `size` bytes of address space (no memory behind it yet).
+    fn vm_reserve(&self, _device: usize, _size: usize) -> Result<usize, BackendError> {
+        Err(vm_unsupported())
+    }
+    /// Back `size` bytes at `ptr` (inside a reservation, granularity-aligned) with memory;
+    /// OutOfMemory when the device has no room.
+    fn vm_map(&self, _device: usize, _ptr: usize, _size: usize) -> Result<(), BackendError> {
+        Err(vm_unsupported())
+    }
+    /// Give back the memory behind `size` bytes at `ptr`, keeping the addresses reserved.
+    fn vm_unmap(&self, _device: usize, _ptr: usize, _size: usize) -> Result<(), BackendError> {
+        Err(vm_unsupported())
+    }
+    /// Release a whole reservation (everything in it unmapped).
+    fn vm_release(&self, _device: usize, _ptr: usize, _size: usize) -> Result<(), BackendError> {
+        Err(vm_unsupported())
+    }
+}
+
+fn vm_unsupported() -> BackendError {
+    BackendError::Failed {
+        code: -1,
+        message: "this backend has no virtual memory calls".into(),
+    }
 }

@@ -17,7 +17,13 @@ struct State {
     allocs: usize,
     frees: usize,
     fail_next: usize,
+    next_reservation: usize,
+    /// Mapped pages of reservations: address -> size.
+    mapped: BTreeMap<usize, usize>,
 }
+
+/// Where reservations start, far above segments.
+const RESERVATION_OFFSET: usize = 1 << 39;
 
 /// An event: the stream it was recorded on, and whether it has completed.
 #[derive(Clone, Copy, Default)]
@@ -30,6 +36,8 @@ struct EventState {
 pub struct TestBackend {
     devices: usize,
     capacity: usize,
+    /// Virtual-memory granularity; None: no virtual memory.
+    granularity: Option<usize>,
     state: Mutex<Vec<State>>,
     events: Mutex<(EventId, HashMap<EventId, EventState>)>,
 }
@@ -40,6 +48,7 @@ impl TestBackend {
         TestBackend {
             devices,
             capacity,
+            granularity: Some(2 << 20),
             state: Mutex::new((0..devices).map(|_| State::default()).collect()),
             events: Mutex::new((1, HashMap::new())),
         }
@@ -56,6 +65,19 @@ impl TestBackend {
     /// Events created and not yet destroyed.
     pub fn live_events(&self) -> usize {
         self.events.lock().unwrap().1.len()
+    }
+
+    /// The same without virtual memory (expandable segments fall back to ordinary ones).
+    pub fn without_virtual_memory(devices: usize, capacity: usize) -> Self {
+        TestBackend {
+            granularity: None,
+            ..Self::new(devices, capacity)
+        }
+    }
+
+    /// Bytes mapped in reservations on `device`.
+    pub fn mapped_bytes(&self, device: usize) -> usize {
+        self.state.lock().unwrap()[device].mapped.values().sum()
     }
 
     /// Raw allocations served so far on `device`.
@@ -138,6 +160,78 @@ impl Backend for TestBackend {
             free: self.capacity - used,
             total: self.capacity,
         })
+    }
+
+    fn vm_granularity(&self, _device: usize) -> Option<usize> {
+        self.granularity
+    }
+
+    fn vm_reserve(&self, device: usize, size: usize) -> Result<usize, BackendError> {
+        let mut states = self.state.lock().unwrap();
+        let state = &mut states[device];
+        let address = BASE_ADDRESS + (device << 40) + RESERVATION_OFFSET + state.next_reservation;
+        state.next_reservation += size.next_multiple_of(2 << 20) + (2 << 20);
+        Ok(address)
+    }
+
+    fn vm_map(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError> {
+        let mut states = self.state.lock().unwrap();
+        let state = &mut states[device];
+        if state.fail_next > 0 {
+            state.fail_next -= 1;
+            return Err(BackendError::OutOfMemory);
+        }
+        if state.used + size > self.capacity {
+            return Err(BackendError::OutOfMemory);
+        }
+        if state.mapped.range(ptr..ptr + size).next().is_some() {
+            return Err(BackendError::Failed {
+                code: 3,
+                message: format!("{ptr:#x} is mapped already"),
+            });
+        }
+        state.used += size;
+        state.mapped.insert(ptr, size);
+        Ok(())
+    }
+
+    fn vm_unmap(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError> {
+        let mut states = self.state.lock().unwrap();
+        let state = &mut states[device];
+        // Unmap whole mappings covering exactly [ptr, ptr + size).
+        let covered: Vec<(usize, usize)> = state
+            .mapped
+            .range(ptr..ptr + size)
+            .map(|(&a, &s)| (a, s))
+            .collect();
+        let total: usize = covered.iter().map(|&(_, s)| s).sum();
+        if total != size || covered.iter().any(|&(a, s)| a + s > ptr + size) {
+            return Err(BackendError::Failed {
+                code: 4,
+                message: format!("{ptr:#x}+{size} is not mapped"),
+            });
+        }
+        for (address, bytes) in covered {
+            state.mapped.remove(&address);
+            state.used -= bytes;
+        }
+        Ok(())
+    }
+
+    fn vm_release(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError> {
+        let states = self.state.lock().unwrap();
+        if states[device]
+            .mapped
+            .range(ptr..ptr + size)
+            .next()
+            .is_some()
+        {
+            return Err(BackendError::Failed {
+                code: 5,
+                message: "release of a mapped reservation".into(),
+            });
+        }
+        Ok(())
     }
 
     fn create_event(&self, _device: usize) -> Result<EventId, BackendError> {

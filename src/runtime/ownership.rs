@@ -102,6 +102,30 @@ impl Backend for IndexedBackend {
     fn destroy_event(&self, device: usize, event: EventId) -> Result<(), BackendError> {
         self.inner.destroy_event(device, event)
     }
+
+    fn vm_granularity(&self, device: usize) -> Option<usize> {
+        self.inner.vm_granularity(device)
+    }
+
+    fn vm_reserve(&self, device: usize, size: usize) -> Result<usize, BackendError> {
+        let ptr = self.inner.vm_reserve(device, size)?;
+        self.index.insert(ptr, size, (self.device_type, device));
+        Ok(ptr)
+    }
+
+    fn vm_map(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError> {
+        self.inner.vm_map(device, ptr, size)
+    }
+
+    fn vm_unmap(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError> {
+        self.inner.vm_unmap(device, ptr, size)
+    }
+
+    fn vm_release(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError> {
+        self.inner.vm_release(device, ptr, size)?;
+        self.index.remove(ptr);
+        Ok(())
+    }
 }
 
 #[cfg(test)]

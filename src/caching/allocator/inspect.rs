@@ -1,0 +1,96 @@
+//! Seeing inside one device: current figures, segments and blocks, the history of events.
+
+use super::*;
+
+impl CachingAllocator {
+    /// Bytes allocated and reserved now, as [small pool, large pool] each (cheaper than stats()).
+    #[inline]
+    pub fn current_bytes_by_pool(&self) -> ([i64; 2], [i64; 2]) {
+        let (small, large) = (StatType::SmallPool as usize, StatType::LargePool as usize);
+        let s = &self.stats;
+        (
+            [
+                s.allocated_bytes[small].current,
+                s.allocated_bytes[large].current,
+            ],
+            [
+                s.reserved_bytes[small].current,
+                s.reserved_bytes[large].current,
+            ],
+        )
+    }
+
+    /// Start (keeping the newest `max_entries`) or stop recording the history of allocator events.
+    /// Starting again clears what was recorded.
+    pub fn record_history(&mut self, enabled: bool, max_entries: usize) {
+        self.history = enabled.then(|| History::new(max_entries));
+    }
+
+    /// The recorded history, if recording is on.
+    pub fn history(&self) -> Option<&History> {
+        self.history.as_ref()
+    }
+
+    /// Note an event in the history; a single branch when recording is off.
+    #[inline]
+    pub(super) fn trace(
+        &mut self,
+        action: TraceAction,
+        addr: usize,
+        size: usize,
+        stream: StreamId,
+    ) {
+        if let Some(history) = &mut self.history {
+            history.record(action, addr, size, stream);
+        }
+    }
+
+    /// Every segment with its blocks, ordered by address.
+    pub fn segments(&self) -> Vec<SegmentInfo> {
+        let mut heads: Vec<BlockId> = self
+            .active
+            .values()
+            .copied()
+            .chain(self.small.ids())
+            .chain(self.large.ids())
+            .chain(self.pending_events.values().flatten().map(|&(_, id)| id))
+            .filter(|&id| self.blocks[id].prev.is_none())
+            .collect();
+        heads.sort_by_key(|&id| self.blocks[id].ptr);
+        heads.dedup();
+        heads
+            .into_iter()
+            .map(|head| {
+                let first = &self.blocks[head];
+                let mut segment = SegmentInfo {
+                    address: first.ptr,
+                    total_size: 0,
+                    stream: first.stream,
+                    pool: first.pool,
+                    is_expandable: false,
+                    blocks: Vec::new(),
+                };
+                let mut cursor = Some(head);
+                while let Some(id) = cursor {
+                    let block = &self.blocks[id];
+                    segment.total_size += block.size;
+                    let state = if block.allocated {
+                        BlockState::ActiveAllocated
+                    } else if block.event_count > 0 {
+                        BlockState::ActivePendingFree
+                    } else {
+                        BlockState::Inactive
+                    };
+                    segment.blocks.push(BlockInfo {
+                        address: block.ptr,
+                        size: block.size,
+                        requested_size: block.requested_size,
+                        state,
+                    });
+                    cursor = block.next;
+                }
+                segment
+            })
+            .collect()
+    }
+}

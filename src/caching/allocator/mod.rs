@@ -1,0 +1,425 @@
+//! The caching allocator of one device: PyTorch's DeviceCachingAllocator, over any `Backend`.
+//!
+//! Not thread-safe by itself: the runtime keeps one behind a mutex per device.
+//!
+//! This file: the allocator's state, malloc and free, best fit, split and merge. Beside it:
+//! `segments` (the miss path and releasing segments), `events` (streams), `gc` (garbage
+//! collection), `inspect` (figures, segments, history).
+
+mod events;
+mod gc;
+mod inspect;
+mod segments;
+
+use super::block::{Block, BlockId, BlockPool, PtrMap, Slab};
+use super::config::CachingConfig;
+use super::policy::{allocation_size, round_size, should_split, PoolKind};
+use super::snapshot::{BlockInfo, BlockState, History, SegmentInfo, TraceAction};
+use super::stats::{for_pool, DeviceStats, StatType};
+use crate::backend::{Backend, BackendError, EventId, MemInfo, StreamId};
+use crate::error::{Error, ErrorKind, Result};
+use crate::units::format_size;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+
+/// One device's caching allocator.
+pub struct CachingAllocator {
+    backend: Arc<dyn Backend>,
+    device: usize,
+    config: CachingConfig,
+    /// The device's total memory, read once: a segment larger than this can never be had.
+    capacity: usize,
+    blocks: Slab,
+    small: BlockPool,
+    large: BlockPool,
+    /// Blocks handed out and not yet freed, by address.
+    active: PtrMap,
+    stats: DeviceStats,
+    /// Bytes of all segments held from the backend (PyTorch's total_allocated_memory).
+    reserved_total: usize,
+    /// Set by set_memory_fraction: reserved memory may not grow past this.
+    allowed_maximum: Option<usize>,
+    /// Streams other than its own that use a live block (acc_record_stream).
+    stream_uses: HashMap<BlockId, Vec<StreamId>>,
+    /// Events recorded when such a block was freed, per stream in record order.
+    pending_events: BTreeMap<StreamId, VecDeque<(EventId, BlockId)>>,
+    /// Recent allocator events, when recording is on (acc_record_memory_history).
+    history: Option<History>,
+}
+
+impl CachingAllocator {
+    /// A fresh allocator for `device` of `backend`.
+    pub fn new(backend: Arc<dyn Backend>, device: usize, config: CachingConfig) -> Result<Self> {
+        let capacity = backend
+            .mem_get_info(device)
+            .map_err(|e| backend_error(&*backend, device, "mem_get_info", e))?
+            .total;
+        let mut allocator = CachingAllocator {
+            backend,
+            device,
+            config: CachingConfig::default(),
+            capacity,
+            blocks: Slab::default(),
+            small: BlockPool::default(),
+            large: BlockPool::default(),
+            active: PtrMap::default(),
+            stats: DeviceStats::default(),
+            reserved_total: 0,
+            allowed_maximum: None,
+            stream_uses: HashMap::new(),
+            pending_events: BTreeMap::new(),
+            history: None,
+        };
+        allocator.set_config(config);
+        Ok(allocator)
+    }
+
+    pub fn device(&self) -> usize {
+        self.device
+    }
+
+    pub fn config(&self) -> &CachingConfig {
+        &self.config
+    }
+
+    /// Replace the policy settings; cached blocks stay where they are. A per_process_memory_fraction
+    /// in them becomes this device's memory fraction.
+    pub fn set_config(&mut self, config: CachingConfig) {
+        if let Some(fraction) = config.per_process_memory_fraction {
+            self.allowed_maximum = Some(allowed_bytes(fraction, self.capacity));
+        }
+        self.config = config;
+    }
+
+    /// Hand out a block of at least `size` bytes (size > 0) for use on `stream`.
+    pub fn malloc(&mut self, size: usize, stream: StreamId) -> Result<usize> {
+        debug_assert!(size > 0);
+        if !self.pending_events.is_empty() {
+            self.process_events()?;
+        }
+        let rounded = round_size(size, &self.config);
+        let alloc_size = rounded.and_then(allocation_size);
+        let (Some(rounded), Some(alloc_size)) = (rounded, alloc_size) else {
+            // A size so large that its rounding overflows: nothing could hold it.
+            return Err(self.out_of_memory_message(size));
+        };
+        let pool = PoolKind::for_size(rounded);
+
+        let id = match self.take_free_block(pool, stream, rounded) {
+            Some(id) => id,
+            // No segment of this size could ever fit the device: fail without flushing the cache.
+            None if alloc_size > self.capacity => {
+                return Err(self.out_of_memory_message(alloc_size))
+            }
+            None => self.allocate_segment_with_fallbacks(pool, stream, rounded, alloc_size)?,
+        };
+        let split = should_split(pool, self.blocks[id].size, rounded, &self.config);
+        Ok(self.hand_out(id, rounded, size, split))
+    }
+
+    /// Return a block handed out by `malloc`.
+    pub fn free(&mut self, ptr: usize) -> Result<()> {
+        let Some(id) = self.active.remove(&ptr) else {
+            return Err(Error::invalid_pointer(format!(
+                "pointer {ptr:#x} is not a live allocation of {} device {}: it was already freed, or it \
+                 is not the start of a block that accalloc handed out",
+                self.backend.name(),
+                self.device
+            )));
+        };
+        let block = &mut self.blocks[id];
+        block.allocated = false;
+        let (size, pool, stream) = (block.size, block.pool, block.stream);
+        self.trace(TraceAction::FreeRequested, ptr, size, stream);
+        let stat_type = stat_type(pool);
+        for_pool(&mut self.stats.allocation, stat_type, |s| s.decrease(1));
+        for_pool(&mut self.stats.allocated_bytes, stat_type, |s| {
+            s.decrease(size as u64)
+        });
+        if size >= self.config.max_split_size {
+            self.stats.oversize_allocations.decrease(1);
+        }
+        match self.stream_uses.remove(&id) {
+            Some(streams) => self.insert_events(id, streams),
+            None => {
+                self.return_to_pool(id);
+                Ok(())
+            }
+        }
+    }
+
+    /// Release every cached block that is a whole segment back to the backend.
+    pub fn empty_cache(&mut self) -> Result<()> {
+        self.release_cached_blocks()
+    }
+
+    /// A copy of the statistics, with max_split_size filled in.
+    pub fn stats(&self) -> DeviceStats {
+        DeviceStats {
+            max_split_size: self.config.max_split_size_stat(),
+            ..self.stats
+        }
+    }
+
+    pub fn reset_accumulated_stats(&mut self) {
+        self.stats.reset_accumulated();
+    }
+
+    pub fn reset_peak_stats(&mut self) {
+        self.stats.reset_peak();
+    }
+
+    /// Limit reserved memory to `fraction` of the device's total memory.
+    pub fn set_memory_fraction(&mut self, fraction: f64) -> Result<()> {
+        if !(0.0..=1.0).contains(&fraction) {
+            return Err(Error::invalid_argument(format!(
+                "memory fraction {fraction} is outside [0, 1]"
+            )));
+        }
+        self.allowed_maximum = Some(allowed_bytes(fraction, self.capacity));
+        Ok(())
+    }
+
+    /// The bytes reserved memory may grow to, when a fraction is set.
+    pub fn allowed_maximum(&self) -> Option<usize> {
+        self.allowed_maximum
+    }
+
+    /// Free and total memory of the device, as the backend reports it.
+    pub fn mem_get_info(&self) -> Result<MemInfo> {
+        self.backend
+            .mem_get_info(self.device)
+            .map_err(|e| backend_error(&*self.backend, self.device, "mem_get_info", e))
+    }
+
+    /// The size of the block at `ptr` if it is a live allocation.
+    pub fn allocation_size(&self, ptr: usize) -> Option<usize> {
+        self.active.get(&ptr).map(|&id| self.blocks[id].size)
+    }
+
+    fn pool_mut(&mut self, pool: PoolKind) -> &mut BlockPool {
+        match pool {
+            PoolKind::Small => &mut self.small,
+            PoolKind::Large => &mut self.large,
+        }
+    }
+
+    /// Best fit from the pool: the smallest cached block of this stream that is big enough, unless the
+    /// max_split_size rules forbid it. Removes it from the pool.
+    fn take_free_block(
+        &mut self,
+        pool: PoolKind,
+        stream: StreamId,
+        rounded: usize,
+    ) -> Option<BlockId> {
+        let max_split = self.config.max_split_size;
+        let max_rounding = self.config.max_non_split_rounding;
+        let gc_on = self.garbage_collection_on();
+        let pool = self.pool_mut(pool);
+        if gc_on {
+            pool.lookups += 1;
+        }
+        let (key, id) = pool.lower_bound(stream, rounded)?;
+        let (block_stream, block_size, _) = key;
+        if block_stream != stream {
+            return None;
+        }
+        // An oversize block is kept for oversize requests, and a big request may not waste too much.
+        if rounded < max_split && block_size >= max_split {
+            return None;
+        }
+        if rounded >= max_split && block_size >= rounded.saturating_add(max_rounding) {
+            return None;
+        }
+        pool.remove_key(&key);
+        Some(id)
+    }
+
+    /// Put block `id` into its pool, noting when (for garbage collection by age).
+    fn cache_block(&mut self, id: BlockId) {
+        let pool_kind = self.blocks[id].pool;
+        let lookups = self.pool_mut(pool_kind).lookups;
+        let block = &mut self.blocks[id];
+        block.gc_count_base = lookups;
+        let block = *block;
+        self.pool_mut(pool_kind).insert(&block, id);
+    }
+
+    /// Give the caller the first `rounded` bytes of block `id` (taken out of its pool or fresh from the
+    /// backend), caching the remainder when `split`.
+    fn hand_out(&mut self, id: BlockId, rounded: usize, requested: usize, split: bool) -> usize {
+        let found = self.blocks[id];
+        let stat_type = stat_type(found.pool);
+        let already_split = found.is_split();
+        let handed = if split {
+            // The caller's block takes the front; the found block keeps the remainder.
+            let handed = self.blocks.insert(Block {
+                ptr: found.ptr,
+                size: rounded,
+                requested_size: 0,
+                stream: found.stream,
+                pool: found.pool,
+                allocated: false,
+                event_count: 0,
+                gc_count_base: 0,
+                prev: found.prev,
+                next: Some(id),
+            });
+            if let Some(prev) = found.prev {
+                self.blocks[prev].next = Some(handed);
+            }
+            let remainder = &mut self.blocks[id];
+            remainder.prev = Some(handed);
+            remainder.ptr += rounded;
+            remainder.size -= rounded;
+            let remainder_size = remainder.size;
+            self.cache_block(id);
+            if already_split {
+                for_pool(&mut self.stats.inactive_split_bytes, stat_type, |s| {
+                    s.decrease(rounded as u64)
+                });
+            } else {
+                for_pool(&mut self.stats.inactive_split_bytes, stat_type, |s| {
+                    s.increase(remainder_size as u64)
+                });
+                for_pool(&mut self.stats.inactive_split, stat_type, |s| s.increase(1));
+            }
+            handed
+        } else {
+            if already_split {
+                for_pool(&mut self.stats.inactive_split_bytes, stat_type, |s| {
+                    s.decrease(found.size as u64)
+                });
+                for_pool(&mut self.stats.inactive_split, stat_type, |s| s.decrease(1));
+            }
+            id
+        };
+
+        let block = &mut self.blocks[handed];
+        block.allocated = true;
+        block.requested_size = requested;
+        let (ptr, size) = (block.ptr, block.size);
+        self.active.insert(ptr, handed);
+        self.trace(TraceAction::Alloc, ptr, size, found.stream);
+        let stats = &mut self.stats;
+        for_pool(&mut stats.allocation, stat_type, |s| s.increase(1));
+        for_pool(&mut stats.allocated_bytes, stat_type, |s| {
+            s.increase(size as u64)
+        });
+        for_pool(&mut stats.active, stat_type, |s| s.increase(1));
+        for_pool(&mut stats.active_bytes, stat_type, |s| {
+            s.increase(size as u64)
+        });
+        for_pool(&mut stats.requested_bytes, stat_type, |s| {
+            s.increase(requested as u64)
+        });
+        if size >= self.config.max_split_size {
+            stats.oversize_allocations.increase(1);
+        }
+        ptr
+    }
+
+    /// A freed block goes back to its pool, merged with free neighbours (PyTorch's free_block).
+    fn return_to_pool(&mut self, id: BlockId) {
+        let (original_size, requested, pool) = {
+            let block = self.blocks[id];
+            self.trace(
+                TraceAction::FreeCompleted,
+                block.ptr,
+                block.size,
+                block.stream,
+            );
+            (block.size, block.requested_size, block.pool)
+        };
+        // inactive_split moves by the net change, as PyTorch applies it.
+        let mut net_blocks: i64 = 0;
+        let mut net_bytes: i64 = 0;
+        for neighbour in [self.blocks[id].prev, self.blocks[id].next] {
+            let subsumed = self.try_merge(id, neighbour);
+            if subsumed > 0 {
+                net_blocks -= 1;
+                net_bytes -= subsumed as i64;
+            }
+        }
+        let block = &mut self.blocks[id];
+        block.requested_size = 0;
+        let block = self.blocks[id];
+        self.cache_block(id);
+        if block.is_split() {
+            net_blocks += 1;
+            net_bytes += block.size as i64;
+        }
+        let stat_type = stat_type(pool);
+        let stats = &mut self.stats;
+        for_pool(&mut stats.inactive_split, stat_type, |s| {
+            apply_net(s, net_blocks)
+        });
+        for_pool(&mut stats.inactive_split_bytes, stat_type, |s| {
+            apply_net(s, net_bytes)
+        });
+        for_pool(&mut stats.active, stat_type, |s| s.decrease(1));
+        for_pool(&mut stats.active_bytes, stat_type, |s| {
+            s.decrease(original_size as u64)
+        });
+        for_pool(&mut stats.requested_bytes, stat_type, |s| {
+            s.decrease(requested as u64)
+        });
+    }
+
+    /// Merge cached neighbour `source` into `target`; returns the bytes absorbed (0 when not merged).
+    fn try_merge(&mut self, target: BlockId, source: Option<BlockId>) -> usize {
+        let Some(source) = source else { return 0 };
+        let absorbed = self.blocks[source];
+        if absorbed.allocated || absorbed.event_count > 0 {
+            return 0;
+        }
+        self.pool_mut(absorbed.pool).remove(&absorbed);
+        if self.blocks[target].prev == Some(source) {
+            let block = &mut self.blocks[target];
+            block.ptr = absorbed.ptr;
+            block.prev = absorbed.prev;
+            if let Some(prev) = absorbed.prev {
+                self.blocks[prev].next = Some(target);
+            }
+        } else {
+            self.blocks[target].next = absorbed.next;
+            if let Some(next) = absorbed.next {
+                self.blocks[next].prev = Some(target);
+            }
+        }
+        self.blocks[target].size += absorbed.size;
+        self.blocks.remove(source);
+        absorbed.size
+    }
+}
+
+/// PyTorch's allowed_memory_maximum: the fraction of the device's total memory, truncated.
+fn allowed_bytes(fraction: f64, total: usize) -> usize {
+    (fraction * total as f64) as usize
+}
+
+#[inline]
+fn stat_type(pool: PoolKind) -> StatType {
+    match pool {
+        PoolKind::Small => StatType::SmallPool,
+        PoolKind::Large => StatType::LargePool,
+    }
+}
+
+fn apply_net(stat: &mut super::stats::Stat, net: i64) {
+    if net > 0 {
+        stat.increase(net as u64);
+    } else if net < 0 {
+        stat.decrease((-net) as u64);
+    }
+}
+
+fn backend_error(backend: &dyn Backend, device: usize, call: &str, error: BackendError) -> Error {
+    Error::new(
+        ErrorKind::Backend,
+        format!(
+            "{} backend: {call} on device {device} failed: {error}",
+            backend.name()
+        ),
+    )
+}

@@ -1,0 +1,210 @@
+//! Segments from the backend: the miss path (new segment, release of cached memory, one retry,
+//! out of memory) and giving segments back.
+
+use super::*;
+
+impl CachingAllocator {
+    /// The miss path: a new segment, else free oversize cached blocks and ask again, else free every
+    /// cached segment and retry once, else out of memory.
+    pub(super) fn allocate_segment_with_fallbacks(
+        &mut self,
+        pool: PoolKind,
+        stream: StreamId,
+        rounded: usize,
+        alloc_size: usize,
+    ) -> Result<BlockId> {
+        if self.garbage_collection_on() {
+            self.garbage_collect_cached_blocks()?;
+        }
+        if let Some(id) = self.allocate_segment(pool, stream, alloc_size, false)? {
+            return Ok(id);
+        }
+        if self.release_available_cached_blocks(pool, stream, rounded)? {
+            if let Some(id) = self.allocate_segment(pool, stream, alloc_size, false)? {
+                return Ok(id);
+            }
+        }
+        self.release_cached_blocks()?;
+        if let Some(id) = self.allocate_segment(pool, stream, alloc_size, true)? {
+            return Ok(id);
+        }
+        self.stats.num_ooms += 1;
+        if self.history.is_some() {
+            let free = self
+                .backend
+                .mem_get_info(self.device)
+                .map_or(0, |info| info.free);
+            self.trace(TraceAction::Oom, free, alloc_size, stream);
+        }
+        Err(self.out_of_memory_message(alloc_size))
+    }
+
+    /// Ask the backend for a segment. Ok(None) when the device (or the memory fraction) has no room.
+    pub(super) fn allocate_segment(
+        &mut self,
+        pool: PoolKind,
+        stream: StreamId,
+        size: usize,
+        is_retry: bool,
+    ) -> Result<Option<BlockId>> {
+        if is_retry {
+            self.stats.num_alloc_retries += 1;
+        }
+        if let Some(allowed) = self.allowed_maximum {
+            if self.reserved_total + size > allowed {
+                return Ok(None);
+            }
+        }
+        let ptr = match self.backend.raw_alloc(self.device, size, stream) {
+            Ok(ptr) => ptr,
+            Err(BackendError::OutOfMemory) => return Ok(None),
+            Err(e) => return Err(backend_error(&*self.backend, self.device, "raw_alloc", e)),
+        };
+        self.reserved_total += size;
+        let stat_type = stat_type(pool);
+        for_pool(&mut self.stats.segment, stat_type, |s| s.increase(1));
+        for_pool(&mut self.stats.reserved_bytes, stat_type, |s| {
+            s.increase(size as u64)
+        });
+        if size >= self.config.max_split_size {
+            self.stats.oversize_segments.increase(1);
+        }
+        self.stats.num_device_alloc += 1;
+        self.trace(TraceAction::SegmentAlloc, ptr, size, stream);
+        Ok(Some(self.blocks.insert(Block {
+            ptr,
+            size,
+            requested_size: 0,
+            stream,
+            pool,
+            allocated: false,
+            event_count: 0,
+            gc_count_base: 0,
+            prev: None,
+            next: None,
+        })))
+    }
+
+    /// With max_split_size set: free cached oversize blocks of this pool and stream, the smallest one
+    /// big enough, else the largest ones downwards until enough bytes are freed.
+    pub(super) fn release_available_cached_blocks(
+        &mut self,
+        pool: PoolKind,
+        stream: StreamId,
+        rounded: usize,
+    ) -> Result<bool> {
+        let max_split = self.config.max_split_size;
+        if max_split == usize::MAX {
+            return Ok(false);
+        }
+        let wanted = rounded.max(max_split);
+        if let Some(((s, _, _), id)) = self.pool_mut(pool).lower_bound(stream, wanted) {
+            if s == stream && !self.blocks[id].is_split() {
+                self.release_block(id)?;
+                return Ok(true);
+            }
+        }
+        // No single block is large enough: walk down from the largest block of this stream.
+        let candidates: Vec<BlockId> = self
+            .pool_mut(pool)
+            .ordered()
+            .range(..(stream, wanted, 0))
+            .rev()
+            .take_while(|((s, size, _), _)| *s == stream && *size >= max_split)
+            .map(|(_, &id)| id)
+            .collect();
+        let mut released = 0;
+        for id in candidates {
+            if released >= wanted {
+                break;
+            }
+            if self.blocks[id].is_split() {
+                continue;
+            }
+            released += self.blocks[id].size;
+            self.release_block(id)?;
+        }
+        Ok(released >= wanted)
+    }
+
+    /// Release every cached block that is a whole segment, in both pools.
+    pub(super) fn release_cached_blocks(&mut self) -> Result<()> {
+        // Blocks waiting on stream events are returned first, so their segments can go too.
+        self.synchronize_and_free_events()?;
+        for pool in [PoolKind::Large, PoolKind::Small] {
+            let blocks = &self.blocks;
+            let whole: Vec<BlockId> = match pool {
+                PoolKind::Large => &mut self.large,
+                PoolKind::Small => &mut self.small,
+            }
+            .ordered()
+            .values()
+            .copied()
+            .filter(|&id| !blocks[id].is_split())
+            .collect();
+            for id in whole {
+                self.release_block(id)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Give a cached whole-segment block back to the backend.
+    pub(super) fn release_block(&mut self, id: BlockId) -> Result<()> {
+        let block = self.blocks[id];
+        debug_assert!(!block.is_split() && !block.allocated);
+        self.backend
+            .raw_free(self.device, block.ptr, block.size)
+            .map_err(|e| backend_error(&*self.backend, self.device, "raw_free", e))?;
+        self.pool_mut(block.pool).remove(&block);
+        self.blocks.remove(id);
+        self.reserved_total -= block.size;
+        self.stats.num_device_free += 1;
+        self.trace(
+            TraceAction::SegmentFree,
+            block.ptr,
+            block.size,
+            block.stream,
+        );
+        let stat_type = stat_type(block.pool);
+        for_pool(&mut self.stats.segment, stat_type, |s| s.decrease(1));
+        for_pool(&mut self.stats.reserved_bytes, stat_type, |s| {
+            s.decrease(block.size as u64)
+        });
+        if block.size >= self.config.max_split_size {
+            self.stats.oversize_segments.decrease(1);
+        }
+        Ok(())
+    }
+
+    /// PyTorch's out-of-memory text, with the device's figures at the time of failure.
+    pub(super) fn out_of_memory_message(&self, alloc_size: usize) -> Error {
+        let info = self.backend.mem_get_info(self.device).unwrap_or(MemInfo {
+            free: 0,
+            total: self.capacity,
+        });
+        let allowed = self
+            .allowed_maximum
+            .map(|a| format!("{} allowed; ", format_size(a as u64)))
+            .unwrap_or_default();
+        let allocated = self.stats.allocated_bytes[StatType::All as usize].current;
+        let reserved = self.stats.reserved_bytes[StatType::All as usize].current;
+        Error::new(
+            ErrorKind::OutOfMemory,
+            format!(
+                "{} out of memory. Tried to allocate {}. Device {} has a total capacity of {} of which {} \
+                 is free. {}Of the allocated memory {} is allocated by the allocator, and {} is reserved \
+                 but unallocated. If reserved but unallocated memory is large try setting \
+                 expandable_segments:True in ACC_ALLOC_CONF to avoid fragmentation.",
+                self.backend.name(),
+                format_size(alloc_size as u64),
+                self.device,
+                format_size(info.total as u64),
+                format_size(info.free as u64),
+                allowed,
+                format_size(allocated as u64),
+                format_size((reserved - allocated) as u64),
+            ),
+        )
+    }
+}
