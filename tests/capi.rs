@@ -63,7 +63,7 @@ fn c_abi_end_to_end() {
         assert_eq!(count, 2);
 
         // Size 0 gives NULL and changes nothing.
-        let mut p: *mut c_void = 1 as *mut c_void;
+        let mut p: *mut c_void = std::ptr::dangling_mut::<c_void>();
         assert_eq!(acc_malloc(&mut p, 0, -1, null_mut()), AccStatus::ACC_OK);
         assert!(p.is_null());
         assert_eq!(stats().num_device_alloc, 0);

@@ -23,12 +23,34 @@ pub struct Block {
     pub event_count: u32,
     /// The pool's lookup count when this block was cached: its age for garbage collection.
     pub gc_count_base: u64,
+    /// Backed by memory; false only for the unmapped address space of an expandable segment.
+    pub mapped: bool,
+    /// Index of the expandable segment this block lies in, if any.
+    pub expandable: Option<u32>,
     /// Neighbours in the same segment, by address.
     pub prev: Option<BlockId>,
     pub next: Option<BlockId>,
 }
 
 impl Block {
+    /// A free block with no neighbours yet.
+    pub fn new(ptr: usize, size: usize, stream: StreamId, pool: PoolKind) -> Block {
+        Block {
+            ptr,
+            size,
+            requested_size: 0,
+            stream,
+            pool,
+            allocated: false,
+            event_count: 0,
+            gc_count_base: 0,
+            mapped: true,
+            expandable: None,
+            prev: None,
+            next: None,
+        }
+    }
+
     /// Part of a segment that was cut in pieces (the segment is not this block alone).
     #[inline]
     pub fn is_split(&self) -> bool {
@@ -98,6 +120,8 @@ pub struct BlockPool {
     staged: Option<(PoolKey, BlockId)>,
     /// Lookups made while garbage collection is on; a cached block's age is measured in them.
     pub lookups: u64,
+    /// Unmapped address space of expandable segments, by (stream, address).
+    pub unmapped: BTreeMap<(StreamId, usize), BlockId>,
 }
 
 impl BlockPool {

@@ -16,6 +16,9 @@ pub struct CachingConfig {
     pub garbage_collection_threshold: f64,
     /// Grow segments in place over reserved address ranges.
     pub expandable_segments: bool,
+    /// accalloc's own refinement of expandable segments: 2 MiB pages in both pools, and wholly free
+    /// pages unmapped before a segment grows, so reserved memory stays close to allocated memory.
+    pub expandable_trim: bool,
     /// Drop the device lock around slow backend allocations.
     pub release_lock_on_malloc: bool,
     /// A memory fraction applied to every device when the settings are applied (None: unchanged).
@@ -30,6 +33,7 @@ impl Default for CachingConfig {
             roundup_power2_divisions: [0; ROUNDUP_POWER2_INTERVALS],
             garbage_collection_threshold: 0.0,
             expandable_segments: false,
+            expandable_trim: false,
             release_lock_on_malloc: false,
             per_process_memory_fraction: None,
         }
@@ -77,6 +81,9 @@ impl CachingConfig {
         }
         if self.expandable_segments {
             parts.push("expandable_segments:True".into());
+        }
+        if self.expandable_trim {
+            parts.push("expandable_trim:True".into());
         }
         if self.release_lock_on_malloc {
             parts.push("release_lock_on_malloc:True".into());

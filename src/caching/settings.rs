@@ -8,13 +8,14 @@ use super::config::{CachingConfig, ROUNDUP_POWER2_INTERVALS};
 use crate::error::{Error, Result};
 
 /// Every key accalloc understands (release_lock_on_cudamalloc is PyTorch's name for
-/// release_lock_on_malloc and is accepted too).
-pub const KNOWN_KEYS: [&str; 9] = [
+/// release_lock_on_malloc and is accepted too; expandable_trim is accalloc's own).
+pub const KNOWN_KEYS: [&str; 10] = [
     "max_split_size_mb",
     "max_non_split_rounding_mb",
     "roundup_power2_divisions",
     "garbage_collection_threshold",
     "expandable_segments",
+    "expandable_trim",
     "release_lock_on_malloc",
     "release_lock_on_cudamalloc",
     "per_process_memory_fraction",
@@ -244,6 +245,7 @@ pub fn parse_settings(text: &str, current: &CachingConfig) -> Result<CachingConf
                         config.garbage_collection_threshold = parse_fraction(&key, &value, true)?
                     }
                     "expandable_segments" => config.expandable_segments = parse_bool(&key, &value)?,
+                    "expandable_trim" => config.expandable_trim = parse_bool(&key, &value)?,
                     "release_lock_on_malloc" | "release_lock_on_cudamalloc" => {
                         config.release_lock_on_malloc = parse_bool(&key, &value)?
                     }
@@ -356,7 +358,7 @@ mod tests {
             ("roundup_power2_divisions:[64:3]", "invalid allocator setting roundup_power2_divisions:3: roundup_power2_divisions divisions must be a power of two, or 0 to turn rounding off"),
             ("roundup_power2_divisions:[100:4]", "invalid allocator setting roundup_power2_divisions:[100:4]: roundup_power2_divisions interval starts must be powers of two (in MiB) or '>'"),
             ("backend:cudaMallocAsync", "invalid allocator setting backend:cudaMallocAsync: backend must be native: accalloc's caching allocator is the only policy"),
-            ("max_split_size:64", "unrecognized key 'max_split_size' in allocator settings; known keys: max_split_size_mb, max_non_split_rounding_mb, roundup_power2_divisions, garbage_collection_threshold, expandable_segments, release_lock_on_malloc, release_lock_on_cudamalloc, per_process_memory_fraction, backend"),
+            ("max_split_size:64", "unrecognized key 'max_split_size' in allocator settings; known keys: max_split_size_mb, max_non_split_rounding_mb, roundup_power2_divisions, garbage_collection_threshold, expandable_segments, expandable_trim, release_lock_on_malloc, release_lock_on_cudamalloc, per_process_memory_fraction, backend"),
             ("max_split_size_mb", "malformed allocator settings 'max_split_size_mb': expected ':' after 'max_split_size_mb', found the end (the form is key:value,key:value, with roundup_power2_divisions also taking [MiB:divisions,...,>:divisions])"),
             ("max_split_size_mb:", "malformed allocator settings 'max_split_size_mb:': missing value for max_split_size_mb (the form is key:value,key:value, with roundup_power2_divisions also taking [MiB:divisions,...,>:divisions])"),
             ("expandable_segments:True;max_split_size_mb:64", "invalid allocator setting expandable_segments:True;max_split_size_mb: expandable_segments must be True or False"),

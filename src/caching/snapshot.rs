@@ -196,6 +196,7 @@ pub fn settings_json(config: &CachingConfig) -> Value {
         "max_non_split_rounding": config.max_non_split_rounding,
         "garbage_collection_threshold": config.garbage_collection_threshold,
         "expandable_segments": config.expandable_segments,
+        "expandable_trim": config.expandable_trim,
         "release_lock_on_malloc": config.release_lock_on_malloc,
         "per_process_memory_fraction": config.per_process_memory_fraction,
         "roundup_power2_divisions": divisions,

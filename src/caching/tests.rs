@@ -612,3 +612,159 @@ fn history_records_each_step_when_on_and_nothing_when_off() {
     a.record_history(false, 0);
     assert!(a.history().is_none());
 }
+
+fn expandable() -> CachingConfig {
+    CachingConfig {
+        expandable_segments: true,
+        ..CachingConfig::default()
+    }
+}
+
+#[test]
+fn expandable_segments_grow_in_place_page_by_page() {
+    let (mut a, backend) = allocator_with(1 << 30, expandable());
+    let first = a.malloc(5 << 20, 0).unwrap();
+    let s = a.stats();
+    // One 20 MiB page mapped; no segment counted; the remainder is not an inactive split.
+    assert_eq!(
+        (s.reserved_bytes[LARGE].current, s.num_device_alloc),
+        (20 * MIB, 1)
+    );
+    assert_eq!(
+        (s.segment[ALL].current, s.inactive_split[ALL].current),
+        (0, 0)
+    );
+    assert_eq!(
+        backend.alloc_calls(0),
+        0,
+        "no ordinary segment was asked for"
+    );
+
+    // 30 MiB: the free 15 MiB after `first` plus one more page, right after it.
+    let second = a.malloc(30 << 20, 0).unwrap();
+    assert_eq!(second, first + (5 << 20), "the segment grew in place");
+    let s = a.stats();
+    assert_eq!(
+        (s.reserved_bytes[ALL].current, s.num_device_alloc),
+        (40 * MIB, 2)
+    );
+    assert_eq!(s.allocated_bytes[ALL].current, 35 * MIB);
+    assert_eq!(backend.mapped_bytes(0), 40 << 20);
+
+    let segments = a.segments();
+    assert_eq!(segments.len(), 1, "one contiguous mapped range");
+    assert!(segments[0].is_expandable);
+    assert_eq!(segments[0].total_size, 40 << 20);
+
+    a.free(first).unwrap();
+    a.free(second).unwrap();
+    assert_eq!(a.stats().inactive_split[ALL], Stat::default());
+    a.empty_cache().unwrap();
+    let s = a.stats();
+    // Both pages were wholly free: unmapped in one call.
+    assert_eq!(
+        (
+            s.reserved_bytes[ALL].current,
+            s.num_device_free,
+            s.num_sync_all_streams
+        ),
+        (0, 1, 1)
+    );
+    assert_eq!(backend.mapped_bytes(0), 0);
+    assert!(a.segments().is_empty());
+
+    // After unmapping, the address space is reused from its start.
+    assert_eq!(a.malloc(1 << 20 | 4096, 0).unwrap(), first);
+}
+
+#[test]
+fn expandable_small_pool_maps_2mib_pages_and_streams_get_their_own_range() {
+    let (mut a, _) = allocator_with(1 << 30, expandable());
+    let p = a.malloc(1000, 0).unwrap();
+    let q = a.malloc(1000, 0).unwrap();
+    assert_eq!(q, p + 1024);
+    assert_eq!(a.stats().reserved_bytes[SMALL].current, 2 * MIB);
+    let r = a.malloc(1000, 7).unwrap();
+    assert!(
+        r.abs_diff(p) >= 1 << 30,
+        "another stream reserves its own range"
+    );
+    assert_eq!(a.stats().reserved_bytes[SMALL].current, 4 * MIB);
+}
+
+#[test]
+fn expandable_out_of_memory_unmaps_wholly_free_pages_before_the_retry() {
+    let (mut a, _) = allocator_with(40 << 20, expandable());
+    let p = a.malloc(5 << 20, 0).unwrap(); // page 0: p, then 15 MiB free
+    let q = a.malloc(20 << 20, 0).unwrap(); // the free 15 MiB and 5 MiB of page 1
+                                            // 30 MiB needs a third page: no room, and no free page to give back (page 1 is partly used).
+    let err = a.malloc(30 << 20, 0).unwrap_err();
+    assert!(
+        err.message.contains("Tried to allocate 30.00 MiB"),
+        "{}",
+        err.message
+    );
+    let s = a.stats();
+    assert_eq!(
+        (s.num_alloc_retries, s.num_ooms, s.num_device_free),
+        (1, 1, 0)
+    );
+    assert_eq!(s.reserved_bytes[ALL].current, 40 * MIB);
+
+    // With q freed, page 1 is wholly free: the retry unmaps it, and stream 1 gets its page.
+    a.free(q).unwrap();
+    let r = a.malloc(15 << 20, 1).unwrap();
+    let s = a.stats();
+    assert_eq!(
+        (
+            s.num_alloc_retries,
+            s.num_ooms,
+            s.num_device_free,
+            s.num_device_alloc
+        ),
+        (2, 1, 1, 3)
+    );
+    assert_eq!(s.reserved_bytes[ALL].current, 40 * MIB);
+    assert_eq!(a.stats().inactive_split[ALL].current, 0);
+    a.free(p).unwrap();
+    a.free(r).unwrap();
+}
+
+#[test]
+fn expandable_segments_fall_back_without_virtual_memory() {
+    let backend = Arc::new(TestBackend::without_virtual_memory(1, 1 << 30));
+    let mut a = CachingAllocator::new(backend.clone(), 0, expandable()).unwrap();
+    a.malloc(5 << 20, 0).unwrap();
+    let s = a.stats();
+    assert_eq!(
+        (s.segment[ALL].current, s.reserved_bytes[ALL].current),
+        (1, 20 * MIB)
+    );
+    assert_eq!(backend.alloc_calls(0), 1);
+}
+
+#[test]
+fn expandable_trim_unmaps_free_pages_before_growing() {
+    let config = CachingConfig {
+        expandable_trim: true,
+        ..expandable()
+    };
+    let (mut a, backend) = allocator_with(1 << 30, config);
+    let p = a.malloc(6 << 20, 0).unwrap(); // three 2 MiB pages
+    let q = a.malloc(4 << 20, 0).unwrap(); // two more, right after
+    assert_eq!(q, p + (6 << 20));
+    assert_eq!(a.stats().reserved_bytes[ALL].current, 10 * MIB);
+    a.free(p).unwrap(); // three wholly free pages before q
+                        // Growing for 8 MiB first unmaps those three pages, then maps four new ones after q.
+    let r = a.malloc(8 << 20, 0).unwrap();
+    let s = a.stats();
+    assert_eq!(
+        s.reserved_bytes[ALL].current,
+        12 * MIB,
+        "4 + 8 MiB, not 6 + 4 + 8"
+    );
+    assert_eq!(s.reserved_bytes[ALL].peak, 12 * MIB);
+    assert_eq!((s.num_device_free, s.num_device_alloc), (1, 3));
+    assert_eq!(backend.mapped_bytes(0), 12 << 20);
+    assert!(r > q);
+}

@@ -25,7 +25,7 @@ impl CachingAllocator {
             .large
             .ordered()
             .values()
-            .filter(|&&id| !blocks[id].is_split())
+            .filter(|&&id| !blocks[id].is_split() && blocks[id].expandable.is_none())
             .map(|&id| (id, lookups - blocks[id].gc_count_base))
             .collect();
         let mut total_age: u64 = candidates.iter().map(|&(_, age)| age).sum();

@@ -54,7 +54,12 @@ impl CachingAllocator {
             .chain(self.small.ids())
             .chain(self.large.ids())
             .chain(self.pending_events.values().flatten().map(|&(_, id)| id))
-            .filter(|&id| self.blocks[id].prev.is_none())
+            .filter(|&id| {
+                // A segment starts where mapped memory starts: each contiguous mapped range of an
+                // expandable segment is reported as a segment of its own, as PyTorch does.
+                let block = &self.blocks[id];
+                block.prev.is_none_or(|prev| !self.blocks[prev].mapped)
+            })
             .collect();
         heads.sort_by_key(|&id| self.blocks[id].ptr);
         heads.dedup();
@@ -67,11 +72,11 @@ impl CachingAllocator {
                     total_size: 0,
                     stream: first.stream,
                     pool: first.pool,
-                    is_expandable: false,
+                    is_expandable: first.expandable.is_some(),
                     blocks: Vec::new(),
                 };
                 let mut cursor = Some(head);
-                while let Some(id) = cursor {
+                while let Some(id) = cursor.filter(|&id| self.blocks[id].mapped) {
                     let block = &self.blocks[id];
                     segment.total_size += block.size;
                     let state = if block.allocated {

@@ -7,6 +7,7 @@
 //! collection), `inspect` (figures, segments, history).
 
 mod events;
+mod expandable;
 mod gc;
 mod inspect;
 mod segments;
@@ -45,6 +46,14 @@ pub struct CachingAllocator {
     pending_events: BTreeMap<StreamId, VecDeque<(EventId, BlockId)>>,
     /// Recent allocator events, when recording is on (acc_record_memory_history).
     history: Option<History>,
+    /// Reserved address ranges of expandable segments; blocks refer to them by index.
+    expandable: Vec<expandable::ExpandableSegment>,
+}
+
+impl Drop for CachingAllocator {
+    fn drop(&mut self) {
+        self.release_reservations();
+    }
 }
 
 impl CachingAllocator {
@@ -69,6 +78,7 @@ impl CachingAllocator {
             stream_uses: HashMap::new(),
             pending_events: BTreeMap::new(),
             history: None,
+            expandable: Vec::new(),
         };
         allocator.set_config(config);
         Ok(allocator)
@@ -215,11 +225,15 @@ impl CachingAllocator {
         let max_split = self.config.max_split_size;
         let max_rounding = self.config.max_non_split_rounding;
         let gc_on = self.garbage_collection_on();
-        let pool = self.pool_mut(pool);
+        let pool_kind = pool;
         if gc_on {
-            pool.lookups += 1;
+            self.pool_mut(pool_kind).lookups += 1;
         }
-        let (key, id) = pool.lower_bound(stream, rounded)?;
+        let (key, id) = if self.expandable.is_empty() {
+            self.pool_mut(pool_kind).lower_bound(stream, rounded)?
+        } else {
+            self.lower_bound_with_expandable(pool_kind, stream, rounded)?
+        };
         let (block_stream, block_size, _) = key;
         if block_stream != stream {
             return None;
@@ -231,8 +245,56 @@ impl CachingAllocator {
         if rounded >= max_split && block_size >= rounded.saturating_add(max_rounding) {
             return None;
         }
+        let pool = self.pool_mut(pool_kind);
         pool.remove_key(&key);
         Some(id)
+    }
+
+    /// Best fit when expandable segments exist (PyTorch's rules): with them on, a free block followed
+    /// by unmapped space counts as the size it can grow to, so a later block that can grow less is
+    /// preferred; with them off, expandable blocks are passed over.
+    fn lower_bound_with_expandable(
+        &mut self,
+        pool: PoolKind,
+        stream: StreamId,
+        rounded: usize,
+    ) -> Option<(super::block::PoolKey, BlockId)> {
+        let on = self.config.expandable_segments;
+        let blocks = &self.blocks;
+        let growable = |id: BlockId| {
+            let block = &blocks[id];
+            block.size
+                + block
+                    .next
+                    .filter(|&n| !blocks[n].mapped)
+                    .map_or(0, |n| blocks[n].size)
+        };
+        let mut candidates = match pool {
+            PoolKind::Small => &mut self.small,
+            PoolKind::Large => &mut self.large,
+        }
+        .ordered()
+        .range((stream, rounded, 0)..)
+        .map(|(k, v)| (*k, *v));
+        let mut best = candidates.next()?;
+        if blocks[best.1].expandable.is_some() {
+            if on {
+                for next in candidates {
+                    if blocks[best.1].expandable.is_none()
+                        || next.0 .0 != stream
+                        || growable(next.1) >= growable(best.1)
+                    {
+                        break;
+                    }
+                    best = next;
+                }
+            } else {
+                best = std::iter::once(best)
+                    .chain(candidates)
+                    .find(|(key, id)| key.0 != stream || blocks[*id].expandable.is_none())?;
+            }
+        }
+        Some(best)
     }
 
     /// Put block `id` into its pool, noting when (for garbage collection by age).
@@ -250,21 +312,17 @@ impl CachingAllocator {
     fn hand_out(&mut self, id: BlockId, rounded: usize, requested: usize, split: bool) -> usize {
         let found = self.blocks[id];
         let stat_type = stat_type(found.pool);
-        let already_split = found.is_split();
+        // Blocks of expandable segments never count as inactive splits.
+        let already_split = found.is_split() && found.expandable.is_none();
         let handed = if split {
             // The caller's block takes the front; the found block keeps the remainder.
             let handed = self.blocks.insert(Block {
-                ptr: found.ptr,
                 size: rounded,
-                requested_size: 0,
-                stream: found.stream,
-                pool: found.pool,
-                allocated: false,
-                event_count: 0,
-                gc_count_base: 0,
                 prev: found.prev,
                 next: Some(id),
+                ..Block::new(found.ptr, rounded, found.stream, found.pool)
             });
+            self.blocks[handed].expandable = found.expandable;
             if let Some(prev) = found.prev {
                 self.blocks[prev].next = Some(handed);
             }
@@ -278,7 +336,7 @@ impl CachingAllocator {
                 for_pool(&mut self.stats.inactive_split_bytes, stat_type, |s| {
                     s.decrease(rounded as u64)
                 });
-            } else {
+            } else if found.expandable.is_none() {
                 for_pool(&mut self.stats.inactive_split_bytes, stat_type, |s| {
                     s.increase(remainder_size as u64)
                 });
@@ -345,7 +403,10 @@ impl CachingAllocator {
         block.requested_size = 0;
         let block = self.blocks[id];
         self.cache_block(id);
-        if block.is_split() {
+        if block.expandable.is_some() {
+            // Wholly free pages of expandable segments can always be released: not inactive splits.
+            (net_blocks, net_bytes) = (0, 0);
+        } else if block.is_split() {
             net_blocks += 1;
             net_bytes += block.size as i64;
         }
@@ -370,10 +431,18 @@ impl CachingAllocator {
     fn try_merge(&mut self, target: BlockId, source: Option<BlockId>) -> usize {
         let Some(source) = source else { return 0 };
         let absorbed = self.blocks[source];
-        if absorbed.allocated || absorbed.event_count > 0 {
+        if absorbed.allocated
+            || absorbed.event_count > 0
+            || absorbed.mapped != self.blocks[target].mapped
+        {
             return 0;
         }
-        self.pool_mut(absorbed.pool).remove(&absorbed);
+        let pool = self.pool_mut(absorbed.pool);
+        if absorbed.mapped {
+            pool.remove(&absorbed);
+        } else {
+            pool.unmapped.remove(&(absorbed.stream, absorbed.ptr));
+        }
         if self.blocks[target].prev == Some(source) {
             let block = &mut self.blocks[target];
             block.ptr = absorbed.ptr;

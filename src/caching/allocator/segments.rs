@@ -16,16 +16,16 @@ impl CachingAllocator {
         if self.garbage_collection_on() {
             self.garbage_collect_cached_blocks()?;
         }
-        if let Some(id) = self.allocate_segment(pool, stream, alloc_size, false)? {
+        if let Some(id) = self.allocate_segment(pool, stream, rounded, alloc_size, false)? {
             return Ok(id);
         }
         if self.release_available_cached_blocks(pool, stream, rounded)? {
-            if let Some(id) = self.allocate_segment(pool, stream, alloc_size, false)? {
+            if let Some(id) = self.allocate_segment(pool, stream, rounded, alloc_size, false)? {
                 return Ok(id);
             }
         }
         self.release_cached_blocks()?;
-        if let Some(id) = self.allocate_segment(pool, stream, alloc_size, true)? {
+        if let Some(id) = self.allocate_segment(pool, stream, rounded, alloc_size, true)? {
             return Ok(id);
         }
         self.stats.num_ooms += 1;
@@ -44,6 +44,7 @@ impl CachingAllocator {
         &mut self,
         pool: PoolKind,
         stream: StreamId,
+        rounded: usize,
         size: usize,
         is_retry: bool,
     ) -> Result<Option<BlockId>> {
@@ -54,6 +55,13 @@ impl CachingAllocator {
             if self.reserved_total + size > allowed {
                 return Ok(None);
             }
+        }
+        if self.config.expandable_segments && self.virtual_memory_available() {
+            // Grow an expandable segment by the rounded request, not a whole new segment.
+            if self.config.expandable_trim {
+                self.trim_free_pages()?;
+            }
+            return self.try_allocate_expandable_block(pool, stream, rounded);
         }
         let ptr = match self.backend.raw_alloc(self.device, size, stream) {
             Ok(ptr) => ptr,
@@ -71,18 +79,9 @@ impl CachingAllocator {
         }
         self.stats.num_device_alloc += 1;
         self.trace(TraceAction::SegmentAlloc, ptr, size, stream);
-        Ok(Some(self.blocks.insert(Block {
-            ptr,
-            size,
-            requested_size: 0,
-            stream,
-            pool,
-            allocated: false,
-            event_count: 0,
-            gc_count_base: 0,
-            prev: None,
-            next: None,
-        })))
+        Ok(Some(
+            self.blocks.insert(Block::new(ptr, size, stream, pool)),
+        ))
     }
 
     /// With max_split_size set: free cached oversize blocks of this pool and stream, the smallest one
@@ -99,7 +98,8 @@ impl CachingAllocator {
         }
         let wanted = rounded.max(max_split);
         if let Some(((s, _, _), id)) = self.pool_mut(pool).lower_bound(stream, wanted) {
-            if s == stream && !self.blocks[id].is_split() {
+            let block = &self.blocks[id];
+            if s == stream && !block.is_split() && block.expandable.is_none() {
                 self.release_block(id)?;
                 return Ok(true);
             }
@@ -118,7 +118,7 @@ impl CachingAllocator {
             if released >= wanted {
                 break;
             }
-            if self.blocks[id].is_split() {
+            if self.blocks[id].is_split() || self.blocks[id].expandable.is_some() {
                 continue;
             }
             released += self.blocks[id].size;
@@ -132,18 +132,18 @@ impl CachingAllocator {
         // Blocks waiting on stream events are returned first, so their segments can go too.
         self.synchronize_and_free_events()?;
         for pool in [PoolKind::Large, PoolKind::Small] {
-            let blocks = &self.blocks;
-            let whole: Vec<BlockId> = match pool {
-                PoolKind::Large => &mut self.large,
-                PoolKind::Small => &mut self.small,
+            let cached: Vec<BlockId> = self.pool_mut(pool).ordered().values().copied().collect();
+            // Whole segments go back; free pages of expandable segments are unmapped after.
+            let (expandable, ordinary): (Vec<BlockId>, Vec<BlockId>) = cached
+                .into_iter()
+                .partition(|&id| self.blocks[id].expandable.is_some());
+            for id in ordinary {
+                if !self.blocks[id].is_split() {
+                    self.release_block(id)?;
+                }
             }
-            .ordered()
-            .values()
-            .copied()
-            .filter(|&id| !blocks[id].is_split())
-            .collect();
-            for id in whole {
-                self.release_block(id)?;
+            for id in expandable {
+                self.unmap_block(id)?;
             }
         }
         Ok(())

@@ -1,0 +1,345 @@
+//! Expandable segments: one address range reserved per (stream, pool), with memory mapped in pages
+//! (2 MiB small, 20 MiB large) as blocks need it and unmapped when wholly free under pressure. A
+//! request grows the segment in place instead of adding a segment of its own, which is what keeps
+//! reserved memory close to allocated memory when request sizes keep changing.
+
+use super::*;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Set once the fallback warning has been printed (it is printed once per process).
+static FALLBACK_WARNED: AtomicBool = AtomicBool::new(false);
+
+/// One reserved address range and which of its pages are mapped.
+pub(super) struct ExpandableSegment {
+    base: usize,
+    size: usize,
+    page: usize,
+    mapped: Vec<bool>,
+}
+
+impl ExpandableSegment {
+    /// Pages [first, last) touched by [ptr, ptr + size).
+    fn pages_covering(&self, ptr: usize, size: usize) -> (usize, usize) {
+        (
+            (ptr - self.base) / self.page,
+            (ptr + size - self.base).div_ceil(self.page),
+        )
+    }
+
+    /// Pages [first, last) lying wholly inside [ptr, ptr + size).
+    fn pages_inside(&self, ptr: usize, size: usize) -> (usize, usize) {
+        (
+            (ptr - self.base).div_ceil(self.page),
+            (ptr + size - self.base) / self.page,
+        )
+    }
+
+    fn page_address(&self, page: usize) -> usize {
+        self.base + page * self.page
+    }
+}
+
+impl CachingAllocator {
+    /// Whether the backend can do expandable segments; warns once when it cannot.
+    pub(super) fn virtual_memory_available(&self) -> bool {
+        let page = self.backend.vm_granularity(self.device);
+        let fits = page.is_some_and(|g| g > 0 && SMALL_PAGE % g == 0 && LARGE_PAGE % g == 0);
+        if !fits && !FALLBACK_WARNED.swap(true, Ordering::Relaxed) {
+            eprintln!(
+                "accalloc: warning: expandable_segments:True is set but the {} backend has no virtual \
+                 memory calls; using ordinary segments",
+                self.backend.name()
+            );
+        }
+        fits
+    }
+
+    /// Grow (or start) an expandable segment of this pool and stream by at least `size` bytes and
+    /// return the free block covering them, out of the pool. Ok(None) when the device has no room.
+    pub(super) fn try_allocate_expandable_block(
+        &mut self,
+        pool: PoolKind,
+        stream: StreamId,
+        size: usize,
+    ) -> Result<Option<BlockId>> {
+        // A chain of blocks with room for `size`: unmapped; unmapped then free; or free then unmapped.
+        let mut candidate = self.find_expandable_block(pool, stream, size)?;
+        if !self.blocks[candidate].mapped {
+            let first = self.blocks[candidate].size.min(size);
+            if !self.map_block(candidate, first)? {
+                return Ok(None);
+            }
+        }
+        while self.blocks[candidate].size < size {
+            // The block after a free one is unmapped: map what is missing; it merges with `candidate`.
+            let remaining = size - self.blocks[candidate].size;
+            let next = self.blocks[candidate]
+                .next
+                .expect("a chain with room continues");
+            let wanted = remaining.min(self.blocks[next].size);
+            if !self.map_block(next, wanted)? {
+                return Ok(None);
+            }
+            candidate = next;
+        }
+        let block = self.blocks[candidate];
+        self.pool_mut(pool).remove(&block);
+        Ok(Some(candidate))
+    }
+
+    /// The start of a chain of free or unmapped blocks with at least `size` bytes of address space,
+    /// reserving a new range when no segment of this pool and stream has room.
+    fn find_expandable_block(
+        &mut self,
+        pool: PoolKind,
+        stream: StreamId,
+        size: usize,
+    ) -> Result<BlockId> {
+        let allocatable = |blocks: &Slab, id: Option<BlockId>| {
+            id.filter(|&id| !blocks[id].allocated && blocks[id].event_count == 0)
+        };
+        let unmapped: Vec<BlockId> = self
+            .pool_mut(pool)
+            .unmapped
+            .range((stream, 0)..)
+            .take_while(|((s, _), _)| *s == stream)
+            .map(|(_, &id)| id)
+            .collect();
+        for id in unmapped {
+            // There may be a free block right before the lowest unmapped one to use as well.
+            let start = allocatable(&self.blocks, self.blocks[id].prev).unwrap_or(id);
+            let mut room = 0;
+            let mut cursor = Some(start);
+            while room < size {
+                let Some(current) = allocatable(&self.blocks, cursor) else {
+                    break;
+                };
+                room += self.blocks[current].size;
+                cursor = self.blocks[current].next;
+            }
+            if room >= size {
+                return Ok(start);
+            }
+        }
+        // A new range of 1 1/8 the device's memory, as PyTorch reserves, in whole pages.
+        // PyTorch maps 20 MiB pages in the large pool; expandable_trim maps 2 MiB pages everywhere.
+        let page = if pool == PoolKind::Small || self.config.expandable_trim {
+            SMALL_PAGE
+        } else {
+            LARGE_PAGE
+        };
+        let reserve = (self.capacity + self.capacity / 8).next_multiple_of(page);
+        let base = self
+            .backend
+            .vm_reserve(self.device, reserve)
+            .map_err(|e| backend_error(&*self.backend, self.device, "vm_reserve", e))?;
+        let index = self.expandable.len() as u32;
+        self.expandable.push(ExpandableSegment {
+            base,
+            size: reserve,
+            page,
+            mapped: vec![false; reserve / page],
+        });
+        let id = self.blocks.insert(Block {
+            mapped: false,
+            expandable: Some(index),
+            ..Block::new(base, reserve, stream, pool)
+        });
+        self.pool_mut(pool).unmapped.insert((stream, base), id);
+        Ok(id)
+    }
+
+    /// Map the pages under the first `size` bytes of unmapped block `id`; the mapped part becomes a
+    /// free block (merged with free neighbours), the rest stays unmapped. Ok(false) when the device
+    /// has no room (nothing is left mapped then).
+    fn map_block(&mut self, id: BlockId, size: usize) -> Result<bool> {
+        let block = self.blocks[id];
+        let segment_index = block.expandable.expect("only expandable blocks are mapped") as usize;
+        let segment = &self.expandable[segment_index];
+        let (first, last) = segment.pages_covering(block.ptr, size);
+        let page = segment.page;
+        for p in first..last {
+            let address = self.expandable[segment_index].page_address(p);
+            match self.backend.vm_map(self.device, address, page) {
+                Ok(()) => self.expandable[segment_index].mapped[p] = true,
+                Err(error) => {
+                    // Give back what this call mapped, then report.
+                    for q in first..p {
+                        let address = self.expandable[segment_index].page_address(q);
+                        self.backend
+                            .vm_unmap(self.device, address, page)
+                            .map_err(|e| {
+                                backend_error(&*self.backend, self.device, "vm_unmap", e)
+                            })?;
+                        self.expandable[segment_index].mapped[q] = false;
+                    }
+                    return match error {
+                        BackendError::OutOfMemory => Ok(false),
+                        e => Err(backend_error(&*self.backend, self.device, "vm_map", e)),
+                    };
+                }
+            }
+        }
+        let mapped_size = (last - first) * page;
+        debug_assert_eq!(
+            self.expandable[segment_index].page_address(first),
+            block.ptr
+        );
+
+        self.pool_mut(block.pool)
+            .unmapped
+            .remove(&(block.stream, block.ptr));
+        self.blocks[id].mapped = true;
+        if mapped_size < block.size {
+            // The unmapped rest becomes a block of its own after this one.
+            let rest = self.blocks.insert(Block {
+                mapped: false,
+                expandable: block.expandable,
+                prev: Some(id),
+                next: block.next,
+                ..Block::new(
+                    block.ptr + mapped_size,
+                    block.size - mapped_size,
+                    block.stream,
+                    block.pool,
+                )
+            });
+            if let Some(next) = block.next {
+                self.blocks[next].prev = Some(rest);
+            }
+            self.blocks[id].next = Some(rest);
+            self.blocks[id].size = mapped_size;
+            self.pool_mut(block.pool)
+                .unmapped
+                .insert((block.stream, block.ptr + mapped_size), rest);
+        }
+        self.try_merge(id, self.blocks[id].prev);
+        self.try_merge(id, self.blocks[id].next);
+        self.cache_block(id);
+
+        self.reserved_total += mapped_size;
+        for_pool(&mut self.stats.reserved_bytes, stat_type(block.pool), |s| {
+            s.increase(mapped_size as u64)
+        });
+        self.stats.num_device_alloc += 1;
+        self.trace(
+            TraceAction::SegmentMap,
+            block.ptr,
+            mapped_size,
+            block.stream,
+        );
+        Ok(true)
+    }
+
+    /// Unmap the whole pages inside cached block `id` of an expandable segment; the pieces before and
+    /// after them stay cached.
+    pub(super) fn unmap_block(&mut self, id: BlockId) -> Result<()> {
+        let block = self.blocks[id];
+        let segment_index = block
+            .expandable
+            .expect("only expandable blocks are unmapped") as usize;
+        let segment = &self.expandable[segment_index];
+        let (first, last) = segment.pages_inside(block.ptr, block.size);
+        if first >= last {
+            return Ok(());
+        }
+        let (start, size) = (segment.page_address(first), (last - first) * segment.page);
+        self.backend
+            .vm_unmap(self.device, start, size)
+            .map_err(|e| backend_error(&*self.backend, self.device, "vm_unmap", e))?;
+        self.expandable[segment_index].mapped[first..last].fill(false);
+
+        self.pool_mut(block.pool).remove(&block);
+        let before = start - block.ptr;
+        if before > 0 {
+            let piece = self.blocks.insert(Block {
+                expandable: block.expandable,
+                prev: block.prev,
+                next: Some(id),
+                ..Block::new(block.ptr, before, block.stream, block.pool)
+            });
+            if let Some(prev) = block.prev {
+                self.blocks[prev].next = Some(piece);
+            }
+            self.blocks[id].prev = Some(piece);
+            self.cache_block(piece);
+        }
+        let after = block.size - before - size;
+        if after > 0 {
+            let piece = self.blocks.insert(Block {
+                expandable: block.expandable,
+                prev: Some(id),
+                next: self.blocks[id].next,
+                ..Block::new(start + size, after, block.stream, block.pool)
+            });
+            if let Some(next) = self.blocks[id].next {
+                self.blocks[next].prev = Some(piece);
+            }
+            self.blocks[id].next = Some(piece);
+            self.cache_block(piece);
+        }
+        let unmapped = &mut self.blocks[id];
+        unmapped.ptr = start;
+        unmapped.size = size;
+        unmapped.mapped = false;
+        self.try_merge(id, self.blocks[id].prev);
+        self.try_merge(id, self.blocks[id].next);
+        let merged = self.blocks[id];
+        self.pool_mut(block.pool)
+            .unmapped
+            .insert((merged.stream, merged.ptr), id);
+
+        self.reserved_total -= size;
+        for_pool(&mut self.stats.reserved_bytes, stat_type(block.pool), |s| {
+            s.decrease(size as u64)
+        });
+        self.stats.num_device_free += 1;
+        self.trace(TraceAction::SegmentUnmap, start, size, block.stream);
+        Ok(())
+    }
+
+    /// expandable_trim: unmap every wholly free page of every expandable segment, so that growing one
+    /// segment never holds memory another could give back. Only blocks of at least one page can hold
+    /// a whole page, so only those are visited.
+    pub(super) fn trim_free_pages(&mut self) -> Result<()> {
+        for pool in [PoolKind::Large, PoolKind::Small] {
+            let candidates: Vec<BlockId> = self
+                .pool_mut(pool)
+                .ordered()
+                .iter()
+                .filter(|((_, size, _), _)| *size >= SMALL_PAGE)
+                .map(|(_, &id)| id)
+                .collect();
+            for id in candidates {
+                if self.blocks[id].expandable.is_some() {
+                    self.unmap_block(id)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Give every reservation back (used when the allocator goes away).
+    pub(super) fn release_reservations(&mut self) {
+        for segment in std::mem::take(&mut self.expandable) {
+            let mut page = 0;
+            while page < segment.mapped.len() {
+                if segment.mapped[page] {
+                    let _ = self.backend.vm_unmap(
+                        self.device,
+                        segment.page_address(page),
+                        segment.page,
+                    );
+                }
+                page += 1;
+            }
+            let _ = self
+                .backend
+                .vm_release(self.device, segment.base, segment.size);
+        }
+    }
+}
+
+/// Page sizes of expandable segments, as PyTorch maps them.
+pub(super) const SMALL_PAGE: usize = super::super::policy::SMALL_BUFFER;
+pub(super) const LARGE_PAGE: usize = super::super::policy::LARGE_BUFFER;
