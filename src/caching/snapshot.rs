@@ -126,6 +126,7 @@ pub struct TraceEntry {
     pub action: TraceAction,
     /// The block or segment address (for an OOM: the device's free bytes, as PyTorch records).
     pub addr: usize,
+    /// For alloc and free entries the size the caller asked for; for segments the segment's size.
     pub size: usize,
     pub stream: StreamId,
     /// Microseconds since the Unix epoch.

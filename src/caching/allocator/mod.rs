@@ -140,7 +140,9 @@ impl CachingAllocator {
         let block = &mut self.blocks[id];
         block.allocated = false;
         let (size, pool, stream) = (block.size, block.pool, block.stream);
-        self.trace(TraceAction::FreeRequested, ptr, size, stream);
+        // History entries carry the size the caller asked for, as PyTorch's do.
+        let requested = block.requested_size;
+        self.trace(TraceAction::FreeRequested, ptr, requested, stream);
         let stat_type = stat_type(pool);
         for_pool(&mut self.stats.allocation, stat_type, |s| s.decrease(1));
         for_pool(&mut self.stats.allocated_bytes, stat_type, |s| {
@@ -358,7 +360,7 @@ impl CachingAllocator {
         block.requested_size = requested;
         let (ptr, size) = (block.ptr, block.size);
         self.active.insert(ptr, handed);
-        self.trace(TraceAction::Alloc, ptr, size, found.stream);
+        self.trace(TraceAction::Alloc, ptr, requested, found.stream);
         let stats = &mut self.stats;
         for_pool(&mut stats.allocation, stat_type, |s| s.increase(1));
         for_pool(&mut stats.allocated_bytes, stat_type, |s| {
@@ -384,7 +386,7 @@ impl CachingAllocator {
             self.trace(
                 TraceAction::FreeCompleted,
                 block.ptr,
-                block.size,
+                block.requested_size,
                 block.stream,
             );
             (block.size, block.requested_size, block.pool)

@@ -1,0 +1,194 @@
+/* Small helpers shared by the C test programs: checks that count failures and keep going, the list of
+ * the 122 PyTorch flat statistic keys, and the mapping from a key to its AccDeviceStats field.
+ * Include after accalloc.h. Everything here is static: each test program is one translation unit. */
+#ifndef ACC_TEST_UTIL_H
+#define ACC_TEST_UTIL_H
+
+#include <inttypes.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int g_checks = 0;
+static int g_failures = 0;
+
+static inline void check_true(int ok, const char *file, int line, const char *what)
+{
+    ++g_checks;
+    if (!ok) {
+        ++g_failures;
+        fprintf(stderr, "FAIL %s:%d: %s\n", file, line, what);
+    }
+}
+
+static inline void check_i64(int64_t got, int64_t want, const char *file, int line, const char *what)
+{
+    ++g_checks;
+    if (got != want) {
+        ++g_failures;
+        fprintf(stderr, "FAIL %s:%d: %s: expected %" PRId64 ", got %" PRId64 "\n", file, line, what, want, got);
+    }
+}
+
+static inline void check_str(const char *got, const char *want, const char *file, int line, const char *what)
+{
+    ++g_checks;
+    if (got == NULL || strcmp(got, want) != 0) {
+        ++g_failures;
+        fprintf(stderr, "FAIL %s:%d: %s: expected \"%s\", got %s%s%s\n", file, line, what, want,
+                got ? "\"" : "", got ? got : "NULL", got ? "\"" : "");
+    }
+}
+
+static inline void check_contains(const char *text, const char *needle, const char *file, int line, const char *what)
+{
+    ++g_checks;
+    if (text == NULL || strstr(text, needle) == NULL) {
+        ++g_failures;
+        fprintf(stderr, "FAIL %s:%d: %s: \"%s\" does not contain \"%s\"\n", file, line, what,
+                text ? text : "(NULL)", needle);
+    }
+}
+
+#define CHECK(cond) check_true((cond) ? 1 : 0, __FILE__, __LINE__, #cond)
+#define CHECK_EQ(got, want) check_i64((int64_t)(got), (int64_t)(want), __FILE__, __LINE__, #got)
+#define CHECK_STR(got, want) check_str((got), (want), __FILE__, __LINE__, #got)
+#define CHECK_CONTAINS(text, needle) check_contains((text), (needle), __FILE__, __LINE__, #text)
+
+/* A call that returns an AccStatus: on a mismatch, say which status came back and the library's message. */
+#define CHECK_STATUS_WITH(call, want, name_fn, msg_fn)                                                     \
+    do {                                                                                                   \
+        int st_got_ = (int)(call);                                                                         \
+        int st_want_ = (int)(want);                                                                        \
+        ++g_checks;                                                                                        \
+        if (st_got_ != st_want_) {                                                                         \
+            ++g_failures;                                                                                  \
+            fprintf(stderr, "FAIL %s:%d: %s: expected %s, got %d (%s); last error: \"%s\"\n", __FILE__,     \
+                    __LINE__, #call, #want, st_got_, name_fn((AccStatus)st_got_), msg_fn());               \
+        }                                                                                                  \
+    } while (0)
+
+/* ---- the 122 flat keys ---- */
+#define ACC_N_FAMILIES 9
+#define ACC_N_KEYS 122
+#define ACC_KEY_MAX 64
+
+static const char *const ACC_FAMILY_NAMES[ACC_N_FAMILIES] = {
+    "allocation", "segment", "active", "inactive_split", "allocated_bytes",
+    "reserved_bytes", "active_bytes", "inactive_split_bytes", "requested_bytes",
+};
+static const size_t ACC_FAMILY_OFFSETS[ACC_N_FAMILIES] = {
+    offsetof(AccDeviceStats, allocation),     offsetof(AccDeviceStats, segment),
+    offsetof(AccDeviceStats, active),         offsetof(AccDeviceStats, inactive_split),
+    offsetof(AccDeviceStats, allocated_bytes), offsetof(AccDeviceStats, reserved_bytes),
+    offsetof(AccDeviceStats, active_bytes),   offsetof(AccDeviceStats, inactive_split_bytes),
+    offsetof(AccDeviceStats, requested_bytes),
+};
+static const char *const ACC_POOL_NAMES[3] = {"all", "small_pool", "large_pool"};
+static const int ACC_POOL_INDEX[3] = {ACC_STAT_ALL, ACC_STAT_SMALL_POOL, ACC_STAT_LARGE_POOL};
+static const char *const ACC_FIELD_NAMES[4] = {"current", "peak", "allocated", "freed"};
+
+static inline int64_t *acc_stat_field(AccStat *s, int field)
+{
+    switch (field) {
+    case 0: return &s->current;
+    case 1: return &s->peak;
+    case 2: return &s->allocated;
+    default: return &s->freed;
+    }
+}
+
+/* Key number k (0..121, in generation order, not sorted): its name and its field in *s. */
+static inline int64_t *acc_key(AccDeviceStats *s, int k, char name[ACC_KEY_MAX])
+{
+    if (k < ACC_N_FAMILIES * 12) {
+        int fam = k / 12, pool = (k / 4) % 3, field = k % 4;
+        AccStat *arr = (AccStat *)(void *)((char *)s + ACC_FAMILY_OFFSETS[fam]);
+        sprintf(name, "%s.%s.%s", ACC_FAMILY_NAMES[fam], ACC_POOL_NAMES[pool], ACC_FIELD_NAMES[field]);
+        return acc_stat_field(&arr[ACC_POOL_INDEX[pool]], field);
+    }
+    k -= ACC_N_FAMILIES * 12;
+    if (k < 8) {
+        AccStat *st = k < 4 ? &s->oversize_allocations : &s->oversize_segments;
+        sprintf(name, "%s.%s", k < 4 ? "oversize_allocations" : "oversize_segments", ACC_FIELD_NAMES[k % 4]);
+        return acc_stat_field(st, k % 4);
+    }
+    k -= 8;
+    switch (k) {
+    case 0: strcpy(name, "num_alloc_retries"); return &s->num_alloc_retries;
+    case 1: strcpy(name, "num_ooms"); return &s->num_ooms;
+    case 2: strcpy(name, "num_sync_all_streams"); return &s->num_sync_all_streams;
+    case 3: strcpy(name, "num_device_alloc"); return &s->num_device_alloc;
+    case 4: strcpy(name, "num_device_free"); return &s->num_device_free;
+    default: strcpy(name, "max_split_size"); return &s->max_split_size;
+    }
+}
+
+static inline int acc_cmp_str(const void *a, const void *b)
+{
+    return strcmp((const char *)a, (const char *)b);
+}
+
+/* All 122 key names, sorted by byte value (Python's sorted(), which memory_stats() uses). */
+static inline void acc_sorted_keys(char keys[ACC_N_KEYS][ACC_KEY_MAX])
+{
+    AccDeviceStats dummy;
+    int k;
+    memset(&dummy, 0, sizeof dummy);
+    for (k = 0; k < ACC_N_KEYS; ++k)
+        (void)acc_key(&dummy, k, keys[k]);
+    qsort(keys, ACC_N_KEYS, ACC_KEY_MAX, acc_cmp_str);
+}
+
+/* A minimal parser for the flat JSON object of memory_stats_json: {"key": integer, ...}.
+ * Fills keys/values in document order; returns the number of pairs, or -1 (with a reason) when the text
+ * is not one such object. */
+static inline int acc_parse_flat_json(const char *text, char keys[][ACC_KEY_MAX], int64_t *values, int max_pairs,
+                               const char **why)
+{
+    const char *p = text;
+    int n = 0;
+#define ACC_SKIP_WS() while (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t') ++p
+    ACC_SKIP_WS();
+    if (*p++ != '{') { *why = "does not start with '{'"; return -1; }
+    ACC_SKIP_WS();
+    if (*p == '}') { ++p; goto done; }
+    for (;;) {
+        const char *start;
+        char *end;
+        size_t len;
+        ACC_SKIP_WS();
+        if (*p++ != '"') { *why = "expected '\"' before a key"; return -1; }
+        start = p;
+        while (*p && *p != '"' && *p != '\\') ++p;
+        if (*p != '"') { *why = "unterminated key or escape in a key"; return -1; }
+        len = (size_t)(p - start);
+        if (len == 0 || len >= ACC_KEY_MAX) { *why = "empty or too long key"; return -1; }
+        if (n >= max_pairs) { *why = "more pairs than expected"; return -1; }
+        memcpy(keys[n], start, len);
+        keys[n][len] = '\0';
+        ++p;
+        ACC_SKIP_WS();
+        if (*p++ != ':') { *why = "expected ':' after a key"; return -1; }
+        ACC_SKIP_WS();
+        if (!(*p == '-' || (*p >= '0' && *p <= '9'))) { *why = "value is not an integer"; return -1; }
+        values[n] = (int64_t)strtoll(p, &end, 10);
+        if (end == p || *end == '.' || *end == 'e' || *end == 'E') { *why = "value is not an integer"; return -1; }
+        p = end;
+        ++n;
+        ACC_SKIP_WS();
+        if (*p == ',') { ++p; continue; }
+        if (*p == '}') { ++p; break; }
+        *why = "expected ',' or '}' after a value";
+        return -1;
+    }
+done:
+    ACC_SKIP_WS();
+    if (*p != '\0') { *why = "text after the closing '}'"; return -1; }
+#undef ACC_SKIP_WS
+    return n;
+}
+
+#endif /* ACC_TEST_UTIL_H */
