@@ -15,7 +15,7 @@ pub mod snapshot;
 pub mod stats;
 pub mod summary;
 
-pub use allocator::CachingAllocator;
+pub use allocator::{CachingAllocator, MallocStep, SegmentRequest};
 pub use config::CachingConfig;
 pub use policy::PoolKind;
 pub use snapshot::{BlockInfo, BlockState, SegmentInfo};

@@ -772,3 +772,44 @@ fn expandable_trim_unmaps_free_pages_before_growing() {
     assert_eq!(backend.mapped_bytes(0), 12 << 20);
     assert!(r > q);
 }
+
+#[test]
+fn release_lock_on_malloc_keeps_every_figure() {
+    // The same requests, with the OOM retry path and a memory fraction, with and without the option.
+    let run = |config: CachingConfig| {
+        let (mut a, _) = allocator_with(64 << 20, config);
+        a.set_memory_fraction(0.9).unwrap();
+        let mut live = Vec::new();
+        for (i, size) in [
+            5usize << 20,
+            1000,
+            30 << 20,
+            12 << 20,
+            3000,
+            40 << 20,
+            8 << 20,
+        ]
+        .iter()
+        .enumerate()
+        {
+            match a.malloc(*size, i % 2) {
+                Ok(p) => live.push(p),
+                Err(e) => assert_eq!(e.kind, ErrorKind::OutOfMemory),
+            }
+            if i % 3 == 2 {
+                a.free(live.remove(0)).unwrap();
+            }
+        }
+        a.stats()
+    };
+    let locked = run(CachingConfig::default());
+    let released = run(CachingConfig {
+        release_lock_on_malloc: true,
+        ..CachingConfig::default()
+    });
+    assert!(
+        locked.num_ooms > 0 && locked.num_alloc_retries > 0,
+        "the sequence reaches the OOM path"
+    );
+    assert_eq!(locked, released);
+}

@@ -9,7 +9,7 @@ use crate::backend::{Backend, MemInfo, StreamId};
 use crate::caching::settings::parse_settings;
 use crate::caching::snapshot::settings_json;
 use crate::caching::summary::memory_summary;
-use crate::caching::{CachingAllocator, CachingConfig, DeviceStats};
+use crate::caching::{CachingAllocator, CachingConfig, DeviceStats, MallocStep};
 use crate::error::{Error, ErrorKind, Result};
 use ownership::{IndexedBackend, SegmentIndex};
 use std::cell::RefCell;
@@ -144,6 +144,20 @@ impl Accelerator {
     /// Lock a device given as a C ABI index.
     pub fn device(&self, device: i32) -> Result<MutexGuard<'_, CachingAllocator>> {
         self.lock(self.resolve(device)?)
+    }
+
+    /// Hand out `size` bytes (size > 0) on device `index` for `stream`. With release_lock_on_malloc,
+    /// the backend is asked for a new segment without holding the device's lock, so other threads
+    /// keep allocating from the cache meanwhile.
+    pub fn malloc(&self, index: usize, size: usize, stream: StreamId) -> Result<usize> {
+        let step = self.lock(index)?.malloc_begin(size, stream)?;
+        match step {
+            MallocStep::Done(ptr) => Ok(ptr),
+            MallocStep::NeedSegment(request) => {
+                let raw = self.backend.raw_alloc(index, request.size, request.stream);
+                self.lock(index)?.malloc_finish(request, raw)
+            }
+        }
     }
 
     /// Start or stop recording allocator history on every device.
@@ -281,7 +295,7 @@ impl Runtime {
         if size == 0 {
             return Ok(0);
         }
-        accelerator.lock(index)?.malloc(size, stream)
+        accelerator.malloc(index, size, stream)
     }
 
     /// Return memory from `malloc`; a null pointer is a no-op.

@@ -23,6 +23,27 @@ use crate::units::format_size;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
+/// What `malloc_begin` decided.
+#[derive(Debug)]
+pub enum MallocStep {
+    /// The block at this address is handed out.
+    Done(usize),
+    /// A new segment is needed: ask the backend for it, then call `malloc_finish`.
+    NeedSegment(SegmentRequest),
+}
+
+/// A segment a malloc waits for.
+#[derive(Clone, Copy, Debug)]
+pub struct SegmentRequest {
+    /// Bytes to ask the backend for.
+    pub size: usize,
+    /// The stream the segment is for.
+    pub stream: StreamId,
+    requested: usize,
+    rounded: usize,
+    pool: PoolKind,
+}
+
 /// One device's caching allocator.
 pub struct CachingAllocator {
     backend: Arc<dyn Backend>,
@@ -103,6 +124,22 @@ impl CachingAllocator {
 
     /// Hand out a block of at least `size` bytes (size > 0) for use on `stream`.
     pub fn malloc(&mut self, size: usize, stream: StreamId) -> Result<usize> {
+        match self.malloc_begin(size, stream)? {
+            MallocStep::Done(ptr) => Ok(ptr),
+            MallocStep::NeedSegment(request) => {
+                let raw = self
+                    .backend
+                    .raw_alloc(self.device, request.size, request.stream);
+                self.malloc_finish(request, raw)
+            }
+        }
+    }
+
+    /// malloc up to the point where a new segment is needed. With release_lock_on_malloc set, the
+    /// caller asks the backend for that segment without holding this device's lock (device
+    /// allocations can take milliseconds) and passes the answer to `malloc_finish`; otherwise the
+    /// whole request is served here.
+    pub fn malloc_begin(&mut self, size: usize, stream: StreamId) -> Result<MallocStep> {
         debug_assert!(size > 0);
         if !self.pending_events.is_empty() {
             self.process_events()?;
@@ -121,10 +158,53 @@ impl CachingAllocator {
             None if alloc_size > self.capacity => {
                 return Err(self.out_of_memory_message(alloc_size))
             }
+            None if self.config.release_lock_on_malloc && !self.grows_expandable() => {
+                if self.garbage_collection_on() {
+                    self.garbage_collect_cached_blocks()?;
+                }
+                if self.within_fraction(alloc_size) {
+                    return Ok(MallocStep::NeedSegment(SegmentRequest {
+                        size: alloc_size,
+                        stream,
+                        requested: size,
+                        rounded,
+                        pool,
+                    }));
+                }
+                self.allocate_after_first_failure(pool, stream, rounded, alloc_size)?
+            }
             None => self.allocate_segment_with_fallbacks(pool, stream, rounded, alloc_size)?,
         };
-        let split = should_split(pool, self.blocks[id].size, rounded, &self.config);
-        Ok(self.hand_out(id, rounded, size, split))
+        Ok(MallocStep::Done(self.hand_out_found(id, rounded, size)))
+    }
+
+    /// Finish a malloc that needed a segment, given the backend's answer to `request`.
+    pub fn malloc_finish(
+        &mut self,
+        request: SegmentRequest,
+        raw: std::result::Result<usize, BackendError>,
+    ) -> Result<usize> {
+        let SegmentRequest {
+            size,
+            stream,
+            requested,
+            rounded,
+            pool,
+        } = request;
+        let id = match raw {
+            Ok(ptr) => self.account_segment(pool, stream, ptr, size),
+            Err(BackendError::OutOfMemory) => {
+                self.allocate_after_first_failure(pool, stream, rounded, size)?
+            }
+            Err(e) => return Err(backend_error(&*self.backend, self.device, "raw_alloc", e)),
+        };
+        Ok(self.hand_out_found(id, rounded, requested))
+    }
+
+    fn hand_out_found(&mut self, id: BlockId, rounded: usize, requested: usize) -> usize {
+        let block = &self.blocks[id];
+        let split = should_split(block.pool, block.size, rounded, &self.config);
+        self.hand_out(id, rounded, requested, split)
     }
 
     /// Return a block handed out by `malloc`.

@@ -19,6 +19,17 @@ impl CachingAllocator {
         if let Some(id) = self.allocate_segment(pool, stream, rounded, alloc_size, false)? {
             return Ok(id);
         }
+        self.allocate_after_first_failure(pool, stream, rounded, alloc_size)
+    }
+
+    /// The rest of the miss path once the first request for a segment failed.
+    pub(super) fn allocate_after_first_failure(
+        &mut self,
+        pool: PoolKind,
+        stream: StreamId,
+        rounded: usize,
+        alloc_size: usize,
+    ) -> Result<BlockId> {
         if self.release_available_cached_blocks(pool, stream, rounded)? {
             if let Some(id) = self.allocate_segment(pool, stream, rounded, alloc_size, false)? {
                 return Ok(id);
@@ -39,6 +50,17 @@ impl CachingAllocator {
         Err(self.out_of_memory_message(alloc_size))
     }
 
+    /// Whether a new segment of `size` bytes stays within the memory fraction.
+    pub(super) fn within_fraction(&self, size: usize) -> bool {
+        self.allowed_maximum
+            .is_none_or(|allowed| self.reserved_total + size <= allowed)
+    }
+
+    /// Whether new memory comes from growing an expandable segment.
+    pub(super) fn grows_expandable(&self) -> bool {
+        self.config.expandable_segments && self.virtual_memory_available()
+    }
+
     /// Ask the backend for a segment. Ok(None) when the device (or the memory fraction) has no room.
     pub(super) fn allocate_segment(
         &mut self,
@@ -51,23 +73,31 @@ impl CachingAllocator {
         if is_retry {
             self.stats.num_alloc_retries += 1;
         }
-        if let Some(allowed) = self.allowed_maximum {
-            if self.reserved_total + size > allowed {
-                return Ok(None);
-            }
+        if !self.within_fraction(size) {
+            return Ok(None);
         }
-        if self.config.expandable_segments && self.virtual_memory_available() {
+        if self.grows_expandable() {
             // Grow an expandable segment by the rounded request, not a whole new segment.
             if self.config.expandable_trim {
                 self.trim_free_pages()?;
             }
             return self.try_allocate_expandable_block(pool, stream, rounded);
         }
-        let ptr = match self.backend.raw_alloc(self.device, size, stream) {
-            Ok(ptr) => ptr,
-            Err(BackendError::OutOfMemory) => return Ok(None),
-            Err(e) => return Err(backend_error(&*self.backend, self.device, "raw_alloc", e)),
-        };
+        match self.backend.raw_alloc(self.device, size, stream) {
+            Ok(ptr) => Ok(Some(self.account_segment(pool, stream, ptr, size))),
+            Err(BackendError::OutOfMemory) => Ok(None),
+            Err(e) => Err(backend_error(&*self.backend, self.device, "raw_alloc", e)),
+        }
+    }
+
+    /// Take a segment the backend handed out into the books; returns its (free, whole) block.
+    pub(super) fn account_segment(
+        &mut self,
+        pool: PoolKind,
+        stream: StreamId,
+        ptr: usize,
+        size: usize,
+    ) -> BlockId {
         self.reserved_total += size;
         let stat_type = stat_type(pool);
         for_pool(&mut self.stats.segment, stat_type, |s| s.increase(1));
@@ -79,9 +109,7 @@ impl CachingAllocator {
         }
         self.stats.num_device_alloc += 1;
         self.trace(TraceAction::SegmentAlloc, ptr, size, stream);
-        Ok(Some(
-            self.blocks.insert(Block::new(ptr, size, stream, pool)),
-        ))
+        self.blocks.insert(Block::new(ptr, size, stream, pool))
     }
 
     /// With max_split_size set: free cached oversize blocks of this pool and stream, the smallest one

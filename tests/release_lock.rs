@@ -1,0 +1,105 @@
+//! release_lock_on_malloc: while one thread waits on a slow device allocation, others keep
+//! allocating from the cache of the same device.
+
+use accalloc::backend::testing::TestBackend;
+use accalloc::backend::{Backend, BackendError, MemInfo, StreamId};
+use accalloc::caching::settings::parse_settings;
+use accalloc::caching::CachingConfig;
+use accalloc::runtime::ownership::SegmentIndex;
+use accalloc::runtime::Accelerator;
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+/// A backend whose raw allocations of `slow_size` bytes wait until the test opens the gate.
+struct GatedBackend {
+    inner: TestBackend,
+    slow_size: usize,
+    open: Mutex<bool>,
+    opened: Condvar,
+    entered: Mutex<Option<mpsc::Sender<()>>>,
+}
+
+impl Backend for GatedBackend {
+    fn name(&self) -> &str {
+        "gated"
+    }
+    fn device_count(&self) -> usize {
+        1
+    }
+    fn raw_alloc(
+        &self,
+        device: usize,
+        size: usize,
+        stream: StreamId,
+    ) -> Result<usize, BackendError> {
+        if size == self.slow_size {
+            if let Some(entered) = self.entered.lock().unwrap().take() {
+                entered.send(()).unwrap();
+            }
+            let open = self.open.lock().unwrap();
+            drop(self.opened.wait_while(open, |open| !*open).unwrap());
+        }
+        self.inner.raw_alloc(device, size, stream)
+    }
+    fn raw_free(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError> {
+        self.inner.raw_free(device, ptr, size)
+    }
+    fn mem_get_info(&self, device: usize) -> Result<MemInfo, BackendError> {
+        self.inner.mem_get_info(device)
+    }
+}
+
+#[test]
+fn cached_allocations_proceed_while_a_device_allocation_waits() {
+    let (entered_tx, entered_rx) = mpsc::channel();
+    let backend = Arc::new(GatedBackend {
+        inner: TestBackend::new(1, 1 << 30),
+        slow_size: 64 << 20,
+        open: Mutex::new(false),
+        opened: Condvar::new(),
+        entered: Mutex::new(Some(entered_tx)),
+    });
+    let config = parse_settings("release_lock_on_malloc:True", &CachingConfig::default()).unwrap();
+    let accelerator = Arc::new(Accelerator::new(
+        7,
+        backend.clone(),
+        Arc::new(SegmentIndex::default()),
+        config,
+    ));
+    // Warm the small pool so the other thread's requests are cache hits.
+    let warm = accelerator.malloc(0, 1000, 0).unwrap();
+    accelerator.lock(0).unwrap().free(warm).unwrap();
+
+    let slow = {
+        let accelerator = accelerator.clone();
+        std::thread::spawn(move || accelerator.malloc(0, 64 << 20, 0))
+    };
+    entered_rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the slow allocation started");
+
+    // The device lock is free: a cached malloc/free completes while the backend call waits.
+    let (done_tx, done_rx) = mpsc::channel();
+    {
+        let accelerator = accelerator.clone();
+        std::thread::spawn(move || {
+            let p = accelerator.malloc(0, 1000, 0).unwrap();
+            accelerator.lock(0).unwrap().free(p).unwrap();
+            done_tx.send(p).unwrap();
+        });
+    }
+    let reused = done_rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("a cached malloc had to wait for the device allocation");
+    assert_eq!(reused, warm);
+
+    *backend.open.lock().unwrap() = true;
+    backend.opened.notify_all();
+    let big = slow.join().unwrap().unwrap();
+    let stats = accelerator.lock(0).unwrap().stats();
+    assert_eq!(stats.num_device_alloc, 2);
+    assert_eq!(stats.reserved_bytes[0].current, (2 << 20) + (64 << 20));
+    assert_eq!(stats.allocated_bytes[0].current, 64 << 20);
+    accelerator.lock(0).unwrap().free(big).unwrap();
+}
