@@ -231,7 +231,13 @@ impl CachingAllocator {
         if size >= self.config.max_split_size {
             self.stats.oversize_allocations.decrease(1);
         }
-        match self.stream_uses.remove(&id) {
+        // Most blocks are never shared across streams: skip the lookup when none is.
+        let uses = if self.stream_uses.is_empty() {
+            None
+        } else {
+            self.stream_uses.remove(&id)
+        };
+        match uses {
             Some(streams) => self.insert_events(id, streams),
             None => {
                 self.return_to_pool(id);
