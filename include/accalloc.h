@@ -52,6 +52,17 @@
 #define ACC_STAT_LARGE_POOL 2
 
 /**
+ * What a backend function returns on success.
+ */
+#define ACC_BACKEND_OK 0
+
+/**
+ * What a backend function returns when the device has no room: accalloc releases cached memory
+ * and retries, as for a device out-of-memory error.
+ */
+#define ACC_BACKEND_OUT_OF_MEMORY 2
+
+/**
  * The result of every fallible call. On failure, acc_last_error_message() says what went wrong.
  */
 typedef enum AccStatus {
@@ -101,6 +112,86 @@ typedef enum AccStatus {
  * A kind of accelerator. Built-in values are ACC_DEVICE_HOST and ACC_DEVICE_CUDA.
  */
 typedef int32_t AccDeviceType;
+
+/**
+ * The functions of an accelerator backend, for acc_register_backend. Set struct_size to
+ * sizeof(AccBackendVTable) (later versions may add entries at the end). The first four entries are
+ * required; a NULL optional entry turns its feature off: without the five event functions,
+ * acc_record_stream falls back to stream_synchronize when there is one and is otherwise
+ * ACC_ERROR_NOT_SUPPORTED; without the five virtual-memory functions, expandable segments fall back
+ * to ordinary segments. The functions may be called from any thread, and with the same context
+ * concurrently for different devices.
+ */
+typedef struct AccBackendVTable {
+  /**
+   * sizeof(AccBackendVTable) as the caller knows it.
+   */
+  size_t struct_size;
+  /**
+   * Passed as the first argument of every function.
+   */
+  void *context;
+  /**
+   * Required: how many devices the backend drives (at least 1).
+   */
+  int32_t (*device_count)(void *context, int32_t *out);
+  /**
+   * Required: allocate `size` bytes on `device` for `stream`, address 512-byte aligned, into *out.
+   */
+  int32_t (*raw_alloc)(void *context, int32_t device, size_t size, void *stream, void **out);
+  /**
+   * Required: free what raw_alloc returned (`size` as allocated).
+   */
+  int32_t (*raw_free)(void *context, int32_t device, void *ptr, size_t size);
+  /**
+   * Required: free and total bytes of `device`.
+   */
+  int32_t (*mem_get_info)(void *context, int32_t device, uint64_t *free, uint64_t *total);
+  /**
+   * Optional: create an event into *out.
+   */
+  int32_t (*event_create)(void *context, int32_t device, void **out);
+  /**
+   * Optional: record `event` on `stream`.
+   */
+  int32_t (*event_record)(void *context, int32_t device, void *event, void *stream);
+  /**
+   * Optional: set *complete to 1 when `event` has completed, 0 when not yet.
+   */
+  int32_t (*event_query)(void *context, int32_t device, void *event, int32_t *complete);
+  /**
+   * Optional: wait until `event` completes.
+   */
+  int32_t (*event_synchronize)(void *context, int32_t device, void *event);
+  /**
+   * Optional: destroy `event`.
+   */
+  int32_t (*event_destroy)(void *context, int32_t device, void *event);
+  /**
+   * Optional: wait until the work queued on `stream` is done.
+   */
+  int32_t (*stream_synchronize)(void *context, int32_t device, void *stream);
+  /**
+   * Optional: the mapping granularity of `device` in bytes, into *out.
+   */
+  int32_t (*vm_granularity)(void *context, int32_t device, size_t *out);
+  /**
+   * Optional: reserve `size` bytes of address space into *out.
+   */
+  int32_t (*vm_reserve)(void *context, int32_t device, size_t size, void **out);
+  /**
+   * Optional: back `size` bytes at `ptr` (inside a reservation) with memory.
+   */
+  int32_t (*vm_map)(void *context, int32_t device, void *ptr, size_t size);
+  /**
+   * Optional: give back the memory behind `size` bytes at `ptr`, keeping the addresses.
+   */
+  int32_t (*vm_unmap)(void *context, int32_t device, void *ptr, size_t size);
+  /**
+   * Optional: release a whole reservation.
+   */
+  int32_t (*vm_release)(void *context, int32_t device, void *ptr, size_t size);
+} AccBackendVTable;
 
 /**
  * One statistic, as PyTorch keeps it.
@@ -227,6 +318,14 @@ extern "C" {
 enum AccStatus acc_mem_get_info(int32_t device, uint64_t *free, uint64_t *total);
 
 /**
+ * acc_mem_get_info on the accelerator of `device_type`.
+ */
+enum AccStatus acc_mem_get_info_on(AccDeviceType device_type,
+                                   int32_t device,
+                                   uint64_t *free,
+                                   uint64_t *total);
+
+/**
  * Limit the memory accalloc reserves on `device` to `fraction` (0 to 1) of its total memory;
  * a request past it fails as out of memory without asking the device.
  * Errors: ACC_ERROR_INVALID_ARGUMENT for a fraction outside [0, 1] or NaN.
@@ -234,9 +333,21 @@ enum AccStatus acc_mem_get_info(int32_t device, uint64_t *free, uint64_t *total)
 enum AccStatus acc_set_memory_fraction(double fraction, int32_t device);
 
 /**
+ * acc_set_memory_fraction on the accelerator of `device_type`.
+ */
+enum AccStatus acc_set_memory_fraction_on(AccDeviceType device_type,
+                                          double fraction,
+                                          int32_t device);
+
+/**
  * Number of devices of the current accelerator.
  */
 enum AccStatus acc_device_count(int32_t *out);
+
+/**
+ * acc_device_count of the accelerator of `device_type`.
+ */
+enum AccStatus acc_device_count_on(AccDeviceType device_type, int32_t *out);
 
 /**
  * This thread's current device index (0 until acc_set_device is called).
@@ -244,19 +355,50 @@ enum AccStatus acc_device_count(int32_t *out);
 enum AccStatus acc_current_device(int32_t *out);
 
 /**
+ * acc_current_device of the accelerator of `device_type`.
+ */
+enum AccStatus acc_current_device_on(AccDeviceType device_type, int32_t *out);
+
+/**
  * Make `device` this thread's current device (what -1 means in other calls).
  */
 enum AccStatus acc_set_device(int32_t device);
 
 /**
- * The accelerator that calls use: ACC_DEVICE_CUDA when a GPU is present, else ACC_DEVICE_HOST.
+ * acc_set_device on the accelerator of `device_type`.
+ */
+enum AccStatus acc_set_device_on(AccDeviceType device_type, int32_t device);
+
+/**
+ * The accelerator that calls without a device type use: ACC_DEVICE_CUDA when a GPU is present,
+ * else ACC_DEVICE_HOST, until acc_set_accelerator chooses another.
  */
 AccDeviceType acc_current_accelerator(void);
 
 /**
- * The name of a device type ("host", "cuda"), or "unknown". Never NULL; static storage.
+ * Make `device_type` the accelerator of calls without a device type (process-wide).
+ * Errors: ACC_ERROR_INVALID_ARGUMENT when no such type exists.
+ */
+enum AccStatus acc_set_accelerator(AccDeviceType device_type);
+
+/**
+ * The name of a device type ("host", "cuda", or a registered backend's name), or "unknown".
+ * Never NULL; valid for the life of the process.
  */
 const char *acc_device_type_name(AccDeviceType device_type);
+
+/**
+ * Register an accelerator backend written in C and store its new device type in `*out`; every
+ * function of this library then works on it (the `_on` forms, or after acc_set_accelerator), with
+ * its own pools and statistics. `name` (1 to 64 letters, digits, '_' or '-') must be new. The table
+ * is copied; its functions and context must stay valid for the life of the process.
+ *
+ * Errors: ACC_ERROR_INVALID_ARGUMENT for a NULL argument, a bad or taken name, a table whose
+ * struct_size is wrong or whose required entries are NULL, or a device_count that fails.
+ */
+enum AccStatus acc_register_backend(const char *name,
+                                    const struct AccBackendVTable *vtable,
+                                    AccDeviceType *out);
 
 /**
  * This thread's last failure message ("" before any). Never NULL; valid until this thread's next
@@ -293,11 +435,29 @@ enum AccStatus acc_memory_summary(int32_t device,
                                   size_t *len);
 
 /**
+ * acc_memory_summary on the accelerator of `device_type`.
+ */
+enum AccStatus acc_memory_summary_on(AccDeviceType device_type,
+                                     int32_t device,
+                                     int32_t abbreviated,
+                                     char *buf,
+                                     size_t cap,
+                                     size_t *len);
+
+/**
  * Every segment and block of every device of the current accelerator as one JSON object with the
  * fields of PyTorch's snapshot: {"segments": [...], "device_traces": [[...] per device],
  * "allocator_settings": {...}}. Written like acc_memory_stats_json.
  */
 enum AccStatus acc_memory_snapshot_json(char *buf, size_t cap, size_t *len);
+
+/**
+ * acc_memory_snapshot_json of the accelerator of `device_type`.
+ */
+enum AccStatus acc_memory_snapshot_json_on(AccDeviceType device_type,
+                                           char *buf,
+                                           size_t cap,
+                                           size_t *len);
 
 /**
  * Start (`enabled` non-zero, keeping the newest `max_entries` per device) or stop recording the
@@ -310,9 +470,17 @@ enum AccStatus acc_record_memory_history(int32_t enabled,
                                          size_t max_entries);
 
 /**
- * Allocate at least `size` bytes on `device` (-1: this thread's current device) for use on `stream`
- * (NULL: the default stream) and store the address in `*out`. Blocks are 512-byte aligned and are
- * reused only on the stream they were allocated on. Size 0 stores NULL and succeeds.
+ * acc_record_memory_history on the accelerator of `device_type`.
+ */
+enum AccStatus acc_record_memory_history_on(AccDeviceType device_type,
+                                            int32_t enabled,
+                                            size_t max_entries);
+
+/**
+ * Allocate at least `size` bytes on `device` (-1: this thread's current device) of the current
+ * accelerator for use on `stream` (NULL: the default stream) and store the address in `*out`.
+ * Blocks are 512-byte aligned and are reused only on the stream they were allocated on. Size 0
+ * stores NULL and succeeds.
  *
  * Errors: ACC_ERROR_INVALID_ARGUMENT (out is NULL), ACC_ERROR_INVALID_DEVICE,
  * ACC_ERROR_OUT_OF_MEMORY (message in PyTorch's "Tried to allocate" form). On error *out is not
@@ -321,7 +489,16 @@ enum AccStatus acc_record_memory_history(int32_t enabled,
 enum AccStatus acc_malloc(void **out, size_t size, int32_t device, void *stream);
 
 /**
- * Return memory from acc_malloc to the cache. NULL is a no-op.
+ * acc_malloc on the accelerator of `device_type`.
+ */
+enum AccStatus acc_malloc_on(AccDeviceType device_type,
+                             void **out,
+                             size_t size,
+                             int32_t device,
+                             void *stream);
+
+/**
+ * Return memory from acc_malloc (of any accelerator) to the cache. NULL is a no-op.
  *
  * Errors: ACC_ERROR_INVALID_POINTER for a pointer accalloc did not hand out, an interior pointer or
  * a double free; nothing is changed.
@@ -333,7 +510,8 @@ enum AccStatus acc_free(void *ptr);
  * block returns to the cache only after the work queued on `stream` until then has completed.
  * Uses on the stream the block was allocated on are ignored.
  *
- * Errors: ACC_ERROR_INVALID_POINTER when `ptr` is not a live allocation.
+ * Errors: ACC_ERROR_INVALID_POINTER when `ptr` is not a live allocation; ACC_ERROR_NOT_SUPPORTED
+ * when its backend has neither events nor stream synchronization.
  */
 enum AccStatus acc_record_stream(void *ptr, void *stream);
 
@@ -344,13 +522,24 @@ enum AccStatus acc_record_stream(void *ptr, void *stream);
 enum AccStatus acc_empty_cache(void);
 
 /**
- * Change the allocator settings, in PYTORCH_ALLOC_CONF's syntax (the same as the ACC_ALLOC_CONF
- * environment variable), e.g. "max_split_size_mb:128,roundup_power2_divisions:[64:8,>:1]".
- * max_split_size_mb, roundup_power2_divisions and garbage_collection_threshold return to their
- * defaults unless named; other keys keep their values. Errors: ACC_ERROR_CONFIG with a message naming
- * the key, the value and what is allowed; the settings in force stay as they were.
+ * acc_empty_cache on the accelerator of `device_type`.
+ */
+enum AccStatus acc_empty_cache_on(AccDeviceType device_type);
+
+/**
+ * Change the current accelerator's allocator settings, in PYTORCH_ALLOC_CONF's syntax (the same as
+ * the ACC_ALLOC_CONF environment variable), e.g.
+ * "max_split_size_mb:128,roundup_power2_divisions:[64:8,>:1]". max_split_size_mb,
+ * roundup_power2_divisions and garbage_collection_threshold return to their defaults unless named;
+ * other keys keep their values. Errors: ACC_ERROR_CONFIG with a message naming the key, the value
+ * and what is allowed; the settings in force stay as they were.
  */
 enum AccStatus acc_set_allocator_settings(const char *conf);
+
+/**
+ * acc_set_allocator_settings on the accelerator of `device_type`.
+ */
+enum AccStatus acc_set_allocator_settings_on(AccDeviceType device_type, const char *conf);
 
 /**
  * The settings in force as a configuration string ("" for the defaults), written like
@@ -361,6 +550,14 @@ enum AccStatus acc_get_allocator_settings(char *buf,
                                           size_t *len);
 
 /**
+ * acc_get_allocator_settings of the accelerator of `device_type`.
+ */
+enum AccStatus acc_get_allocator_settings_on(AccDeviceType device_type,
+                                             char *buf,
+                                             size_t cap,
+                                             size_t *len);
+
+/**
  * Fill `*out` with every statistic of `device` (-1: current). Set out->struct_size to
  * sizeof(AccDeviceStats) first; on return it holds the number of bytes filled.
  *
@@ -369,9 +566,21 @@ enum AccStatus acc_get_allocator_settings(char *buf,
 enum AccStatus acc_get_device_stats(int32_t device, struct AccDeviceStats *out);
 
 /**
+ * acc_get_device_stats on the accelerator of `device_type`.
+ */
+enum AccStatus acc_get_device_stats_on(AccDeviceType device_type,
+                                       int32_t device,
+                                       struct AccDeviceStats *out);
+
+/**
  * Bytes handed out now on `device` (memory_stats "allocated_bytes.all.current").
  */
 enum AccStatus acc_memory_allocated(int32_t device, int64_t *out);
+
+/**
+ * acc_memory_allocated on the accelerator of `device_type`.
+ */
+enum AccStatus acc_memory_allocated_on(AccDeviceType device_type, int32_t device, int64_t *out);
 
 /**
  * Peak of bytes handed out ("allocated_bytes.all.peak").
@@ -379,9 +588,19 @@ enum AccStatus acc_memory_allocated(int32_t device, int64_t *out);
 enum AccStatus acc_max_memory_allocated(int32_t device, int64_t *out);
 
 /**
+ * acc_max_memory_allocated on the accelerator of `device_type`.
+ */
+enum AccStatus acc_max_memory_allocated_on(AccDeviceType device_type, int32_t device, int64_t *out);
+
+/**
  * Bytes held from the device now, in use or cached ("reserved_bytes.all.current").
  */
 enum AccStatus acc_memory_reserved(int32_t device, int64_t *out);
+
+/**
+ * acc_memory_reserved on the accelerator of `device_type`.
+ */
+enum AccStatus acc_memory_reserved_on(AccDeviceType device_type, int32_t device, int64_t *out);
 
 /**
  * Peak of bytes held from the device ("reserved_bytes.all.peak").
@@ -389,9 +608,19 @@ enum AccStatus acc_memory_reserved(int32_t device, int64_t *out);
 enum AccStatus acc_max_memory_reserved(int32_t device, int64_t *out);
 
 /**
+ * acc_max_memory_reserved on the accelerator of `device_type`.
+ */
+enum AccStatus acc_max_memory_reserved_on(AccDeviceType device_type, int32_t device, int64_t *out);
+
+/**
  * Zero the "allocated" and "freed" totals of every statistic and the five event counters.
  */
 enum AccStatus acc_reset_accumulated_memory_stats(int32_t device);
+
+/**
+ * acc_reset_accumulated_memory_stats on the accelerator of `device_type`.
+ */
+enum AccStatus acc_reset_accumulated_memory_stats_on(AccDeviceType device_type, int32_t device);
 
 /**
  * Set every peak to its current value.
@@ -399,10 +628,23 @@ enum AccStatus acc_reset_accumulated_memory_stats(int32_t device);
 enum AccStatus acc_reset_peak_memory_stats(int32_t device);
 
 /**
+ * acc_reset_peak_memory_stats on the accelerator of `device_type`.
+ */
+enum AccStatus acc_reset_peak_memory_stats_on(AccDeviceType device_type, int32_t device);
+
+/**
  * Read one statistic by its memory_stats() key, e.g. "reserved_bytes.large_pool.peak" or
  * "num_ooms". Errors: ACC_ERROR_INVALID_ARGUMENT for a NULL or unknown key.
  */
 enum AccStatus acc_memory_stat(int32_t device, const char *key, int64_t *out);
+
+/**
+ * acc_memory_stat on the accelerator of `device_type`.
+ */
+enum AccStatus acc_memory_stat_on(AccDeviceType device_type,
+                                  int32_t device,
+                                  const char *key,
+                                  int64_t *out);
 
 /**
  * Write every statistic of `device` as one JSON object with PyTorch's 122 keys, sorted, plus a NUL.
@@ -413,6 +655,15 @@ enum AccStatus acc_memory_stats_json(int32_t device,
                                      char *buf,
                                      size_t cap,
                                      size_t *len);
+
+/**
+ * acc_memory_stats_json on the accelerator of `device_type`.
+ */
+enum AccStatus acc_memory_stats_json_on(AccDeviceType device_type,
+                                        int32_t device,
+                                        char *buf,
+                                        size_t cap,
+                                        size_t *len);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -1,6 +1,7 @@
 //! Backends hand out raw device memory. They know nothing of caching: the caching layer asks them for
 //! whole segments and gives whole segments back.
 
+pub mod custom;
 pub mod host;
 pub mod testing;
 
@@ -63,6 +64,11 @@ pub trait Backend: Send + Sync {
     // returns to the pool only when their events complete. The defaults suit a backend whose work is
     // synchronous (the host): events complete at once.
 
+    /// Whether the event functions below work (false: blocks used by other streams are handled by
+    /// synchronizing those streams, or record_stream is not supported).
+    fn events_supported(&self) -> bool {
+        true
+    }
     /// Create an event on `device`.
     fn create_event(&self, _device: usize) -> Result<EventId, BackendError> {
         Ok(0)
@@ -86,6 +92,15 @@ pub trait Backend: Send + Sync {
     }
     /// Release an event created by `create_event`.
     fn destroy_event(&self, _device: usize, _event: EventId) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    /// Whether `synchronize_stream` works.
+    fn stream_synchronize_supported(&self) -> bool {
+        true
+    }
+    /// Wait until the work queued on `stream` is done.
+    fn synchronize_stream(&self, _device: usize, _stream: StreamId) -> Result<(), BackendError> {
         Ok(())
     }
 

@@ -54,7 +54,9 @@ fn info() -> Result<(), String> {
     println!("accelerator: {}", accelerator.name());
     println!("devices: {}", accelerator.device_count());
     for device in 0..accelerator.device_count() {
-        let info = runtime.mem_get_info(device as i32).map_err(|e| e.message)?;
+        let info = accelerator
+            .mem_get_info(device as i32)
+            .map_err(|e| e.message)?;
         println!(
             "device {device}: capacity {} ({} bytes), free {}",
             format_size(info.total as u64),

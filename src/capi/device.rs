@@ -1,9 +1,13 @@
-//! Devices and accelerators.
+//! Devices and accelerators: device counts and the current device, the current accelerator, and
+//! backends registered from C.
 
-use super::guard::{guard, out_ptr};
+use super::guard::{current_type, guard, on, out_ptr, str_arg};
 use super::types::{AccDeviceType, AccStatus};
-use crate::runtime::{device_type_name, runtime};
+use crate::backend::custom::{AccBackendVTable, CustomBackend};
+use crate::error::Error;
+use crate::runtime::runtime;
 use std::ffi::c_char;
+use std::sync::Arc;
 
 /// Free and total memory of `device` (-1: current), as the device reports them.
 #[no_mangle]
@@ -12,10 +16,21 @@ pub unsafe extern "C" fn acc_mem_get_info(
     free: *mut u64,
     total: *mut u64,
 ) -> AccStatus {
+    acc_mem_get_info_on(current_type(), device, free, total)
+}
+
+/// acc_mem_get_info on the accelerator of `device_type`.
+#[no_mangle]
+pub unsafe extern "C" fn acc_mem_get_info_on(
+    device_type: AccDeviceType,
+    device: i32,
+    free: *mut u64,
+    total: *mut u64,
+) -> AccStatus {
     guard(|| {
         let free = out_ptr(free, "free")?;
         let total = out_ptr(total, "total")?;
-        let info = runtime()?.mem_get_info(device)?;
+        let info = on(device_type)?.mem_get_info(device)?;
         *free = info.free as u64;
         *total = info.total as u64;
         Ok(())
@@ -27,15 +42,34 @@ pub unsafe extern "C" fn acc_mem_get_info(
 /// Errors: ACC_ERROR_INVALID_ARGUMENT for a fraction outside [0, 1] or NaN.
 #[no_mangle]
 pub extern "C" fn acc_set_memory_fraction(fraction: f64, device: i32) -> AccStatus {
-    guard(|| runtime()?.set_memory_fraction(fraction, device))
+    acc_set_memory_fraction_on(current_type(), fraction, device)
+}
+
+/// acc_set_memory_fraction on the accelerator of `device_type`.
+#[no_mangle]
+pub extern "C" fn acc_set_memory_fraction_on(
+    device_type: AccDeviceType,
+    fraction: f64,
+    device: i32,
+) -> AccStatus {
+    guard(|| on(device_type)?.set_memory_fraction(fraction, device))
 }
 
 /// Number of devices of the current accelerator.
 #[no_mangle]
 pub unsafe extern "C" fn acc_device_count(out: *mut i32) -> AccStatus {
+    acc_device_count_on(current_type(), out)
+}
+
+/// acc_device_count of the accelerator of `device_type`.
+#[no_mangle]
+pub unsafe extern "C" fn acc_device_count_on(
+    device_type: AccDeviceType,
+    out: *mut i32,
+) -> AccStatus {
     guard(|| {
         let out = out_ptr(out, "out")?;
-        *out = runtime()?.device_count() as i32;
+        *out = on(device_type)?.device_count() as i32;
         Ok(())
     })
 }
@@ -43,9 +77,18 @@ pub unsafe extern "C" fn acc_device_count(out: *mut i32) -> AccStatus {
 /// This thread's current device index (0 until acc_set_device is called).
 #[no_mangle]
 pub unsafe extern "C" fn acc_current_device(out: *mut i32) -> AccStatus {
+    acc_current_device_on(current_type(), out)
+}
+
+/// acc_current_device of the accelerator of `device_type`.
+#[no_mangle]
+pub unsafe extern "C" fn acc_current_device_on(
+    device_type: AccDeviceType,
+    out: *mut i32,
+) -> AccStatus {
     guard(|| {
         let out = out_ptr(out, "out")?;
-        *out = runtime()?.current_device() as i32;
+        *out = on(device_type)?.current_device() as i32;
         Ok(())
     })
 }
@@ -53,24 +96,66 @@ pub unsafe extern "C" fn acc_current_device(out: *mut i32) -> AccStatus {
 /// Make `device` this thread's current device (what -1 means in other calls).
 #[no_mangle]
 pub extern "C" fn acc_set_device(device: i32) -> AccStatus {
-    guard(|| runtime()?.set_device(device))
+    acc_set_device_on(current_type(), device)
 }
 
-/// The accelerator that calls use: ACC_DEVICE_CUDA when a GPU is present, else ACC_DEVICE_HOST.
+/// acc_set_device on the accelerator of `device_type`.
+#[no_mangle]
+pub extern "C" fn acc_set_device_on(device_type: AccDeviceType, device: i32) -> AccStatus {
+    guard(|| on(device_type)?.set_device(device))
+}
+
+/// The accelerator that calls without a device type use: ACC_DEVICE_CUDA when a GPU is present,
+/// else ACC_DEVICE_HOST, until acc_set_accelerator chooses another.
 #[no_mangle]
 pub extern "C" fn acc_current_accelerator() -> AccDeviceType {
-    runtime()
-        .map(|r| r.current().device_type())
-        .unwrap_or(super::types::ACC_DEVICE_HOST)
+    current_type()
 }
 
-/// The name of a device type ("host", "cuda"), or "unknown". Never NULL; static storage.
+/// Make `device_type` the accelerator of calls without a device type (process-wide).
+/// Errors: ACC_ERROR_INVALID_ARGUMENT when no such type exists.
+#[no_mangle]
+pub extern "C" fn acc_set_accelerator(device_type: AccDeviceType) -> AccStatus {
+    guard(|| runtime()?.set_accelerator(device_type))
+}
+
+/// The name of a device type ("host", "cuda", or a registered backend's name), or "unknown".
+/// Never NULL; valid for the life of the process.
 #[no_mangle]
 pub extern "C" fn acc_device_type_name(device_type: AccDeviceType) -> *const c_char {
-    let name: &'static [u8] = match device_type_name(device_type) {
-        Some("host") => b"host\0",
-        Some("cuda") => b"cuda\0",
-        _ => b"unknown\0",
-    };
-    name.as_ptr() as *const c_char
+    match device_type {
+        super::types::ACC_DEVICE_HOST => c"host".as_ptr(),
+        super::types::ACC_DEVICE_CUDA => c"cuda".as_ptr(),
+        _ => on(device_type).map_or(c"unknown".as_ptr(), |accelerator| {
+            accelerator.c_name().as_ptr()
+        }),
+    }
+}
+
+/// Register an accelerator backend written in C and store its new device type in `*out`; every
+/// function of this library then works on it (the `_on` forms, or after acc_set_accelerator), with
+/// its own pools and statistics. `name` (1 to 64 letters, digits, '_' or '-') must be new. The table
+/// is copied; its functions and context must stay valid for the life of the process.
+///
+/// Errors: ACC_ERROR_INVALID_ARGUMENT for a NULL argument, a bad or taken name, a table whose
+/// struct_size is wrong or whose required entries are NULL, or a device_count that fails.
+#[no_mangle]
+pub unsafe extern "C" fn acc_register_backend(
+    name: *const c_char,
+    vtable: *const AccBackendVTable,
+    out: *mut AccDeviceType,
+) -> AccStatus {
+    guard(|| {
+        let name = str_arg(name, "name")?;
+        let out = out_ptr(out, "out")?;
+        // SAFETY: a non-NULL table is readable for the size the header declares, as the caller promises.
+        let table =
+            unsafe { vtable.as_ref() }.ok_or_else(|| Error::invalid_argument("vtable is NULL"))?;
+        // SAFETY: the caller promises valid functions and context for the life of the process.
+        let backend = unsafe { CustomBackend::new(name, table) }.map_err(|why| {
+            Error::invalid_argument(format!("backend '{name}' was not registered: {why}"))
+        })?;
+        *out = runtime()?.register(Arc::new(backend))?;
+        Ok(())
+    })
 }

@@ -67,6 +67,21 @@ pub(crate) fn str_arg<'a>(ptr: *const std::ffi::c_char, name: &str) -> Result<&'
         .map_err(|_| Error::invalid_argument(format!("{name} is not valid UTF-8")))
 }
 
+/// The accelerator of `device_type` (ACC_ERROR_INVALID_ARGUMENT when there is none).
+#[inline]
+pub(crate) fn on(device_type: i32) -> Result<&'static crate::runtime::Accelerator> {
+    crate::runtime::runtime()?.accelerator(device_type)
+}
+
+/// The current accelerator's device type (the host's when the runtime could not start: the call on
+/// it then reports why).
+#[inline]
+pub(crate) fn current_type() -> i32 {
+    crate::runtime::runtime().map_or(crate::runtime::DEVICE_TYPE_HOST, |r| {
+        r.current().device_type()
+    })
+}
+
 /// Copy `text` and a NUL into a caller's buffer (snprintf-like: a NULL buffer asks for the size).
 pub(crate) fn write_text(
     text: &str,

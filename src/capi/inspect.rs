@@ -1,8 +1,7 @@
 //! Seeing inside: the summary table, the snapshot and the history of allocator events.
 
-use super::guard::{guard, write_text};
-use super::types::AccStatus;
-use crate::runtime::runtime;
+use super::guard::{current_type, guard, on, write_text};
+use super::types::{AccDeviceType, AccStatus};
 use std::ffi::c_char;
 
 /// The statistics of `device` (-1: current) as PyTorch's memory_summary() table; `abbreviated`
@@ -16,10 +15,21 @@ pub unsafe extern "C" fn acc_memory_summary(
     cap: usize,
     len: *mut usize,
 ) -> AccStatus {
+    acc_memory_summary_on(current_type(), device, abbreviated, buf, cap, len)
+}
+
+/// acc_memory_summary on the accelerator of `device_type`.
+#[no_mangle]
+pub unsafe extern "C" fn acc_memory_summary_on(
+    device_type: AccDeviceType,
+    device: i32,
+    abbreviated: i32,
+    buf: *mut c_char,
+    cap: usize,
+    len: *mut usize,
+) -> AccStatus {
     guard(|| {
-        let text = runtime()?
-            .current()
-            .memory_summary(device, abbreviated != 0)?;
+        let text = on(device_type)?.memory_summary(device, abbreviated != 0)?;
         write_text(&text, buf, cap, len)
     })
 }
@@ -33,8 +43,19 @@ pub unsafe extern "C" fn acc_memory_snapshot_json(
     cap: usize,
     len: *mut usize,
 ) -> AccStatus {
+    acc_memory_snapshot_json_on(current_type(), buf, cap, len)
+}
+
+/// acc_memory_snapshot_json of the accelerator of `device_type`.
+#[no_mangle]
+pub unsafe extern "C" fn acc_memory_snapshot_json_on(
+    device_type: AccDeviceType,
+    buf: *mut c_char,
+    cap: usize,
+    len: *mut usize,
+) -> AccStatus {
     guard(|| {
-        let text = runtime()?.current().snapshot()?.to_string();
+        let text = on(device_type)?.snapshot()?.to_string();
         write_text(&text, buf, cap, len)
     })
 }
@@ -46,14 +67,22 @@ pub unsafe extern "C" fn acc_memory_snapshot_json(
 /// with max_entries 0.
 #[no_mangle]
 pub extern "C" fn acc_record_memory_history(enabled: i32, max_entries: usize) -> AccStatus {
+    acc_record_memory_history_on(current_type(), enabled, max_entries)
+}
+
+/// acc_record_memory_history on the accelerator of `device_type`.
+#[no_mangle]
+pub extern "C" fn acc_record_memory_history_on(
+    device_type: AccDeviceType,
+    enabled: i32,
+    max_entries: usize,
+) -> AccStatus {
     guard(|| {
         if enabled != 0 && max_entries == 0 {
             return Err(crate::error::Error::invalid_argument(
                 "max_entries is 0: give how many entries to keep per device",
             ));
         }
-        runtime()?
-            .current()
-            .record_history(enabled != 0, max_entries)
+        on(device_type)?.record_history(enabled != 0, max_entries)
     })
 }

@@ -1,13 +1,14 @@
 //! Allocation entry points.
 
-use super::guard::{guard, out_ptr};
-use super::types::AccStatus;
+use super::guard::{current_type, guard, on, out_ptr};
+use super::types::{AccDeviceType, AccStatus};
 use crate::runtime::runtime;
 use std::ffi::c_void;
 
-/// Allocate at least `size` bytes on `device` (-1: this thread's current device) for use on `stream`
-/// (NULL: the default stream) and store the address in `*out`. Blocks are 512-byte aligned and are
-/// reused only on the stream they were allocated on. Size 0 stores NULL and succeeds.
+/// Allocate at least `size` bytes on `device` (-1: this thread's current device) of the current
+/// accelerator for use on `stream` (NULL: the default stream) and store the address in `*out`.
+/// Blocks are 512-byte aligned and are reused only on the stream they were allocated on. Size 0
+/// stores NULL and succeeds.
 ///
 /// Errors: ACC_ERROR_INVALID_ARGUMENT (out is NULL), ACC_ERROR_INVALID_DEVICE,
 /// ACC_ERROR_OUT_OF_MEMORY (message in PyTorch's "Tried to allocate" form). On error *out is not
@@ -19,15 +20,27 @@ pub unsafe extern "C" fn acc_malloc(
     device: i32,
     stream: *mut c_void,
 ) -> AccStatus {
+    acc_malloc_on(current_type(), out, size, device, stream)
+}
+
+/// acc_malloc on the accelerator of `device_type`.
+#[no_mangle]
+pub unsafe extern "C" fn acc_malloc_on(
+    device_type: AccDeviceType,
+    out: *mut *mut c_void,
+    size: usize,
+    device: i32,
+    stream: *mut c_void,
+) -> AccStatus {
     guard(|| {
         let out = out_ptr(out, "out")?;
-        let ptr = runtime()?.malloc(size, device, stream as usize)?;
+        let ptr = on(device_type)?.alloc(size, device, stream as usize)?;
         *out = ptr as *mut c_void;
         Ok(())
     })
 }
 
-/// Return memory from acc_malloc to the cache. NULL is a no-op.
+/// Return memory from acc_malloc (of any accelerator) to the cache. NULL is a no-op.
 ///
 /// Errors: ACC_ERROR_INVALID_POINTER for a pointer accalloc did not hand out, an interior pointer or
 /// a double free; nothing is changed.
@@ -40,7 +53,8 @@ pub unsafe extern "C" fn acc_free(ptr: *mut c_void) -> AccStatus {
 /// block returns to the cache only after the work queued on `stream` until then has completed.
 /// Uses on the stream the block was allocated on are ignored.
 ///
-/// Errors: ACC_ERROR_INVALID_POINTER when `ptr` is not a live allocation.
+/// Errors: ACC_ERROR_INVALID_POINTER when `ptr` is not a live allocation; ACC_ERROR_NOT_SUPPORTED
+/// when its backend has neither events nor stream synchronization.
 #[no_mangle]
 pub unsafe extern "C" fn acc_record_stream(ptr: *mut c_void, stream: *mut c_void) -> AccStatus {
     guard(|| runtime()?.record_stream(ptr as usize, stream as usize))
@@ -50,5 +64,11 @@ pub unsafe extern "C" fn acc_record_stream(ptr: *mut c_void, stream: *mut c_void
 /// device (torch.accelerator.empty_cache).
 #[no_mangle]
 pub extern "C" fn acc_empty_cache() -> AccStatus {
-    guard(|| runtime()?.empty_cache())
+    acc_empty_cache_on(current_type())
+}
+
+/// acc_empty_cache on the accelerator of `device_type`.
+#[no_mangle]
+pub extern "C" fn acc_empty_cache_on(device_type: AccDeviceType) -> AccStatus {
+    guard(|| on(device_type)?.empty_cache())
 }

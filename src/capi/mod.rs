@@ -16,4 +16,5 @@ pub mod settings;
 pub mod stats;
 pub mod types;
 
+pub use crate::backend::custom::{AccBackendVTable, ACC_BACKEND_OK, ACC_BACKEND_OUT_OF_MEMORY};
 pub use types::*;

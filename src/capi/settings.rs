@@ -1,20 +1,29 @@
 //! Allocator settings at run time.
 
-use super::guard::{guard, str_arg, write_text};
-use super::types::AccStatus;
-use crate::runtime::runtime;
+use super::guard::{current_type, guard, on, str_arg, write_text};
+use super::types::{AccDeviceType, AccStatus};
 use std::ffi::c_char;
 
-/// Change the allocator settings, in PYTORCH_ALLOC_CONF's syntax (the same as the ACC_ALLOC_CONF
-/// environment variable), e.g. "max_split_size_mb:128,roundup_power2_divisions:[64:8,>:1]".
-/// max_split_size_mb, roundup_power2_divisions and garbage_collection_threshold return to their
-/// defaults unless named; other keys keep their values. Errors: ACC_ERROR_CONFIG with a message naming
-/// the key, the value and what is allowed; the settings in force stay as they were.
+/// Change the current accelerator's allocator settings, in PYTORCH_ALLOC_CONF's syntax (the same as
+/// the ACC_ALLOC_CONF environment variable), e.g.
+/// "max_split_size_mb:128,roundup_power2_divisions:[64:8,>:1]". max_split_size_mb,
+/// roundup_power2_divisions and garbage_collection_threshold return to their defaults unless named;
+/// other keys keep their values. Errors: ACC_ERROR_CONFIG with a message naming the key, the value
+/// and what is allowed; the settings in force stay as they were.
 #[no_mangle]
 pub unsafe extern "C" fn acc_set_allocator_settings(conf: *const c_char) -> AccStatus {
+    acc_set_allocator_settings_on(current_type(), conf)
+}
+
+/// acc_set_allocator_settings on the accelerator of `device_type`.
+#[no_mangle]
+pub unsafe extern "C" fn acc_set_allocator_settings_on(
+    device_type: AccDeviceType,
+    conf: *const c_char,
+) -> AccStatus {
     guard(|| {
         let text = str_arg(conf, "conf")?;
-        runtime()?.set_allocator_settings(text)
+        on(device_type)?.set_settings(text)
     })
 }
 
@@ -26,8 +35,19 @@ pub unsafe extern "C" fn acc_get_allocator_settings(
     cap: usize,
     len: *mut usize,
 ) -> AccStatus {
+    acc_get_allocator_settings_on(current_type(), buf, cap, len)
+}
+
+/// acc_get_allocator_settings of the accelerator of `device_type`.
+#[no_mangle]
+pub unsafe extern "C" fn acc_get_allocator_settings_on(
+    device_type: AccDeviceType,
+    buf: *mut c_char,
+    cap: usize,
+    len: *mut usize,
+) -> AccStatus {
     guard(|| {
-        let text = runtime()?.current().settings().to_settings_string();
+        let text = on(device_type)?.settings().to_settings_string();
         write_text(&text, buf, cap, len)
     })
 }

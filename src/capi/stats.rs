@@ -1,10 +1,10 @@
-//! The statistics entry points of torch.accelerator's memory API.
+//! The statistics entry points of torch.accelerator's memory API. Each has an `_on` form taking an
+//! explicit device type; the plain form uses the current accelerator.
 
-use super::guard::{guard, out_ptr, str_arg, write_text};
-use super::types::{AccDeviceStats, AccStatus};
-use crate::caching::StatType;
+use super::guard::{current_type, guard, on, out_ptr, str_arg, write_text};
+use super::types::{AccDeviceStats, AccDeviceType, AccStatus};
+use crate::caching::{DeviceStats, StatType};
 use crate::error::{Error, Result};
-use crate::runtime::runtime;
 use std::ffi::c_char;
 
 /// Fill `*out` with every statistic of `device` (-1: current). Set out->struct_size to
@@ -13,16 +13,25 @@ use std::ffi::c_char;
 /// Errors: ACC_ERROR_INVALID_ARGUMENT (out NULL or struct_size too small), ACC_ERROR_INVALID_DEVICE.
 #[no_mangle]
 pub unsafe extern "C" fn acc_get_device_stats(device: i32, out: *mut AccDeviceStats) -> AccStatus {
+    acc_get_device_stats_on(current_type(), device, out)
+}
+
+/// acc_get_device_stats on the accelerator of `device_type`.
+#[no_mangle]
+pub unsafe extern "C" fn acc_get_device_stats_on(
+    device_type: AccDeviceType,
+    device: i32,
+    out: *mut AccDeviceStats,
+) -> AccStatus {
     guard(|| {
         let out = out_ptr(out, "out")?;
         let wanted = out.struct_size;
-        let minimum = std::mem::size_of::<usize>();
-        if wanted < minimum {
+        if wanted < std::mem::size_of::<usize>() {
             return Err(Error::invalid_argument(format!(
                 "out->struct_size is {wanted}: set it to sizeof(AccDeviceStats) before the call"
             )));
         }
-        let mut full = AccDeviceStats::from(&runtime()?.device_stats(device)?);
+        let mut full = AccDeviceStats::from(&on(device_type)?.device_stats(device)?);
         let filled = wanted.min(std::mem::size_of::<AccDeviceStats>());
         full.struct_size = filled;
         // SAFETY: the caller's struct is at least `wanted` bytes, and `filled` <= both sizes.
@@ -37,54 +46,113 @@ pub unsafe extern "C" fn acc_get_device_stats(device: i32, out: *mut AccDeviceSt
     })
 }
 
-fn stat_current_or_peak(
+const ALL: usize = StatType::All as usize;
+
+fn read_stat(
+    device_type: AccDeviceType,
     device: i32,
     out: *mut i64,
-    read: impl FnOnce(&crate::caching::DeviceStats) -> i64,
+    read: fn(&DeviceStats) -> i64,
 ) -> AccStatus {
     guard(|| {
         let out = out_ptr(out, "out")?;
-        *out = read(&runtime()?.device_stats(device)?);
+        *out = read(&on(device_type)?.device_stats(device)?);
         Ok(())
     })
 }
 
-const ALL: usize = StatType::All as usize;
-
 /// Bytes handed out now on `device` (memory_stats "allocated_bytes.all.current").
 #[no_mangle]
 pub unsafe extern "C" fn acc_memory_allocated(device: i32, out: *mut i64) -> AccStatus {
-    stat_current_or_peak(device, out, |s| s.allocated_bytes[ALL].current)
+    acc_memory_allocated_on(current_type(), device, out)
+}
+
+/// acc_memory_allocated on the accelerator of `device_type`.
+#[no_mangle]
+pub unsafe extern "C" fn acc_memory_allocated_on(
+    device_type: AccDeviceType,
+    device: i32,
+    out: *mut i64,
+) -> AccStatus {
+    read_stat(device_type, device, out, |s| s.allocated_bytes[ALL].current)
 }
 
 /// Peak of bytes handed out ("allocated_bytes.all.peak").
 #[no_mangle]
 pub unsafe extern "C" fn acc_max_memory_allocated(device: i32, out: *mut i64) -> AccStatus {
-    stat_current_or_peak(device, out, |s| s.allocated_bytes[ALL].peak)
+    acc_max_memory_allocated_on(current_type(), device, out)
+}
+
+/// acc_max_memory_allocated on the accelerator of `device_type`.
+#[no_mangle]
+pub unsafe extern "C" fn acc_max_memory_allocated_on(
+    device_type: AccDeviceType,
+    device: i32,
+    out: *mut i64,
+) -> AccStatus {
+    read_stat(device_type, device, out, |s| s.allocated_bytes[ALL].peak)
 }
 
 /// Bytes held from the device now, in use or cached ("reserved_bytes.all.current").
 #[no_mangle]
 pub unsafe extern "C" fn acc_memory_reserved(device: i32, out: *mut i64) -> AccStatus {
-    stat_current_or_peak(device, out, |s| s.reserved_bytes[ALL].current)
+    acc_memory_reserved_on(current_type(), device, out)
+}
+
+/// acc_memory_reserved on the accelerator of `device_type`.
+#[no_mangle]
+pub unsafe extern "C" fn acc_memory_reserved_on(
+    device_type: AccDeviceType,
+    device: i32,
+    out: *mut i64,
+) -> AccStatus {
+    read_stat(device_type, device, out, |s| s.reserved_bytes[ALL].current)
 }
 
 /// Peak of bytes held from the device ("reserved_bytes.all.peak").
 #[no_mangle]
 pub unsafe extern "C" fn acc_max_memory_reserved(device: i32, out: *mut i64) -> AccStatus {
-    stat_current_or_peak(device, out, |s| s.reserved_bytes[ALL].peak)
+    acc_max_memory_reserved_on(current_type(), device, out)
+}
+
+/// acc_max_memory_reserved on the accelerator of `device_type`.
+#[no_mangle]
+pub unsafe extern "C" fn acc_max_memory_reserved_on(
+    device_type: AccDeviceType,
+    device: i32,
+    out: *mut i64,
+) -> AccStatus {
+    read_stat(device_type, device, out, |s| s.reserved_bytes[ALL].peak)
 }
 
 /// Zero the "allocated" and "freed" totals of every statistic and the five event counters.
 #[no_mangle]
 pub extern "C" fn acc_reset_accumulated_memory_stats(device: i32) -> AccStatus {
-    guard(|| runtime()?.reset_accumulated_stats(device))
+    acc_reset_accumulated_memory_stats_on(current_type(), device)
+}
+
+/// acc_reset_accumulated_memory_stats on the accelerator of `device_type`.
+#[no_mangle]
+pub extern "C" fn acc_reset_accumulated_memory_stats_on(
+    device_type: AccDeviceType,
+    device: i32,
+) -> AccStatus {
+    guard(|| on(device_type)?.reset_accumulated_stats(device))
 }
 
 /// Set every peak to its current value.
 #[no_mangle]
 pub extern "C" fn acc_reset_peak_memory_stats(device: i32) -> AccStatus {
-    guard(|| runtime()?.reset_peak_stats(device))
+    acc_reset_peak_memory_stats_on(current_type(), device)
+}
+
+/// acc_reset_peak_memory_stats on the accelerator of `device_type`.
+#[no_mangle]
+pub extern "C" fn acc_reset_peak_memory_stats_on(
+    device_type: AccDeviceType,
+    device: i32,
+) -> AccStatus {
+    guard(|| on(device_type)?.reset_peak_stats(device))
 }
 
 /// Read one statistic by its memory_stats() key, e.g. "reserved_bytes.large_pool.peak" or
@@ -95,16 +163,26 @@ pub unsafe extern "C" fn acc_memory_stat(
     key: *const c_char,
     out: *mut i64,
 ) -> AccStatus {
+    acc_memory_stat_on(current_type(), device, key, out)
+}
+
+/// acc_memory_stat on the accelerator of `device_type`.
+#[no_mangle]
+pub unsafe extern "C" fn acc_memory_stat_on(
+    device_type: AccDeviceType,
+    device: i32,
+    key: *const c_char,
+    out: *mut i64,
+) -> AccStatus {
     guard(|| {
         let key = str_arg(key, "key")?;
         let out = out_ptr(out, "out")?;
-        let stats = runtime()?.device_stats(device)?;
-        *out = lookup(&stats, key)?;
+        *out = lookup(&on(device_type)?.device_stats(device)?, key)?;
         Ok(())
     })
 }
 
-fn lookup(stats: &crate::caching::DeviceStats, key: &str) -> Result<i64> {
+fn lookup(stats: &DeviceStats, key: &str) -> Result<i64> {
     stats.get(key).ok_or_else(|| {
         Error::invalid_argument(format!(
             "unknown statistic '{key}': keys look like 'allocated_bytes.all.current' \
@@ -123,9 +201,21 @@ pub unsafe extern "C" fn acc_memory_stats_json(
     cap: usize,
     len: *mut usize,
 ) -> AccStatus {
+    acc_memory_stats_json_on(current_type(), device, buf, cap, len)
+}
+
+/// acc_memory_stats_json on the accelerator of `device_type`.
+#[no_mangle]
+pub unsafe extern "C" fn acc_memory_stats_json_on(
+    device_type: AccDeviceType,
+    device: i32,
+    buf: *mut c_char,
+    cap: usize,
+    len: *mut usize,
+) -> AccStatus {
     guard(|| {
         out_ptr(len, "len")?;
-        let json = runtime()?.device_stats(device)?.to_json();
+        let json = on(device_type)?.device_stats(device)?.to_json();
         write_text(&json, buf, cap, len)
     })
 }

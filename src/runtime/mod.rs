@@ -1,19 +1,25 @@
-//! The process-wide state: which accelerators exist, which is current, the current device of each
-//! thread, and one caching allocator per device (each behind its own lock). Initialised once, on first
-//! use, from the environment.
+//! The process-wide state: which accelerators exist (the host, CUDA when present, backends registered
+//! from C), which one is current, and the index of which device owns each address. Initialised once,
+//! on first use, from the environment.
+//!
+//! - `accelerator`: one accelerator and its devices
+//! - `current_device`: each thread's current device
+//! - `ownership`: which device an address belongs to
 
+pub mod accelerator;
+pub mod current_device;
 pub mod ownership;
 
+pub use accelerator::Accelerator;
+
 use crate::backend::host::{HostBackend, HostSettings};
-use crate::backend::{Backend, MemInfo, StreamId};
+use crate::backend::{Backend, StreamId};
 use crate::caching::settings::parse_settings;
-use crate::caching::snapshot::settings_json;
-use crate::caching::summary::memory_summary;
-use crate::caching::{CachingAllocator, CachingConfig, DeviceStats, MallocStep};
+use crate::caching::{CachingAllocator, CachingConfig};
 use crate::error::{Error, ErrorKind, Result};
-use ownership::{IndexedBackend, SegmentIndex};
-use std::cell::RefCell;
-use std::sync::{Arc, Mutex, MutexGuard};
+use ownership::SegmentIndex;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// Environment variable with the allocator settings, in PYTORCH_ALLOC_CONF's syntax.
 pub const ALLOC_CONF_VAR: &str = "ACC_ALLOC_CONF";
@@ -24,232 +30,24 @@ pub type DeviceType = i32;
 pub const DEVICE_TYPE_HOST: DeviceType = 0;
 /// CUDA's device type.
 pub const DEVICE_TYPE_CUDA: DeviceType = 1;
-
-/// The name of a device type ("host", "cuda"), or None when no such type exists.
-pub fn device_type_name(device_type: DeviceType) -> Option<&'static str> {
-    match device_type {
-        DEVICE_TYPE_HOST => Some("host"),
-        DEVICE_TYPE_CUDA => Some("cuda"),
-        _ => None,
-    }
-}
-
-/// One accelerator: a backend and a caching allocator per device, created on first use.
-pub struct Accelerator {
-    device_type: DeviceType,
-    backend: Arc<dyn Backend>,
-    /// The settings every device of this accelerator runs with.
-    config: Mutex<CachingConfig>,
-    /// History recording for devices created from now on: Some(max entries) when on.
-    history: Mutex<Option<usize>>,
-    devices: Vec<spin::Once<Mutex<CachingAllocator>>>,
-}
-
-impl Accelerator {
-    /// Wrap `backend` so that its segments are recorded in `index`.
-    pub fn new(
-        device_type: DeviceType,
-        backend: Arc<dyn Backend>,
-        index: Arc<SegmentIndex>,
-        config: CachingConfig,
-    ) -> Self {
-        let count = backend.device_count();
-        Accelerator {
-            device_type,
-            backend: Arc::new(IndexedBackend::new(backend, device_type, index)),
-            config: Mutex::new(config),
-            history: Mutex::new(None),
-            devices: (0..count).map(|_| spin::Once::new()).collect(),
-        }
-    }
-
-    fn config(&self) -> MutexGuard<'_, CachingConfig> {
-        // The config is plain data: a panic elsewhere cannot leave it half-written.
-        self.config
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// The settings in force.
-    pub fn settings(&self) -> CachingConfig {
-        self.config().clone()
-    }
-
-    /// Apply a configuration string on top of the settings in force, on every device; on error nothing
-    /// changes.
-    pub fn set_settings(&self, text: &str) -> Result<()> {
-        let mut config = self.config();
-        let updated = parse_settings(text, &config)?;
-        for (index, slot) in self.devices.iter().enumerate() {
-            if slot.is_completed() {
-                self.lock(index)?.set_config(updated.clone());
-            }
-        }
-        *config = updated;
-        Ok(())
-    }
-
-    pub fn device_type(&self) -> DeviceType {
-        self.device_type
-    }
-
-    pub fn name(&self) -> &str {
-        self.backend.name()
-    }
-
-    pub fn device_count(&self) -> usize {
-        self.devices.len()
-    }
-
-    /// Check a device index from the C ABI (-1 = this thread's current device).
-    pub fn resolve(&self, device: i32) -> Result<usize> {
-        let index = if device == -1 {
-            current_device_of(self.device_type) as i64
-        } else {
-            device as i64
-        };
-        if index < 0 || index >= self.devices.len() as i64 {
-            return Err(Error::invalid_device(format!(
-                "device {device} does not exist: {} has {} device(s), indices 0 to {} (or -1 for the \
-                 current device)",
-                self.name(),
-                self.devices.len(),
-                self.devices.len() as i64 - 1
-            )));
-        }
-        Ok(index as usize)
-    }
-
-    /// Lock the caching allocator of device `index` (a resolved index), creating it on first use.
-    pub fn lock(&self, index: usize) -> Result<MutexGuard<'_, CachingAllocator>> {
-        let slot = self.devices[index].try_call_once(|| {
-            let mut allocator =
-                CachingAllocator::new(self.backend.clone(), index, self.config().clone())?;
-            if let Some(entries) = *self.history.lock().unwrap_or_else(|p| p.into_inner()) {
-                allocator.record_history(true, entries);
-            }
-            Ok::<_, Error>(Mutex::new(allocator))
-        })?;
-        slot.lock().map_err(|_| {
-            Error::new(
-                ErrorKind::Internal,
-                format!(
-                    "{} device {index} is unusable: a thread panicked while holding it",
-                    self.name()
-                ),
-            )
-        })
-    }
-
-    /// Lock a device given as a C ABI index.
-    pub fn device(&self, device: i32) -> Result<MutexGuard<'_, CachingAllocator>> {
-        self.lock(self.resolve(device)?)
-    }
-
-    /// Hand out `size` bytes (size > 0) on device `index` for `stream`. With release_lock_on_malloc,
-    /// the backend is asked for a new segment without holding the device's lock, so other threads
-    /// keep allocating from the cache meanwhile.
-    pub fn malloc(&self, index: usize, size: usize, stream: StreamId) -> Result<usize> {
-        let step = self.lock(index)?.malloc_begin(size, stream)?;
-        match step {
-            MallocStep::Done(ptr) => Ok(ptr),
-            MallocStep::NeedSegment(request) => {
-                let raw = self.backend.raw_alloc(index, request.size, request.stream);
-                self.lock(index)?.malloc_finish(request, raw)
-            }
-        }
-    }
-
-    /// Start or stop recording allocator history on every device.
-    pub fn record_history(&self, enabled: bool, max_entries: usize) -> Result<()> {
-        let mut setting = self.history.lock().unwrap_or_else(|p| p.into_inner());
-        *setting = enabled.then_some(max_entries);
-        for (index, slot) in self.devices.iter().enumerate() {
-            if slot.is_completed() {
-                self.lock(index)?.record_history(enabled, max_entries);
-            }
-        }
-        Ok(())
-    }
-
-    /// The summary table of one device.
-    pub fn memory_summary(&self, device: i32, abbreviated: bool) -> Result<String> {
-        let index = self.resolve(device)?;
-        let stats = self.lock(index)?.stats();
-        let title = format!("accalloc {}", self.name());
-        Ok(memory_summary(&stats, index, &title, abbreviated))
-    }
-
-    /// Every segment and block of every device, the history of each device, and the settings.
-    pub fn snapshot(&self) -> Result<serde_json::Value> {
-        let mut segments = Vec::new();
-        let mut traces = Vec::new();
-        for (index, slot) in self.devices.iter().enumerate() {
-            if !slot.is_completed() {
-                traces.push(serde_json::Value::Array(Vec::new()));
-                continue;
-            }
-            let device = self.lock(index)?;
-            segments.extend(device.segments().iter().map(|s| s.to_json(index)));
-            let entries = device
-                .history()
-                .map(|h| h.entries().map(|e| e.to_json()).collect());
-            traces.push(serde_json::Value::Array(entries.unwrap_or_default()));
-        }
-        Ok(serde_json::json!({
-            "segments": segments,
-            "device_traces": traces,
-            "allocator_settings": settings_json(&self.settings()),
-        }))
-    }
-
-    /// Release the cached segments of every device in use.
-    pub fn empty_cache(&self) -> Result<()> {
-        let mut first_error = None;
-        for (index, slot) in self.devices.iter().enumerate() {
-            if slot.is_completed() {
-                if let Err(e) = self.lock(index).and_then(|mut d| d.empty_cache()) {
-                    first_error.get_or_insert(e);
-                }
-            }
-        }
-        first_error.map_or(Ok(()), Err)
-    }
-}
-
-fn not_ours(ptr: usize) -> Error {
-    Error::invalid_pointer(format!(
-        "pointer {ptr:#x} was not allocated by accalloc (it lies in no segment accalloc holds)"
-    ))
-}
+/// The first device type given to a registered backend.
+pub const FIRST_REGISTERED_TYPE: DeviceType = 2;
+/// How many device types a process can hold.
+pub const MAX_DEVICE_TYPES: usize = 16;
 
 /// Everything the library knows, created once.
 pub struct Runtime {
-    host: Accelerator,
+    /// Accelerators by device type; each is created once and lives as long as the process.
+    accelerators: [spin::Once<&'static Accelerator>; MAX_DEVICE_TYPES],
+    current: AtomicI32,
     index: Arc<SegmentIndex>,
+    /// The settings from ACC_ALLOC_CONF, which every accelerator starts with.
+    initial_config: CachingConfig,
+    /// Serializes registrations.
+    registering: Mutex<()>,
 }
 
 static RUNTIME: spin::Once<std::result::Result<Runtime, Error>> = spin::Once::new();
-
-thread_local! {
-    /// This thread's current device, per device type (as cudaSetDevice is per thread).
-    static CURRENT_DEVICE: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
-}
-
-fn current_device_of(device_type: DeviceType) -> usize {
-    CURRENT_DEVICE.with(|c| c.borrow().get(device_type as usize).copied().unwrap_or(0))
-}
-
-fn set_current_device_of(device_type: DeviceType, index: usize) {
-    CURRENT_DEVICE.with(|c| {
-        let mut current = c.borrow_mut();
-        let slot = device_type as usize;
-        if current.len() <= slot {
-            current.resize(slot + 1, 0);
-        }
-        current[slot] = index;
-    })
-}
 
 /// The runtime, initialised from the environment on first call; a configuration error is returned by
 /// every call after it, unchanged.
@@ -260,45 +58,119 @@ pub fn runtime() -> Result<&'static Runtime> {
         .map_err(Clone::clone)
 }
 
+fn not_ours(ptr: usize) -> Error {
+    Error::invalid_pointer(format!(
+        "pointer {ptr:#x} was not allocated by accalloc (it lies in no segment accalloc holds)"
+    ))
+}
+
 impl Runtime {
     fn from_env() -> Result<Runtime> {
         let settings = HostSettings::from_env()?;
-        let config = match std::env::var(ALLOC_CONF_VAR) {
+        let initial_config = match std::env::var(ALLOC_CONF_VAR) {
             Ok(text) => parse_settings(&text, &CachingConfig::default())
                 .map_err(|e| Error::config(format!("{ALLOC_CONF_VAR}: {}", e.message)))?,
             Err(_) => CachingConfig::default(),
         };
-        let index = Arc::new(SegmentIndex::default());
-        let host = Accelerator::new(
-            DEVICE_TYPE_HOST,
-            Arc::new(HostBackend::new(settings)),
-            index.clone(),
-            config,
+        let runtime = Runtime {
+            accelerators: std::array::from_fn(|_| spin::Once::new()),
+            current: AtomicI32::new(DEVICE_TYPE_HOST),
+            index: Arc::new(SegmentIndex::default()),
+            initial_config,
+            registering: Mutex::new(()),
+        };
+        runtime.install(DEVICE_TYPE_HOST, Arc::new(HostBackend::new(settings)));
+        Ok(runtime)
+    }
+
+    fn install(&self, device_type: DeviceType, backend: Arc<dyn Backend>) -> &'static Accelerator {
+        let accelerator = Accelerator::new(
+            device_type,
+            backend,
+            self.index.clone(),
+            self.initial_config.clone(),
         );
-        Ok(Runtime { host, index })
+        // Accelerators are never removed: pointers and device types given out stay valid.
+        let leaked: &'static Accelerator = Box::leak(Box::new(accelerator));
+        self.accelerators[device_type as usize].call_once(|| leaked)
     }
 
     /// The accelerator that calls without an explicit type use.
-    pub fn current(&self) -> &Accelerator {
-        &self.host
+    #[inline]
+    pub fn current(&self) -> &'static Accelerator {
+        let device_type = self.current.load(Ordering::Acquire);
+        self.accelerator(device_type)
+            .expect("the current device type always exists")
     }
 
-    /// The accelerator of a device type, if it exists in this process.
-    pub fn accelerator(&self, device_type: DeviceType) -> Option<&Accelerator> {
-        (device_type == DEVICE_TYPE_HOST).then_some(&self.host)
+    /// The accelerator of a device type.
+    #[inline]
+    pub fn accelerator(&self, device_type: DeviceType) -> Result<&'static Accelerator> {
+        usize::try_from(device_type)
+            .ok()
+            .and_then(|slot| self.accelerators.get(slot))
+            .and_then(|once| once.get().copied())
+            .ok_or_else(|| {
+                Error::invalid_argument(format!(
+                    "device type {device_type} does not exist in this process (known: {})",
+                    self.known_types()
+                ))
+            })
     }
 
-    /// Hand out `size` bytes on `device` (-1 = current) for `stream`; size 0 gives a null pointer.
-    pub fn malloc(&self, size: usize, device: i32, stream: StreamId) -> Result<usize> {
-        let accelerator = self.current();
-        let index = accelerator.resolve(device)?;
-        if size == 0 {
-            return Ok(0);
+    fn known_types(&self) -> String {
+        self.accelerators
+            .iter()
+            .filter_map(|once| once.get())
+            .map(|a| format!("{} = {}", a.device_type(), a.name()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// Make `device_type` the accelerator of calls without an explicit type.
+    pub fn set_accelerator(&self, device_type: DeviceType) -> Result<()> {
+        self.accelerator(device_type)?;
+        self.current.store(device_type, Ordering::Release);
+        Ok(())
+    }
+
+    /// Add a backend as a new device type, with the whole caching allocator on top.
+    pub fn register(&self, backend: Arc<dyn Backend>) -> Result<DeviceType> {
+        let _serial = self.registering.lock().unwrap_or_else(|p| p.into_inner());
+        let name = backend.name().to_string();
+        if name.is_empty()
+            || name.len() > 64
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        {
+            return Err(Error::invalid_argument(format!(
+                "backend name '{name}' is not valid: use 1 to 64 letters, digits, '_' or '-'"
+            )));
         }
-        accelerator.malloc(index, size, stream)
+        if ["host", "cuda"].contains(&name.as_str())
+            || self
+                .accelerators
+                .iter()
+                .any(|o| o.get().is_some_and(|a| a.name() == name))
+        {
+            return Err(Error::invalid_argument(format!(
+                "a backend named '{name}' is registered already"
+            )));
+        }
+        let slot = (FIRST_REGISTERED_TYPE as usize..MAX_DEVICE_TYPES)
+            .find(|&slot| !self.accelerators[slot].is_completed())
+            .ok_or_else(|| {
+                Error::invalid_argument(format!(
+                    "no room for another backend: a process holds at most {} registered backends",
+                    MAX_DEVICE_TYPES - FIRST_REGISTERED_TYPE as usize
+                ))
+            })?;
+        self.install(slot as DeviceType, backend);
+        Ok(slot as DeviceType)
     }
 
-    /// Return memory from `malloc`; a null pointer is a no-op.
+    /// Return memory from malloc, whichever accelerator it came from; a null pointer is a no-op.
     pub fn free(&self, ptr: usize) -> Result<()> {
         if ptr == 0 {
             return Ok(());
@@ -317,9 +189,14 @@ impl Runtime {
         ptr: usize,
         action: impl FnOnce(&mut CachingAllocator) -> Result<T>,
     ) -> Result<T> {
-        // Fast path: with a single device there is only one place the pointer can be.
+        // Fast path: with a single device of a single accelerator there is one place to look.
         let current = self.current();
-        if current.device_count() == 1 && current.devices[0].is_completed() {
+        if self.current.load(Ordering::Relaxed) == DEVICE_TYPE_HOST
+            && !self.accelerators[FIRST_REGISTERED_TYPE as usize].is_completed()
+            && !self.accelerators[DEVICE_TYPE_CUDA as usize].is_completed()
+            && current.device_count() == 1
+            && current.is_device_in_use(0)
+        {
             let result = action(&mut *current.lock(0)?);
             return match result {
                 Err(e)
@@ -332,65 +209,7 @@ impl Runtime {
             };
         }
         let (device_type, device) = self.index.owner_of(ptr).ok_or_else(|| not_ours(ptr))?;
-        let accelerator = self.accelerator(device_type).ok_or_else(|| {
-            Error::new(
-                ErrorKind::Internal,
-                "segment owned by an unknown accelerator",
-            )
-        })?;
+        let accelerator = self.accelerator(device_type)?;
         action(&mut *accelerator.lock(device)?)
-    }
-
-    /// Release cached memory on every device of the current accelerator.
-    pub fn empty_cache(&self) -> Result<()> {
-        self.current().empty_cache()
-    }
-
-    pub fn device_stats(&self, device: i32) -> Result<DeviceStats> {
-        Ok(self.current().device(device)?.stats())
-    }
-
-    pub fn reset_accumulated_stats(&self, device: i32) -> Result<()> {
-        self.current().device(device)?.reset_accumulated_stats();
-        Ok(())
-    }
-
-    pub fn reset_peak_stats(&self, device: i32) -> Result<()> {
-        self.current().device(device)?.reset_peak_stats();
-        Ok(())
-    }
-
-    pub fn mem_get_info(&self, device: i32) -> Result<MemInfo> {
-        self.current().device(device)?.mem_get_info()
-    }
-
-    pub fn set_memory_fraction(&self, fraction: f64, device: i32) -> Result<()> {
-        self.current().device(device)?.set_memory_fraction(fraction)
-    }
-
-    pub fn device_count(&self) -> usize {
-        self.current().device_count()
-    }
-
-    /// Change the allocator settings at run time (torch._C._accelerator_setAllocatorSettings).
-    pub fn set_allocator_settings(&self, text: &str) -> Result<()> {
-        self.current().set_settings(text)
-    }
-
-    pub fn current_device(&self) -> usize {
-        current_device_of(self.current().device_type())
-    }
-
-    /// Make `device` this thread's current device of the current accelerator.
-    pub fn set_device(&self, device: i32) -> Result<()> {
-        if device < 0 {
-            return Err(Error::invalid_device(format!(
-                "device {device} does not exist: set_device takes an index from 0"
-            )));
-        }
-        let accelerator = self.current();
-        let index = accelerator.resolve(device)?;
-        set_current_device_of(accelerator.device_type(), index);
-        Ok(())
     }
 }

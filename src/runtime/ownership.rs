@@ -78,6 +78,18 @@ impl Backend for IndexedBackend {
         self.inner.mem_get_info(device)
     }
 
+    fn events_supported(&self) -> bool {
+        self.inner.events_supported()
+    }
+
+    fn stream_synchronize_supported(&self) -> bool {
+        self.inner.stream_synchronize_supported()
+    }
+
+    fn synchronize_stream(&self, device: usize, stream: StreamId) -> Result<(), BackendError> {
+        self.inner.synchronize_stream(device, stream)
+    }
+
     fn create_event(&self, device: usize) -> Result<EventId, BackendError> {
         self.inner.create_event(device)
     }

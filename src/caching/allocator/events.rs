@@ -14,6 +14,16 @@ impl CachingAllocator {
                 self.device
             )));
         };
+        if !self.backend.events_supported() && !self.backend.stream_synchronize_supported() {
+            return Err(Error::new(
+                ErrorKind::NotSupported,
+                format!(
+                    "record_stream is not supported: the {} backend has neither events nor stream \
+                     synchronization",
+                    self.backend.name()
+                ),
+            ));
+        }
         if self.blocks[id].stream != stream {
             let uses = self.stream_uses.entry(id).or_default();
             if !uses.contains(&stream) {
@@ -26,6 +36,18 @@ impl CachingAllocator {
     /// Record an event on each stream that used a freed block; it stays out of the pool until they
     /// complete.
     pub(super) fn insert_events(&mut self, id: BlockId, streams: Vec<StreamId>) -> Result<()> {
+        if !self.backend.events_supported() {
+            // No events: wait for the streams now, then the block is free at once.
+            for stream in streams {
+                self.backend
+                    .synchronize_stream(self.device, stream)
+                    .map_err(|e| {
+                        backend_error(&*self.backend, self.device, "stream_synchronize", e)
+                    })?;
+            }
+            self.return_to_pool(id);
+            return Ok(());
+        }
         for stream in streams {
             let event = self
                 .backend

@@ -1,0 +1,428 @@
+//! A backend written in C: a table of function pointers a framework registers with
+//! acc_register_backend. Every function gets the table's context first and returns 0 on success,
+//! ACC_BACKEND_OUT_OF_MEMORY when the device has no room, or any other value as its own error code.
+
+use super::{Backend, BackendError, EventId, MemInfo, StreamId};
+use std::ffi::c_void;
+
+/// What a backend function returns on success.
+pub const ACC_BACKEND_OK: i32 = 0;
+/// What a backend function returns when the device has no room: accalloc releases cached memory
+/// and retries, as for a device out-of-memory error.
+pub const ACC_BACKEND_OUT_OF_MEMORY: i32 = 2;
+
+/// The functions of an accelerator backend, for acc_register_backend. Set struct_size to
+/// sizeof(AccBackendVTable) (later versions may add entries at the end). The first four entries are
+/// required; a NULL optional entry turns its feature off: without the five event functions,
+/// acc_record_stream falls back to stream_synchronize when there is one and is otherwise
+/// ACC_ERROR_NOT_SUPPORTED; without the five virtual-memory functions, expandable segments fall back
+/// to ordinary segments. The functions may be called from any thread, and with the same context
+/// concurrently for different devices.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct AccBackendVTable {
+    /// sizeof(AccBackendVTable) as the caller knows it.
+    pub struct_size: usize,
+    /// Passed as the first argument of every function.
+    pub context: *mut c_void,
+    /// Required: how many devices the backend drives (at least 1).
+    pub device_count: Option<unsafe extern "C" fn(context: *mut c_void, out: *mut i32) -> i32>,
+    /// Required: allocate `size` bytes on `device` for `stream`, address 512-byte aligned, into *out.
+    pub raw_alloc: Option<
+        unsafe extern "C" fn(
+            context: *mut c_void,
+            device: i32,
+            size: usize,
+            stream: *mut c_void,
+            out: *mut *mut c_void,
+        ) -> i32,
+    >,
+    /// Required: free what raw_alloc returned (`size` as allocated).
+    pub raw_free: Option<
+        unsafe extern "C" fn(
+            context: *mut c_void,
+            device: i32,
+            ptr: *mut c_void,
+            size: usize,
+        ) -> i32,
+    >,
+    /// Required: free and total bytes of `device`.
+    pub mem_get_info: Option<
+        unsafe extern "C" fn(
+            context: *mut c_void,
+            device: i32,
+            free: *mut u64,
+            total: *mut u64,
+        ) -> i32,
+    >,
+    /// Optional: create an event into *out.
+    pub event_create: Option<
+        unsafe extern "C" fn(context: *mut c_void, device: i32, out: *mut *mut c_void) -> i32,
+    >,
+    /// Optional: record `event` on `stream`.
+    pub event_record: Option<
+        unsafe extern "C" fn(
+            context: *mut c_void,
+            device: i32,
+            event: *mut c_void,
+            stream: *mut c_void,
+        ) -> i32,
+    >,
+    /// Optional: set *complete to 1 when `event` has completed, 0 when not yet.
+    pub event_query: Option<
+        unsafe extern "C" fn(
+            context: *mut c_void,
+            device: i32,
+            event: *mut c_void,
+            complete: *mut i32,
+        ) -> i32,
+    >,
+    /// Optional: wait until `event` completes.
+    pub event_synchronize:
+        Option<unsafe extern "C" fn(context: *mut c_void, device: i32, event: *mut c_void) -> i32>,
+    /// Optional: destroy `event`.
+    pub event_destroy:
+        Option<unsafe extern "C" fn(context: *mut c_void, device: i32, event: *mut c_void) -> i32>,
+    /// Optional: wait until the work queued on `stream` is done.
+    pub stream_synchronize:
+        Option<unsafe extern "C" fn(context: *mut c_void, device: i32, stream: *mut c_void) -> i32>,
+    /// Optional: the mapping granularity of `device` in bytes, into *out.
+    pub vm_granularity:
+        Option<unsafe extern "C" fn(context: *mut c_void, device: i32, out: *mut usize) -> i32>,
+    /// Optional: reserve `size` bytes of address space into *out.
+    pub vm_reserve: Option<
+        unsafe extern "C" fn(
+            context: *mut c_void,
+            device: i32,
+            size: usize,
+            out: *mut *mut c_void,
+        ) -> i32,
+    >,
+    /// Optional: back `size` bytes at `ptr` (inside a reservation) with memory.
+    pub vm_map: Option<
+        unsafe extern "C" fn(
+            context: *mut c_void,
+            device: i32,
+            ptr: *mut c_void,
+            size: usize,
+        ) -> i32,
+    >,
+    /// Optional: give back the memory behind `size` bytes at `ptr`, keeping the addresses.
+    pub vm_unmap: Option<
+        unsafe extern "C" fn(
+            context: *mut c_void,
+            device: i32,
+            ptr: *mut c_void,
+            size: usize,
+        ) -> i32,
+    >,
+    /// Optional: release a whole reservation.
+    pub vm_release: Option<
+        unsafe extern "C" fn(
+            context: *mut c_void,
+            device: i32,
+            ptr: *mut c_void,
+            size: usize,
+        ) -> i32,
+    >,
+}
+
+/// A registered C backend.
+pub struct CustomBackend {
+    name: String,
+    table: AccBackendVTable,
+    devices: usize,
+    events: bool,
+    virtual_memory: bool,
+}
+
+// SAFETY: the registering framework promises (in the table's documentation) that its functions and
+// context may be used from any thread.
+unsafe impl Send for CustomBackend {}
+unsafe impl Sync for CustomBackend {}
+
+impl CustomBackend {
+    /// Check a table and ask it for its device count. Errors say what is wrong with the table.
+    ///
+    /// # Safety
+    /// The table's function pointers must be valid functions with the documented signatures, and the
+    /// context valid for them, for as long as the process runs.
+    pub unsafe fn new(name: &str, table: &AccBackendVTable) -> Result<CustomBackend, String> {
+        if table.struct_size < std::mem::size_of::<AccBackendVTable>() {
+            return Err(format!(
+                "the table's struct_size is {}, expected {} (sizeof(AccBackendVTable))",
+                table.struct_size,
+                std::mem::size_of::<AccBackendVTable>()
+            ));
+        }
+        for (entry, present) in [
+            ("device_count", table.device_count.is_some()),
+            ("raw_alloc", table.raw_alloc.is_some()),
+            ("raw_free", table.raw_free.is_some()),
+            ("mem_get_info", table.mem_get_info.is_some()),
+        ] {
+            if !present {
+                return Err(format!("the required entry {entry} is NULL"));
+            }
+        }
+        let mut count = 0;
+        let rc = (table.device_count.unwrap())(table.context, &mut count);
+        if rc != ACC_BACKEND_OK || count < 1 {
+            return Err(format!(
+                "device_count returned {rc} with {count} device(s); at least 1 is needed"
+            ));
+        }
+        let events = table.event_create.is_some()
+            && table.event_record.is_some()
+            && table.event_query.is_some()
+            && table.event_synchronize.is_some()
+            && table.event_destroy.is_some();
+        let virtual_memory = table.vm_granularity.is_some()
+            && table.vm_reserve.is_some()
+            && table.vm_map.is_some()
+            && table.vm_unmap.is_some()
+            && table.vm_release.is_some();
+        Ok(CustomBackend {
+            name: name.to_string(),
+            table: *table,
+            devices: count as usize,
+            events,
+            virtual_memory,
+        })
+    }
+
+    fn check(&self, call: &str, rc: i32) -> Result<(), BackendError> {
+        match rc {
+            ACC_BACKEND_OK => Ok(()),
+            ACC_BACKEND_OUT_OF_MEMORY => Err(BackendError::OutOfMemory),
+            code => Err(BackendError::Failed {
+                code: code as i64,
+                message: format!("{call} returned error code {code}"),
+            }),
+        }
+    }
+
+    fn missing(call: &str) -> BackendError {
+        BackendError::Failed {
+            code: -1,
+            message: format!("{call} is not provided by this backend"),
+        }
+    }
+}
+
+impl Backend for CustomBackend {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn device_count(&self) -> usize {
+        self.devices
+    }
+
+    fn raw_alloc(
+        &self,
+        device: usize,
+        size: usize,
+        stream: StreamId,
+    ) -> Result<usize, BackendError> {
+        let mut out: *mut c_void = std::ptr::null_mut();
+        // SAFETY: required entries were checked at registration; the contract covers the call.
+        let rc = unsafe {
+            (self.table.raw_alloc.unwrap())(
+                self.table.context,
+                device as i32,
+                size,
+                stream as *mut c_void,
+                &mut out,
+            )
+        };
+        self.check("raw_alloc", rc)?;
+        if out.is_null() || (out as usize) % 512 != 0 {
+            return Err(BackendError::Failed {
+                code: -1,
+                message: format!(
+                    "raw_alloc returned {out:p}, which is not a 512-byte aligned address"
+                ),
+            });
+        }
+        Ok(out as usize)
+    }
+
+    fn raw_free(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError> {
+        // SAFETY: as for raw_alloc.
+        let rc = unsafe {
+            (self.table.raw_free.unwrap())(
+                self.table.context,
+                device as i32,
+                ptr as *mut c_void,
+                size,
+            )
+        };
+        self.check("raw_free", rc)
+    }
+
+    fn mem_get_info(&self, device: usize) -> Result<MemInfo, BackendError> {
+        let (mut free, mut total) = (0u64, 0u64);
+        // SAFETY: as for raw_alloc.
+        let rc = unsafe {
+            (self.table.mem_get_info.unwrap())(
+                self.table.context,
+                device as i32,
+                &mut free,
+                &mut total,
+            )
+        };
+        self.check("mem_get_info", rc)?;
+        Ok(MemInfo {
+            free: free as usize,
+            total: total as usize,
+        })
+    }
+
+    fn events_supported(&self) -> bool {
+        self.events
+    }
+
+    fn create_event(&self, device: usize) -> Result<EventId, BackendError> {
+        let create = self
+            .table
+            .event_create
+            .filter(|_| self.events)
+            .ok_or_else(|| Self::missing("event_create"))?;
+        let mut out: *mut c_void = std::ptr::null_mut();
+        // SAFETY: present entries follow the documented contract.
+        self.check("event_create", unsafe {
+            create(self.table.context, device as i32, &mut out)
+        })?;
+        Ok(out as EventId)
+    }
+
+    fn record_event(
+        &self,
+        device: usize,
+        event: EventId,
+        stream: StreamId,
+    ) -> Result<(), BackendError> {
+        let record = self
+            .table
+            .event_record
+            .ok_or_else(|| Self::missing("event_record"))?;
+        // SAFETY: as above.
+        let rc = unsafe {
+            record(
+                self.table.context,
+                device as i32,
+                event as *mut c_void,
+                stream as *mut c_void,
+            )
+        };
+        self.check("event_record", rc)
+    }
+
+    fn query_event(&self, device: usize, event: EventId) -> Result<bool, BackendError> {
+        let query = self
+            .table
+            .event_query
+            .ok_or_else(|| Self::missing("event_query"))?;
+        let mut complete = 0;
+        // SAFETY: as above.
+        let rc = unsafe {
+            query(
+                self.table.context,
+                device as i32,
+                event as *mut c_void,
+                &mut complete,
+            )
+        };
+        self.check("event_query", rc)?;
+        Ok(complete != 0)
+    }
+
+    fn synchronize_event(&self, device: usize, event: EventId) -> Result<(), BackendError> {
+        let synchronize = self
+            .table
+            .event_synchronize
+            .ok_or_else(|| Self::missing("event_synchronize"))?;
+        // SAFETY: as above.
+        self.check("event_synchronize", unsafe {
+            synchronize(self.table.context, device as i32, event as *mut c_void)
+        })
+    }
+
+    fn destroy_event(&self, device: usize, event: EventId) -> Result<(), BackendError> {
+        let destroy = self
+            .table
+            .event_destroy
+            .ok_or_else(|| Self::missing("event_destroy"))?;
+        // SAFETY: as above.
+        self.check("event_destroy", unsafe {
+            destroy(self.table.context, device as i32, event as *mut c_void)
+        })
+    }
+
+    fn stream_synchronize_supported(&self) -> bool {
+        self.table.stream_synchronize.is_some()
+    }
+
+    fn synchronize_stream(&self, device: usize, stream: StreamId) -> Result<(), BackendError> {
+        let synchronize = self
+            .table
+            .stream_synchronize
+            .ok_or_else(|| Self::missing("stream_synchronize"))?;
+        // SAFETY: as above.
+        self.check("stream_synchronize", unsafe {
+            synchronize(self.table.context, device as i32, stream as *mut c_void)
+        })
+    }
+
+    fn vm_granularity(&self, device: usize) -> Option<usize> {
+        let granularity = self.table.vm_granularity.filter(|_| self.virtual_memory)?;
+        let mut out = 0usize;
+        // SAFETY: as above.
+        let rc = unsafe { granularity(self.table.context, device as i32, &mut out) };
+        (rc == ACC_BACKEND_OK && out > 0).then_some(out)
+    }
+
+    fn vm_reserve(&self, device: usize, size: usize) -> Result<usize, BackendError> {
+        let reserve = self
+            .table
+            .vm_reserve
+            .ok_or_else(|| Self::missing("vm_reserve"))?;
+        let mut out: *mut c_void = std::ptr::null_mut();
+        // SAFETY: as above.
+        self.check("vm_reserve", unsafe {
+            reserve(self.table.context, device as i32, size, &mut out)
+        })?;
+        Ok(out as usize)
+    }
+
+    fn vm_map(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError> {
+        let map = self.table.vm_map.ok_or_else(|| Self::missing("vm_map"))?;
+        // SAFETY: as above.
+        self.check("vm_map", unsafe {
+            map(self.table.context, device as i32, ptr as *mut c_void, size)
+        })
+    }
+
+    fn vm_unmap(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError> {
+        let unmap = self
+            .table
+            .vm_unmap
+            .ok_or_else(|| Self::missing("vm_unmap"))?;
+        // SAFETY: as above.
+        self.check("vm_unmap", unsafe {
+            unmap(self.table.context, device as i32, ptr as *mut c_void, size)
+        })
+    }
+
+    fn vm_release(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError> {
+        let release = self
+            .table
+            .vm_release
+            .ok_or_else(|| Self::missing("vm_release"))?;
+        // SAFETY: as above.
+        self.check("vm_release", unsafe {
+            release(self.table.context, device as i32, ptr as *mut c_void, size)
+        })
+    }
+}

@@ -1,0 +1,259 @@
+//! One accelerator: a backend and a caching allocator per device (each behind its own lock), its
+//! settings, and the per-device operations of the memory API.
+
+use super::current_device::{current_device_of, set_current_device_of};
+use super::ownership::{IndexedBackend, SegmentIndex};
+use super::DeviceType;
+use crate::backend::{Backend, MemInfo, StreamId};
+use crate::caching::settings::parse_settings;
+use crate::caching::snapshot::settings_json;
+use crate::caching::summary::memory_summary;
+use crate::caching::{CachingAllocator, CachingConfig, DeviceStats, MallocStep};
+use crate::error::{Error, ErrorKind, Result};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// One accelerator: a backend and a caching allocator per device, created on first use.
+pub struct Accelerator {
+    device_type: DeviceType,
+    /// The name as a C string, for acc_device_type_name (lives as long as the accelerator).
+    c_name: std::ffi::CString,
+    backend: Arc<dyn Backend>,
+    /// The settings every device of this accelerator runs with.
+    config: Mutex<CachingConfig>,
+    /// History recording for devices created from now on: Some(max entries) when on.
+    history: Mutex<Option<usize>>,
+    devices: Vec<spin::Once<Mutex<CachingAllocator>>>,
+}
+
+impl Accelerator {
+    /// Wrap `backend` so that its segments are recorded in `index`.
+    pub fn new(
+        device_type: DeviceType,
+        backend: Arc<dyn Backend>,
+        index: Arc<SegmentIndex>,
+        config: CachingConfig,
+    ) -> Self {
+        let count = backend.device_count();
+        let c_name = std::ffi::CString::new(backend.name().replace('\0', " ")).unwrap_or_default();
+        Accelerator {
+            device_type,
+            c_name,
+            backend: Arc::new(IndexedBackend::new(backend, device_type, index)),
+            config: Mutex::new(config),
+            history: Mutex::new(None),
+            devices: (0..count).map(|_| spin::Once::new()).collect(),
+        }
+    }
+
+    fn config(&self) -> MutexGuard<'_, CachingConfig> {
+        // The config is plain data: a panic elsewhere cannot leave it half-written.
+        self.config
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The settings in force.
+    pub fn settings(&self) -> CachingConfig {
+        self.config().clone()
+    }
+
+    /// Apply a configuration string on top of the settings in force, on every device; on error nothing
+    /// changes.
+    pub fn set_settings(&self, text: &str) -> Result<()> {
+        let mut config = self.config();
+        let updated = parse_settings(text, &config)?;
+        for (index, slot) in self.devices.iter().enumerate() {
+            if slot.is_completed() {
+                self.lock(index)?.set_config(updated.clone());
+            }
+        }
+        *config = updated;
+        Ok(())
+    }
+
+    pub fn device_type(&self) -> DeviceType {
+        self.device_type
+    }
+
+    pub fn name(&self) -> &str {
+        self.backend.name()
+    }
+
+    /// The name as a NUL-terminated string.
+    pub fn c_name(&self) -> &std::ffi::CStr {
+        &self.c_name
+    }
+
+    pub fn device_count(&self) -> usize {
+        self.devices.len()
+    }
+
+    /// Check a device index from the C ABI (-1 = this thread's current device).
+    pub fn resolve(&self, device: i32) -> Result<usize> {
+        let index = if device == -1 {
+            current_device_of(self.device_type) as i64
+        } else {
+            device as i64
+        };
+        if index < 0 || index >= self.devices.len() as i64 {
+            return Err(Error::invalid_device(format!(
+                "device {device} does not exist: {} has {} device(s), indices 0 to {} (or -1 for the \
+                 current device)",
+                self.name(),
+                self.devices.len(),
+                self.devices.len() as i64 - 1
+            )));
+        }
+        Ok(index as usize)
+    }
+
+    /// Lock the caching allocator of device `index` (a resolved index), creating it on first use.
+    pub fn lock(&self, index: usize) -> Result<MutexGuard<'_, CachingAllocator>> {
+        let slot = self.devices[index].try_call_once(|| {
+            let mut allocator =
+                CachingAllocator::new(self.backend.clone(), index, self.config().clone())?;
+            if let Some(entries) = *self.history.lock().unwrap_or_else(|p| p.into_inner()) {
+                allocator.record_history(true, entries);
+            }
+            Ok::<_, Error>(Mutex::new(allocator))
+        })?;
+        slot.lock().map_err(|_| {
+            Error::new(
+                ErrorKind::Internal,
+                format!(
+                    "{} device {index} is unusable: a thread panicked while holding it",
+                    self.name()
+                ),
+            )
+        })
+    }
+
+    /// Whether device `index` has been used (its allocator exists).
+    pub fn is_device_in_use(&self, index: usize) -> bool {
+        self.devices[index].is_completed()
+    }
+
+    /// Lock a device given as a C ABI index.
+    pub fn device(&self, device: i32) -> Result<MutexGuard<'_, CachingAllocator>> {
+        self.lock(self.resolve(device)?)
+    }
+
+    /// Hand out `size` bytes on `device` (-1 = this thread's current device) for `stream`; size 0
+    /// gives a null pointer.
+    pub fn alloc(&self, size: usize, device: i32, stream: StreamId) -> Result<usize> {
+        let index = self.resolve(device)?;
+        if size == 0 {
+            return Ok(0);
+        }
+        self.malloc(index, size, stream)
+    }
+
+    /// Hand out `size` bytes (size > 0) on device `index` for `stream`. With release_lock_on_malloc,
+    /// the backend is asked for a new segment without holding the device's lock, so other threads
+    /// keep allocating from the cache meanwhile.
+    pub fn malloc(&self, index: usize, size: usize, stream: StreamId) -> Result<usize> {
+        let step = self.lock(index)?.malloc_begin(size, stream)?;
+        match step {
+            MallocStep::Done(ptr) => Ok(ptr),
+            MallocStep::NeedSegment(request) => {
+                let raw = self.backend.raw_alloc(index, request.size, request.stream);
+                self.lock(index)?.malloc_finish(request, raw)
+            }
+        }
+    }
+
+    /// Start or stop recording allocator history on every device.
+    pub fn record_history(&self, enabled: bool, max_entries: usize) -> Result<()> {
+        let mut setting = self.history.lock().unwrap_or_else(|p| p.into_inner());
+        *setting = enabled.then_some(max_entries);
+        for (index, slot) in self.devices.iter().enumerate() {
+            if slot.is_completed() {
+                self.lock(index)?.record_history(enabled, max_entries);
+            }
+        }
+        Ok(())
+    }
+
+    /// The summary table of one device.
+    pub fn memory_summary(&self, device: i32, abbreviated: bool) -> Result<String> {
+        let index = self.resolve(device)?;
+        let stats = self.lock(index)?.stats();
+        let title = format!("accalloc {}", self.name());
+        Ok(memory_summary(&stats, index, &title, abbreviated))
+    }
+
+    /// Every segment and block of every device, the history of each device, and the settings.
+    pub fn snapshot(&self) -> Result<serde_json::Value> {
+        let mut segments = Vec::new();
+        let mut traces = Vec::new();
+        for (index, slot) in self.devices.iter().enumerate() {
+            if !slot.is_completed() {
+                traces.push(serde_json::Value::Array(Vec::new()));
+                continue;
+            }
+            let device = self.lock(index)?;
+            segments.extend(device.segments().iter().map(|s| s.to_json(index)));
+            let entries = device
+                .history()
+                .map(|h| h.entries().map(|e| e.to_json()).collect());
+            traces.push(serde_json::Value::Array(entries.unwrap_or_default()));
+        }
+        Ok(serde_json::json!({
+            "segments": segments,
+            "device_traces": traces,
+            "allocator_settings": settings_json(&self.settings()),
+        }))
+    }
+
+    /// Release the cached segments of every device in use.
+    pub fn empty_cache(&self) -> Result<()> {
+        let mut first_error = None;
+        for (index, slot) in self.devices.iter().enumerate() {
+            if slot.is_completed() {
+                if let Err(e) = self.lock(index).and_then(|mut d| d.empty_cache()) {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    pub fn device_stats(&self, device: i32) -> Result<DeviceStats> {
+        Ok(self.device(device)?.stats())
+    }
+
+    pub fn reset_accumulated_stats(&self, device: i32) -> Result<()> {
+        self.device(device)?.reset_accumulated_stats();
+        Ok(())
+    }
+
+    pub fn reset_peak_stats(&self, device: i32) -> Result<()> {
+        self.device(device)?.reset_peak_stats();
+        Ok(())
+    }
+
+    pub fn mem_get_info(&self, device: i32) -> Result<MemInfo> {
+        self.device(device)?.mem_get_info()
+    }
+
+    pub fn set_memory_fraction(&self, fraction: f64, device: i32) -> Result<()> {
+        self.device(device)?.set_memory_fraction(fraction)
+    }
+
+    /// This thread's current device of this accelerator.
+    pub fn current_device(&self) -> usize {
+        current_device_of(self.device_type)
+    }
+
+    /// Make `device` this thread's current device of this accelerator.
+    pub fn set_device(&self, device: i32) -> Result<()> {
+        if device < 0 {
+            return Err(Error::invalid_device(format!(
+                "device {device} does not exist: set_device takes an index from 0"
+            )));
+        }
+        let index = self.resolve(device)?;
+        set_current_device_of(self.device_type, index);
+        Ok(())
+    }
+}
