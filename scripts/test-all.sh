@@ -38,6 +38,10 @@ mkdir -p build
 cc -std=c99 -Wall -Wextra -pedantic -Werror -Iinclude examples/quickstart.c -Ltarget/release -laccalloc \
   -Wl,-rpath,"$PWD/target/release" -o build/quickstart
 ./build/quickstart
+echo "== examples/framework_backend.cpp"
+c++ -std=c++17 -Wall -Wextra -Werror -Iinclude examples/framework_backend.cpp -Ltarget/release -laccalloc \
+  -Wl,-rpath,"$PWD/target/release" -o build/framework_backend
+./build/framework_backend
 
 echo "== replay of the sample trace"
 ./target/release/accalloc replay examples/traces/transformer_train.jsonl
