@@ -1,11 +1,12 @@
 # cmake -P script: the acc_* functions that libaccalloc.so exports must be exactly the ones accalloc.h
 # declares. Each plain function must be called by every test source named in SOURCES (test_api.c
 # exercises it, test_dlopen.c dlsyms it); each `_on` form and each function about registered backends
-# (acc_register_backend, acc_set_accelerator) by every source in ON_SOURCES. Fails when the library
+# (acc_register_backend, acc_set_accelerator) by every source in ON_SOURCES; each acc_pluggable_*
+# function by every source in PLUGGABLE_SOURCES. Fails when the library
 # grows a function that the tests do not cover.
 cmake_minimum_required(VERSION 3.16) # policies of this century: quoted strings are not variables
 
-foreach(var IN ITEMS NM SHARED_LIB HEADER SOURCES ON_SOURCES)
+foreach(var IN ITEMS NM SHARED_LIB HEADER SOURCES ON_SOURCES PLUGGABLE_SOURCES)
   if(NOT DEFINED ${var} OR "${${var}}" STREQUAL "")
     message(FATAL_ERROR "check_exports.cmake: ${var} is not set")
   endif()
@@ -57,19 +58,24 @@ endforeach()
 
 set(plain_functions "")
 set(on_functions "")
+set(pluggable_functions "")
 foreach(fn IN LISTS exported)
   if(fn MATCHES "_on$" OR fn STREQUAL "acc_register_backend" OR fn STREQUAL "acc_set_accelerator")
     list(APPEND on_functions "${fn}")
+  elseif(fn MATCHES "^acc_pluggable_")
+    list(APPEND pluggable_functions "${fn}")
   else()
     list(APPEND plain_functions "${fn}")
   endif()
 endforeach()
 
-foreach(group IN ITEMS SOURCES ON_SOURCES)
+foreach(group IN ITEMS SOURCES ON_SOURCES PLUGGABLE_SOURCES)
  if(group STREQUAL "SOURCES")
    set(group_functions ${plain_functions})
- else()
+ elseif(group STREQUAL "ON_SOURCES")
    set(group_functions ${on_functions})
+ else()
+   set(group_functions ${pluggable_functions})
  endif()
  foreach(src IN LISTS ${group})
   file(READ "${src}" src_text)
@@ -89,4 +95,4 @@ message(STATUS "${n_exported} exported acc_* functions: ${exported}")
 if(NOT problems STREQUAL "")
   message(FATAL_ERROR "export coverage problems:\n${problems}")
 endif()
-message(STATUS "every exported function is declared and covered by: ${SOURCES} ${ON_SOURCES}")
+message(STATUS "every exported function is declared and covered by: ${SOURCES} ${ON_SOURCES} ${PLUGGABLE_SOURCES}")

@@ -527,6 +527,41 @@ enum AccStatus acc_empty_cache(void);
 enum AccStatus acc_empty_cache_on(AccDeviceType device_type);
 
 /**
+ * Allocate `size` bytes on `device` for `stream` (a cudaStream_t); NULL on failure, with the
+ * reason written to standard error and kept in acc_last_error_message().
+ */
+void *acc_pluggable_malloc(size_t size, int32_t device, void *stream);
+
+/**
+ * Free what acc_pluggable_malloc returned (`size`, `device` and `stream` are as PyTorch passes them;
+ * accalloc knows them already).
+ */
+void acc_pluggable_free(void *ptr,
+                        size_t _size,
+                        int32_t _device,
+                        void *_stream);
+
+/**
+ * PyTorch's init hook: accalloc initialises itself on first use, so this only checks that it can.
+ */
+void acc_pluggable_init(int32_t _device_count);
+
+/**
+ * PyTorch's reset hook, called by torch.cuda.empty_cache().
+ */
+void acc_pluggable_empty_cache(void);
+
+/**
+ * PyTorch's memory_fraction hook, called by torch.cuda.set_per_process_memory_fraction().
+ */
+void acc_pluggable_set_memory_fraction(double fraction, int32_t device);
+
+/**
+ * PyTorch's record_stream hook, called by Tensor.record_stream().
+ */
+void acc_pluggable_record_stream(void *ptr, void *stream);
+
+/**
  * Change the current accelerator's allocator settings, in PYTORCH_ALLOC_CONF's syntax (the same as
  * the ACC_ALLOC_CONF environment variable), e.g.
  * "max_split_size_mb:128,roundup_power2_divisions:[64:8,>:1]". max_split_size_mb,

@@ -85,6 +85,12 @@ fn header_declares_every_exported_function() {
         "acc_version",
         "acc_abi_version",
         "acc_status_name",
+        "acc_pluggable_malloc",
+        "acc_pluggable_free",
+        "acc_pluggable_init",
+        "acc_pluggable_empty_cache",
+        "acc_pluggable_set_memory_fraction",
+        "acc_pluggable_record_stream",
     ];
     let mut required: Vec<String> = global.iter().map(|s| s.to_string()).collect();
     for name in per_accelerator {

@@ -1,6 +1,8 @@
 //! Backends hand out raw device memory. They know nothing of caching: the caching layer asks them for
 //! whole segments and gives whole segments back.
 
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod custom;
 pub mod host;
 pub mod testing;

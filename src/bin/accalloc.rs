@@ -52,6 +52,9 @@ fn info() -> Result<(), String> {
     let runtime = runtime().map_err(|e| e.message)?;
     let accelerator = runtime.current();
     println!("accelerator: {}", accelerator.name());
+    if let Some(why) = runtime.cuda_absent_because() {
+        println!("cuda: not in use ({why})");
+    }
     println!("devices: {}", accelerator.device_count());
     for device in 0..accelerator.device_count() {
         let info = accelerator

@@ -12,6 +12,7 @@ pub(crate) mod guard;
 pub mod info;
 pub mod inspect;
 pub mod memory;
+pub mod pluggable;
 pub mod settings;
 pub mod stats;
 pub mod types;

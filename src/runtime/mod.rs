@@ -23,6 +23,8 @@ use std::sync::{Arc, Mutex};
 
 /// Environment variable with the allocator settings, in PYTORCH_ALLOC_CONF's syntax.
 pub const ALLOC_CONF_VAR: &str = "ACC_ALLOC_CONF";
+/// Environment variable forcing the accelerator: "host" or "cuda" (default: CUDA when a GPU answers).
+pub const DEVICE_VAR: &str = "ACC_DEVICE";
 
 /// A kind of accelerator, as the C ABI numbers them.
 pub type DeviceType = i32;
@@ -45,6 +47,8 @@ pub struct Runtime {
     initial_config: CachingConfig,
     /// Serializes registrations.
     registering: Mutex<()>,
+    /// Why CUDA is not in use, when it is not.
+    cuda_absent_because: Option<String>,
 }
 
 static RUNTIME: spin::Once<std::result::Result<Runtime, Error>> = spin::Once::new();
@@ -56,6 +60,16 @@ pub fn runtime() -> Result<&'static Runtime> {
         .call_once(Runtime::from_env)
         .as_ref()
         .map_err(Clone::clone)
+}
+
+#[cfg(feature = "cuda")]
+fn detect_cuda() -> std::result::Result<Arc<dyn Backend>, String> {
+    crate::backend::cuda::CudaBackend::detect().map(|b| Arc::new(b) as Arc<dyn Backend>)
+}
+
+#[cfg(not(feature = "cuda"))]
+fn detect_cuda() -> std::result::Result<Arc<dyn Backend>, String> {
+    Err("accalloc was built without the cuda feature".into())
 }
 
 fn not_ours(ptr: usize) -> Error {
@@ -72,15 +86,47 @@ impl Runtime {
                 .map_err(|e| Error::config(format!("{ALLOC_CONF_VAR}: {}", e.message)))?,
             Err(_) => CachingConfig::default(),
         };
-        let runtime = Runtime {
+        let forced = match std::env::var(DEVICE_VAR) {
+            Err(_) => None,
+            Ok(value) if value == "host" || value == "cuda" => Some(value),
+            Ok(value) => {
+                return Err(Error::config(format!(
+                    "{DEVICE_VAR}='{value}' is not a valid accelerator: give host or cuda (or leave it \
+                     unset to use CUDA when a GPU is present)"
+                )))
+            }
+        };
+        let mut runtime = Runtime {
             accelerators: std::array::from_fn(|_| spin::Once::new()),
             current: AtomicI32::new(DEVICE_TYPE_HOST),
             index: Arc::new(SegmentIndex::default()),
             initial_config,
             registering: Mutex::new(()),
+            cuda_absent_because: None,
         };
         runtime.install(DEVICE_TYPE_HOST, Arc::new(HostBackend::new(settings)));
+        if forced.as_deref() == Some("host") {
+            runtime.cuda_absent_because = Some(format!("{DEVICE_VAR}=host"));
+            return Ok(runtime);
+        }
+        match detect_cuda() {
+            Ok(cuda) => {
+                runtime.install(DEVICE_TYPE_CUDA, cuda);
+                runtime.current.store(DEVICE_TYPE_CUDA, Ordering::Release);
+            }
+            Err(why) if forced.is_some() => {
+                return Err(Error::config(format!(
+                    "{DEVICE_VAR}=cuda but CUDA is not available: {why}"
+                )))
+            }
+            Err(why) => runtime.cuda_absent_because = Some(why),
+        }
         Ok(runtime)
+    }
+
+    /// Why the CUDA accelerator is not in use (None when it is).
+    pub fn cuda_absent_because(&self) -> Option<&str> {
+        self.cuda_absent_because.as_deref()
     }
 
     fn install(&self, device_type: DeviceType, backend: Arc<dyn Backend>) -> &'static Accelerator {

@@ -1,0 +1,110 @@
+//! The CUDA backend on a real GPU. Without one, each test says why it is skipped and passes.
+
+#![cfg(feature = "cuda")]
+
+use accalloc::backend::cuda::CudaBackend;
+use accalloc::backend::Backend;
+use accalloc::caching::settings::parse_settings;
+use accalloc::caching::{CachingAllocator, CachingConfig, StatType};
+use accalloc::error::ErrorKind;
+use cudarc::driver::sys;
+use std::sync::Arc;
+
+const ALL: usize = StatType::All as usize;
+
+fn gpu() -> Option<Arc<CudaBackend>> {
+    match CudaBackend::detect() {
+        Ok(backend) => Some(Arc::new(backend)),
+        Err(why) => {
+            eprintln!("skipping CUDA test: {why}");
+            None
+        }
+    }
+}
+
+fn stream() -> usize {
+    let mut stream: sys::CUstream = std::ptr::null_mut();
+    // SAFETY: the backend made device 0's context current on this thread; a valid out-pointer.
+    let rc = unsafe { sys::cuStreamCreate(&mut stream, 1) };
+    assert_eq!(rc, sys::CUresult::CUDA_SUCCESS);
+    stream as usize
+}
+
+#[test]
+fn malloc_free_and_the_cache_on_a_gpu() {
+    let Some(gpu) = gpu() else { return };
+    let mut a = CachingAllocator::new(gpu.clone(), 0, CachingConfig::default()).unwrap();
+    let p = a.malloc(1000, 0).unwrap();
+    assert_eq!(p % 512, 0);
+    let s = a.stats();
+    assert_eq!(
+        (
+            s.allocated_bytes[ALL].current,
+            s.reserved_bytes[ALL].current
+        ),
+        (1024, 2 << 20)
+    );
+    a.free(p).unwrap();
+    assert_eq!(a.malloc(1000, 0).unwrap(), p, "cached block reused");
+    let big = a.malloc(100 << 20, 0).unwrap();
+    a.free(big).unwrap();
+    a.free(p).unwrap();
+    a.empty_cache().unwrap();
+    assert_eq!(a.stats().reserved_bytes[ALL].current, 0);
+    assert!(gpu.mem_get_info(0).unwrap().total > 0);
+}
+
+#[test]
+fn streams_and_events_on_a_gpu() {
+    let Some(gpu) = gpu() else { return };
+    let mut a = CachingAllocator::new(gpu.clone(), 0, CachingConfig::default()).unwrap();
+    let (s1, s2) = (stream(), stream());
+    let p = a.malloc(4096, s1).unwrap();
+    a.free(p).unwrap();
+    let q = a.malloc(4096, s2).unwrap();
+    assert_ne!(p, q, "a block is reused only on its own stream");
+    a.record_stream(q, s1).unwrap();
+    a.free(q).unwrap();
+    // The event on s1 completes at once (nothing queued); the next malloc returns the block.
+    gpu.synchronize_stream(0, s1).unwrap();
+    assert_eq!(a.malloc(4096, s2).unwrap(), q);
+}
+
+#[test]
+fn expandable_segments_on_a_gpu() {
+    let Some(gpu) = gpu() else { return };
+    if gpu.vm_granularity(0).is_none() {
+        eprintln!("skipping: this GPU reports no virtual-memory granularity");
+        return;
+    }
+    let config = parse_settings("expandable_segments:True", &CachingConfig::default()).unwrap();
+    let mut a = CachingAllocator::new(gpu, 0, config).unwrap();
+    let p = a.malloc(5 << 20, 0).unwrap();
+    let q = a.malloc(30 << 20, 0).unwrap();
+    assert_eq!(q, p + (5 << 20), "the segment grew in place");
+    assert_eq!(a.stats().reserved_bytes[ALL].current, 40 << 20);
+    a.free(p).unwrap();
+    a.free(q).unwrap();
+    a.empty_cache().unwrap();
+    assert_eq!(a.stats().reserved_bytes[ALL].current, 0);
+}
+
+#[test]
+fn out_of_memory_at_the_cards_real_capacity() {
+    let Some(gpu) = gpu() else { return };
+    let total = gpu.mem_get_info(0).unwrap().total;
+    let mut a = CachingAllocator::new(gpu, 0, CachingConfig::default()).unwrap();
+    // Two blocks of 60% of the card cannot both be had.
+    let first = a.malloc(total / 10 * 6, 0).unwrap();
+    let err = a.malloc(total / 10 * 6, 0).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::OutOfMemory);
+    assert!(
+        err.message
+            .starts_with("cuda out of memory. Tried to allocate"),
+        "{}",
+        err.message
+    );
+    let s = a.stats();
+    assert_eq!((s.num_ooms, s.num_alloc_retries), (1, 1));
+    a.free(first).unwrap();
+}
