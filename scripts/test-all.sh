@@ -43,6 +43,9 @@ c++ -std=c++17 -Wall -Wextra -Werror -Iinclude examples/framework_backend.cpp -L
   -Wl,-rpath,"$PWD/target/release" -o build/framework_backend
 ./build/framework_backend
 
+echo "== examples/accalloc_torch.py (statistics through ctypes, on the host)"
+ACC_DEVICE=host python3 examples/accalloc_torch.py
+
 echo "== replay of the sample trace"
 ./target/release/accalloc replay examples/traces/transformer_train.jsonl
 echo "all tests passed"

@@ -15,10 +15,11 @@ use std::sync::Arc;
 
 const USAGE: &str = "usage:
   accalloc info                    the current accelerator, its devices and their capacity
-  accalloc replay TRACE [--json] [--simulate] [--config STR] [--svg FILE] [--snapshot FILE] [--summary]
+  accalloc replay TRACE [--json] [--simulate|--cuda] [--config STR] [--svg FILE] [--snapshot FILE] [--summary]
                                    replay an allocation trace (JSON lines) through the allocator;
                                    --simulate: a simulated device (fake addresses handed out in
                                      rising order, no memory touched) instead of the host backend
+                                   --cuda: the GPUs through the CUDA backend
                                    --config: allocator settings (ACC_ALLOC_CONF syntax)
                                    --svg: write the memory timeline (allocated and reserved by pool)
                                    --snapshot: write the snapshot taken at peak reserved memory
@@ -79,6 +80,7 @@ fn replay_command(args: &[String]) -> Result<(), String> {
     let mut path = None;
     let mut json = false;
     let mut simulate = false;
+    let mut cuda = false;
     let mut config_text = None;
     let mut svg_path = None;
     let mut snapshot_path = None;
@@ -93,6 +95,7 @@ fn replay_command(args: &[String]) -> Result<(), String> {
         match arg.as_str() {
             "--json" => json = true,
             "--simulate" => simulate = true,
+            "--cuda" => cuda = true,
             "--summary" => summary = true,
             "--config" => config_text = Some(value("--config")?),
             "--svg" => svg_path = Some(value("--svg")?),
@@ -115,6 +118,8 @@ fn replay_command(args: &[String]) -> Result<(), String> {
     let settings = HostSettings::from_env().map_err(|e| e.message)?;
     let backend: Arc<dyn Backend> = if simulate {
         Arc::new(TestBackend::new(settings.devices, settings.capacity))
+    } else if cuda {
+        cuda_backend()?
     } else {
         Arc::new(HostBackend::new(settings))
     };
@@ -149,6 +154,18 @@ fn replay_command(args: &[String]) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+#[cfg(feature = "cuda")]
+fn cuda_backend() -> Result<Arc<dyn Backend>, String> {
+    accalloc::backend::cuda::CudaBackend::detect()
+        .map(|b| Arc::new(b) as Arc<dyn Backend>)
+        .map_err(|why| format!("--cuda: CUDA is not available: {why}"))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn cuda_backend() -> Result<Arc<dyn Backend>, String> {
+    Err("--cuda: accalloc was built without the cuda feature".into())
 }
 
 fn print_report(path: &str, r: &ReplayReport) {
