@@ -9,32 +9,11 @@ use accalloc::capi::*;
 use std::ffi::{c_void, CStr, CString};
 use std::ptr::{null, null_mut};
 
-fn last_error() -> String {
-    unsafe { CStr::from_ptr(acc_last_error_message()) }
-        .to_string_lossy()
-        .into_owned()
-}
-
-fn stat(key: &str) -> i64 {
-    let key = CString::new(key).unwrap();
-    let mut value = 0;
-    assert_eq!(
-        unsafe { acc_memory_stat(-1, key.as_ptr(), &mut value) },
-        AccStatus::ACC_OK
-    );
-    value
-}
+mod common;
+use common::{last_error, stat};
 
 fn stats() -> AccDeviceStats {
-    let mut out = AccDeviceStats {
-        struct_size: std::mem::size_of::<AccDeviceStats>(),
-        ..Default::default()
-    };
-    assert_eq!(
-        unsafe { acc_get_device_stats(-1, &mut out) },
-        AccStatus::ACC_OK
-    );
-    out
+    common::stats(-1)
 }
 
 #[test]

@@ -1,6 +1,9 @@
 //! CUDA detection without a GPU: with no libcuda, and with stub libcudas that report no device or
 //! lack functions, accalloc falls back to the host cleanly, and ACC_DEVICE=cuda says why it cannot.
 
+#![cfg(feature = "cuda")]
+
+use accalloc::backend::cuda::REQUIRED_SYMBOLS;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -46,32 +49,8 @@ fn info(library_path: Option<&Path>, device: Option<&str>) -> (bool, String, Str
 /// Every driver function accalloc calls, as a stub that fails; `overrides` replace some bodies and
 /// `omit` leaves functions out.
 fn stub_source(overrides: &[(&str, &str)], omit: &[&str]) -> String {
-    let symbols = [
-        "cuInit",
-        "cuDeviceGetCount",
-        "cuDeviceGet",
-        "cuDevicePrimaryCtxRetain",
-        "cuCtxSetCurrent",
-        "cuMemAlloc_v2",
-        "cuMemFree_v2",
-        "cuMemGetInfo_v2",
-        "cuEventCreate",
-        "cuEventRecord",
-        "cuEventQuery",
-        "cuEventSynchronize",
-        "cuEventDestroy_v2",
-        "cuStreamSynchronize",
-        "cuMemGetAllocationGranularity",
-        "cuMemAddressReserve",
-        "cuMemAddressFree",
-        "cuMemCreate",
-        "cuMemRelease",
-        "cuMemMap",
-        "cuMemUnmap",
-        "cuMemSetAccess",
-    ];
     let mut source = String::new();
-    for symbol in symbols.iter().filter(|s| !omit.contains(s)) {
+    for symbol in REQUIRED_SYMBOLS.iter().filter(|s| !omit.contains(s)) {
         match overrides.iter().find(|(name, _)| name == symbol) {
             Some((_, definition)) => source.push_str(definition),
             None => source.push_str(&format!("int {symbol}(void) {{ return 999; }}")),

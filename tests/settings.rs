@@ -3,19 +3,11 @@
 use accalloc::capi::info::acc_last_error_message;
 use accalloc::capi::memory::{acc_free, acc_malloc};
 use accalloc::capi::settings::{acc_get_allocator_settings, acc_set_allocator_settings};
-use accalloc::capi::stats::acc_memory_stat;
 use accalloc::capi::AccStatus;
 use std::ffi::{c_void, CStr, CString};
 
-fn stat(key: &str) -> i64 {
-    let key = CString::new(key).unwrap();
-    let mut value = 0;
-    assert_eq!(
-        unsafe { acc_memory_stat(-1, key.as_ptr(), &mut value) },
-        AccStatus::ACC_OK
-    );
-    value
-}
+mod common;
+use common::stat;
 
 fn settings() -> String {
     let mut len = 0;

@@ -3,24 +3,15 @@
 
 use accalloc::capi::device::acc_set_device;
 use accalloc::capi::memory::{acc_empty_cache, acc_free, acc_malloc};
-use accalloc::capi::stats::acc_get_device_stats;
-use accalloc::capi::{AccDeviceStats, AccStatus, ACC_STAT_ALL};
+
+use accalloc::capi::{AccStatus, ACC_STAT_ALL};
 use std::ffi::c_void;
 
 const THREADS: usize = 6;
 const ROUNDS: usize = 3_000;
 
-fn stats(device: i32) -> AccDeviceStats {
-    let mut out = AccDeviceStats {
-        struct_size: std::mem::size_of::<AccDeviceStats>(),
-        ..Default::default()
-    };
-    assert_eq!(
-        unsafe { acc_get_device_stats(device, &mut out) },
-        AccStatus::ACC_OK
-    );
-    out
-}
+mod common;
+use common::stats;
 
 #[test]
 fn concurrent_malloc_free_keeps_exact_books() {

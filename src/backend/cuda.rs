@@ -45,7 +45,7 @@ fn check(call: &str, result: Result<sys::CUresult, BackendError>) -> Result<(), 
 
 /// Every driver function this backend calls (cudarc panics on a missing one, so they are checked
 /// before the first call).
-const REQUIRED_SYMBOLS: [&str; 22] = [
+pub const REQUIRED_SYMBOLS: [&str; 22] = [
     "cuInit",
     "cuDeviceGetCount",
     "cuDeviceGet",
