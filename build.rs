@@ -14,6 +14,14 @@ fn main() {
     println!("cargo:rerun-if-changed=cbindgen.toml");
     println!("cargo:rerun-if-env-changed=CI");
 
+    // The shared library's SONAME carries the ABI version: libaccalloc.so.<ABI>.
+    if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
+        println!(
+            "cargo:rustc-cdylib-link-arg=-Wl,-soname,libaccalloc.so.{}",
+            abi_version(&crate_dir)
+        );
+    }
+
     let config =
         cbindgen::Config::from_file(crate_dir.join("cbindgen.toml")).expect("cbindgen.toml");
     // cbindgen follows the `mod` items of src/capi/mod.rs, so the header holds the C ABI and nothing
@@ -35,6 +43,17 @@ fn main() {
         std::fs::create_dir_all(committed.parent().unwrap()).unwrap();
         std::fs::copy(&generated, &committed).expect("write include/accalloc.h");
     }
+}
+
+/// ACC_ABI_VERSION as src/capi/types.rs defines it: the one source of the ABI number.
+fn abi_version(crate_dir: &Path) -> u32 {
+    let types =
+        std::fs::read_to_string(crate_dir.join("src/capi/types.rs")).expect("src/capi/types.rs");
+    types
+        .lines()
+        .find_map(|line| line.strip_prefix("pub const ACC_ABI_VERSION: u32 = "))
+        .and_then(|rest| rest.trim_end_matches(';').trim().parse().ok())
+        .expect("src/capi/types.rs defines ACC_ABI_VERSION")
 }
 
 fn differs(a: &Path, b: &Path) -> bool {

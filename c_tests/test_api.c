@@ -142,6 +142,10 @@ static void section_metadata(void)
     }
     CHECK_EQ(acc_abi_version(), ACC_ABI_VERSION);
     CHECK_EQ(ACC_ABI_VERSION, 1);
+    CHECK_EQ(ACC_CHECK_ABI(), ACC_OK);
+    CHECK_EQ(acc_check_abi(ACC_ABI_VERSION), ACC_OK);
+    CHECK_STR(ACC_VERSION_STRING, acc_version());
+    /* (the refusal of another ABI is test_abi_mismatch.c's) */
 
     CHECK_STR(acc_status_name(ACC_OK), "ACC_OK");
     CHECK_STR(acc_status_name(ACC_ERROR_INVALID_ARGUMENT), "ACC_ERROR_INVALID_ARGUMENT");

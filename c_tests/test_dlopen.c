@@ -32,6 +32,7 @@ typedef const char *(*type_name_fn)(AccDeviceType);
 typedef const char *(*status_name_fn)(int32_t);
 typedef const char *(*cstr_fn)(void);
 typedef uint32_t (*abi_fn)(void);
+typedef AccStatus (*check_abi_fn)(uint32_t);
 typedef AccStatus (*set_settings_fn)(const char *);
 typedef AccStatus (*record_stream_fn)(void *, void *);
 typedef AccStatus (*summary_fn)(int32_t, int32_t, char *, size_t, size_t *);
@@ -100,6 +101,7 @@ int main(int argc, char **argv)
     type_name_fn p_device_type_name;
     cstr_fn p_version;
     abi_fn p_abi_version;
+    check_abi_fn p_check_abi;
     set_settings_fn p_set_settings;
     get_settings_fn p_get_settings;
     record_stream_fn p_record_stream;
@@ -140,6 +142,7 @@ int main(int argc, char **argv)
     TYPECHECK(cstr_fn, acc_last_error_message);
     TYPECHECK(cstr_fn, acc_version);
     TYPECHECK(abi_fn, acc_abi_version);
+    TYPECHECK(check_abi_fn, acc_check_abi);
     TYPECHECK(set_settings_fn, acc_set_allocator_settings);
     TYPECHECK(get_settings_fn, acc_get_allocator_settings);
     TYPECHECK(record_stream_fn, acc_record_stream);
@@ -178,6 +181,7 @@ int main(int argc, char **argv)
     LOAD(p_last_error, "acc_last_error_message");
     LOAD(p_version, "acc_version");
     LOAD(p_abi_version, "acc_abi_version");
+    LOAD(p_check_abi, "acc_check_abi");
     LOAD(p_set_settings, "acc_set_allocator_settings");
     LOAD(p_get_settings, "acc_get_allocator_settings");
     LOAD(p_record_stream, "acc_record_stream");
@@ -193,6 +197,8 @@ int main(int argc, char **argv)
 
     CHECK_STR(p_version(), "0.1.0");
     CHECK_EQ(p_abi_version(), ACC_ABI_VERSION);
+    /* A program loading the library by hand checks its ABI the same way. */
+    CHECK_EQ(p_check_abi(ACC_ABI_VERSION), ACC_OK);
     CHECK_STR(p_last_error(), "");
     CHECK_STR(p_status_name(ACC_ERROR_OUT_OF_MEMORY), "ACC_ERROR_OUT_OF_MEMORY");
     CHECK_STR(p_status_name(77), "ACC_ERROR_UNKNOWN");

@@ -14,6 +14,16 @@
 
 #include <stddef.h>
 #include <stdint.h>
+/** The library's version as a string literal ("MAJOR.MINOR.PATCH"), for the preprocessor. */
+#define ACC_VERSION_STRING ACC_VERSION_STRINGIFY(ACC_VERSION_MAJOR) "." ACC_VERSION_STRINGIFY(ACC_VERSION_MINOR) "." ACC_VERSION_STRINGIFY(ACC_VERSION_PATCH)
+#define ACC_VERSION_STRINGIFY(x) ACC_VERSION_STRINGIFY_(x)
+#define ACC_VERSION_STRINGIFY_(x) #x
+
+/**
+ * Check, at start-up, that the loaded library has the ABI this program was compiled for:
+ * `if (ACC_CHECK_ABI() != ACC_OK) { fputs(acc_last_error_message(), stderr); exit(1); }`
+ */
+#define ACC_CHECK_ABI() acc_check_abi(ACC_ABI_VERSION)
 
 /**
  * Version of the binary interface. It changes only when a program built against an older header
@@ -422,6 +432,13 @@ const char *acc_version(void);
  * ACC_ABI_VERSION it was built with.
  */
 uint32_t acc_abi_version(void);
+
+/**
+ * Check that this library has the ABI a program was built for: pass the header's ACC_ABI_VERSION
+ * (the ACC_CHECK_ABI() macro does). ACC_ERROR_NOT_SUPPORTED, with a message saying both versions,
+ * when they differ: the program must not use this library.
+ */
+enum AccStatus acc_check_abi(uint32_t header_abi);
 
 /**
  * The statistics of `device` (-1: current) as PyTorch's memory_summary() table; `abbreviated`

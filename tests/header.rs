@@ -85,6 +85,7 @@ fn header_declares_every_exported_function() {
         "acc_version",
         "acc_abi_version",
         "acc_status_name",
+        "acc_check_abi",
         "acc_pluggable_malloc",
         "acc_pluggable_free",
         "acc_pluggable_init",

@@ -44,5 +44,26 @@ pub extern "C" fn acc_abi_version() -> u32 {
     ACC_ABI_VERSION
 }
 
+/// Check that this library has the ABI a program was built for: pass the header's ACC_ABI_VERSION
+/// (the ACC_CHECK_ABI() macro does). ACC_ERROR_NOT_SUPPORTED, with a message saying both versions,
+/// when they differ: the program must not use this library.
+#[no_mangle]
+pub extern "C" fn acc_check_abi(header_abi: u32) -> AccStatus {
+    super::guard::guard(|| {
+        if header_abi == ACC_ABI_VERSION {
+            return Ok(());
+        }
+        Err(crate::error::Error::new(
+            crate::error::ErrorKind::NotSupported,
+            format!(
+                "this program was built against accalloc ABI {header_abi}, but the loaded libaccalloc {} \
+                 provides ABI {ACC_ABI_VERSION}: rebuild the program against this library's accalloc.h, \
+                 or load a library of ABI {header_abi}",
+                env!("CARGO_PKG_VERSION")
+            ),
+        ))
+    })
+}
+
 // AccStatus crosses the boundary as a C enum: it must stay int-sized.
 const _: () = assert!(std::mem::size_of::<AccStatus>() == 4);

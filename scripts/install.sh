@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Install accalloc the way C libraries install: the versioned shared library with its SONAME links, the
+# static library, the header, a pkg-config file and a CMake package (imported target accalloc::accalloc).
+#
+#   PREFIX=/opt/accalloc scripts/install.sh          (default PREFIX: /usr/local)
+#   DESTDIR=/tmp/stage PREFIX=/usr scripts/install.sh   (staged, for packaging)
+#
+# Builds the release library first unless ACCALLOC_LIB_DIR names a folder that already holds
+# libaccalloc.so and libaccalloc.a. Our own script rather than cargo-c: nothing to install first, and
+# the layout stays in one short file.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+prefix=${PREFIX:-/usr/local}
+destdir=${DESTDIR:-}
+libdir_name=${LIBDIR_NAME:-lib}
+
+lib_dir=${ACCALLOC_LIB_DIR:-}
+if [ -z "$lib_dir" ]; then
+  (cd "$root" && cargo build --release)
+  lib_dir=$root/target/release
+fi
+for file in libaccalloc.so libaccalloc.a; do
+  [ -f "$lib_dir/$file" ] || { echo "install.sh: $lib_dir/$file not found" >&2; exit 1; }
+done
+
+header=$root/include/accalloc.h
+abi=$(sed -n 's/^#define ACC_ABI_VERSION \([0-9]*\)$/\1/p' "$header")
+major=$(sed -n 's/^#define ACC_VERSION_MAJOR \([0-9]*\)$/\1/p' "$header")
+minor=$(sed -n 's/^#define ACC_VERSION_MINOR \([0-9]*\)$/\1/p' "$header")
+patch=$(sed -n 's/^#define ACC_VERSION_PATCH \([0-9]*\)$/\1/p' "$header")
+version=$major.$minor.$patch
+soname=libaccalloc.so.$abi
+real_name=$soname.$version
+
+lib=$destdir$prefix/$libdir_name
+include=$destdir$prefix/include
+mkdir -p "$lib/pkgconfig" "$lib/cmake/accalloc" "$include"
+
+install -m 0755 "$lib_dir/libaccalloc.so" "$lib/$real_name"
+ln -sf "$real_name" "$lib/$soname"
+ln -sf "$soname" "$lib/libaccalloc.so"
+install -m 0644 "$lib_dir/libaccalloc.a" "$lib/libaccalloc.a"
+install -m 0644 "$header" "$include/accalloc.h"
+
+cat > "$lib/pkgconfig/accalloc.pc" <<PC
+prefix=$prefix
+libdir=\${prefix}/$libdir_name
+includedir=\${prefix}/include
+
+Name: accalloc
+Description: Caching device-memory allocator with PyTorch-compatible statistics
+Version: $version
+Libs: -L\${libdir} -laccalloc
+Libs.private: -lpthread -ldl -lm
+Cflags: -I\${includedir}
+PC
+
+cat > "$lib/cmake/accalloc/accallocConfig.cmake" <<'CMAKE'
+# accalloc's CMake package: find_package(accalloc CONFIG REQUIRED), then link accalloc::accalloc
+# (the shared library) or accalloc::accalloc_static.
+get_filename_component(_accalloc_prefix "${CMAKE_CURRENT_LIST_DIR}/../../.." ABSOLUTE)
+include(CMakeFindDependencyMacro)
+find_dependency(Threads)
+if(NOT TARGET accalloc::accalloc)
+  add_library(accalloc::accalloc SHARED IMPORTED)
+  set_target_properties(accalloc::accalloc PROPERTIES
+    IMPORTED_LOCATION "${_accalloc_prefix}/@LIBDIR@/@REAL_NAME@"
+    IMPORTED_SONAME "@SONAME@"
+    INTERFACE_INCLUDE_DIRECTORIES "${_accalloc_prefix}/include")
+  add_library(accalloc::accalloc_static STATIC IMPORTED)
+  set_target_properties(accalloc::accalloc_static PROPERTIES
+    IMPORTED_LOCATION "${_accalloc_prefix}/@LIBDIR@/libaccalloc.a"
+    INTERFACE_INCLUDE_DIRECTORIES "${_accalloc_prefix}/include"
+    INTERFACE_LINK_LIBRARIES "Threads::Threads;${CMAKE_DL_LIBS};m")
+endif()
+unset(_accalloc_prefix)
+CMAKE
+sed -i "s|@LIBDIR@|$libdir_name|g; s|@REAL_NAME@|$real_name|g; s|@SONAME@|$soname|g" "$lib/cmake/accalloc/accallocConfig.cmake"
+
+cat > "$lib/cmake/accalloc/accallocConfigVersion.cmake" <<CMAKE
+# Compatible when the same major version (and, below 1.0, the same minor) is at least what was asked.
+set(PACKAGE_VERSION "$version")
+if(PACKAGE_FIND_VERSION VERSION_GREATER PACKAGE_VERSION)
+  set(PACKAGE_VERSION_COMPATIBLE FALSE)
+elseif(NOT PACKAGE_FIND_VERSION_MAJOR STREQUAL "$major")
+  set(PACKAGE_VERSION_COMPATIBLE FALSE)
+elseif("$major" STREQUAL "0" AND NOT PACKAGE_FIND_VERSION_MINOR STREQUAL "$minor")
+  set(PACKAGE_VERSION_COMPATIBLE FALSE)
+else()
+  set(PACKAGE_VERSION_COMPATIBLE TRUE)
+  if(PACKAGE_FIND_VERSION STREQUAL PACKAGE_VERSION)
+    set(PACKAGE_VERSION_EXACT TRUE)
+  endif()
+endif()
+CMAKE
+
+echo "installed accalloc $version (ABI $abi) under $destdir$prefix"
