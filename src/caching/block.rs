@@ -174,6 +174,11 @@ impl BlockPool {
         &self.tree
     }
 
+    /// Every cached block with its key, in no particular order.
+    pub fn entries(&self) -> impl Iterator<Item = (PoolKey, BlockId)> + '_ {
+        self.tree.iter().map(|(k, v)| (*k, *v)).chain(self.staged)
+    }
+
     /// Every cached block, in no particular order.
     pub fn ids(&self) -> impl Iterator<Item = BlockId> + '_ {
         self.tree

@@ -37,6 +37,11 @@ impl ExpandableSegment {
     fn page_address(&self, page: usize) -> usize {
         self.base + page * self.page
     }
+
+    /// The reserved range: (base, size).
+    pub(super) fn range(&self) -> (usize, usize) {
+        (self.base, self.size)
+    }
 }
 
 impl CachingAllocator {

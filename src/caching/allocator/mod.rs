@@ -10,6 +10,7 @@ mod events;
 mod expandable;
 mod gc;
 mod inspect;
+mod invariants;
 mod segments;
 
 use super::block::{Block, BlockId, BlockPool, PtrMap, Slab};
@@ -120,6 +121,7 @@ impl CachingAllocator {
             self.allowed_maximum = Some(allowed_bytes(fraction, self.capacity));
         }
         self.config = config;
+        self.verified("set_config", ())
     }
 
     /// Hand out a block of at least `size` bytes (size > 0) for use on `stream`.
@@ -140,6 +142,11 @@ impl CachingAllocator {
     /// allocations can take milliseconds) and passes the answer to `malloc_finish`; otherwise the
     /// whole request is served here.
     pub fn malloc_begin(&mut self, size: usize, stream: StreamId) -> Result<MallocStep> {
+        let result = self.malloc_begin_unchecked(size, stream);
+        self.verified("malloc", result)
+    }
+
+    fn malloc_begin_unchecked(&mut self, size: usize, stream: StreamId) -> Result<MallocStep> {
         debug_assert!(size > 0);
         if !self.pending_events.is_empty() {
             self.process_events()?;
@@ -184,6 +191,15 @@ impl CachingAllocator {
         request: SegmentRequest,
         raw: std::result::Result<usize, BackendError>,
     ) -> Result<usize> {
+        let result = self.malloc_finish_unchecked(request, raw);
+        self.verified("malloc", result)
+    }
+
+    fn malloc_finish_unchecked(
+        &mut self,
+        request: SegmentRequest,
+        raw: std::result::Result<usize, BackendError>,
+    ) -> Result<usize> {
         let SegmentRequest {
             size,
             stream,
@@ -209,6 +225,11 @@ impl CachingAllocator {
 
     /// Return a block handed out by `malloc`.
     pub fn free(&mut self, ptr: usize) -> Result<()> {
+        let result = self.free_unchecked(ptr);
+        self.verified("free", result)
+    }
+
+    fn free_unchecked(&mut self, ptr: usize) -> Result<()> {
         let Some(id) = self.active.remove(&ptr) else {
             return Err(Error::invalid_pointer(format!(
                 "pointer {ptr:#x} is not a live allocation of {} device {}: it was already freed, or it \
@@ -248,7 +269,8 @@ impl CachingAllocator {
 
     /// Release every cached block that is a whole segment back to the backend.
     pub fn empty_cache(&mut self) -> Result<()> {
-        self.release_cached_blocks()
+        let result = self.release_cached_blocks();
+        self.verified("empty_cache", result)
     }
 
     /// A copy of the statistics, with max_split_size filled in.

@@ -1,0 +1,256 @@
+//! The books must always balance. `check_invariants` recounts everything from the blocks themselves:
+//! segments tile their ranges with no gap or overlap, every free block sits in exactly one pool under
+//! its own key, live allocations never overlap and are 512-byte aligned, and every current statistic
+//! equals its recount. In debug builds (and with the `invariants` feature) it runs after every
+//! operation that changes the allocator.
+
+use super::*;
+use std::collections::HashSet;
+
+impl CachingAllocator {
+    /// Panic (in debug builds or with the `invariants` feature) when an invariant is broken after
+    /// `operation`; returns `result` unchanged.
+    #[inline]
+    pub(super) fn verified<T>(&self, operation: &str, result: T) -> T {
+        if cfg!(any(debug_assertions, feature = "invariants")) {
+            if let Err(broken) = self.check_invariants() {
+                panic!("accalloc invariant broken after {operation}: {broken}");
+            }
+        }
+        result
+    }
+
+    /// Recount everything and compare; Err names the first broken invariant.
+    pub fn check_invariants(&self) -> std::result::Result<(), String> {
+        // Every block the allocator knows, from where it is kept.
+        let mut known: Vec<BlockId> = Vec::new();
+        for (&ptr, &id) in &self.active {
+            let block = &self.blocks[id];
+            if !block.allocated || block.ptr != ptr {
+                return Err(format!(
+                    "live map entry {ptr:#x} points at a block at {:#x} that is not allocated",
+                    block.ptr
+                ));
+            }
+            known.push(id);
+        }
+        let mut cached = HashSet::new();
+        for (pool_kind, pool) in [
+            (PoolKind::Small, &self.small),
+            (PoolKind::Large, &self.large),
+        ] {
+            for (key, id) in pool.entries() {
+                let block = &self.blocks[id];
+                if BlockPool::key(block) != key
+                    || block.pool != pool_kind
+                    || block.allocated
+                    || !block.mapped
+                {
+                    return Err(format!(
+                        "pool entry {key:?} does not match its block {block:?}"
+                    ));
+                }
+                if !cached.insert(id) {
+                    return Err(format!("block at {:#x} is cached twice", block.ptr));
+                }
+            }
+            for (&(stream, ptr), &id) in &pool.unmapped {
+                let block = &self.blocks[id];
+                if block.mapped
+                    || block.ptr != ptr
+                    || block.stream != stream
+                    || block.pool != pool_kind
+                {
+                    return Err(format!(
+                        "unmapped entry {ptr:#x} does not match its block {block:?}"
+                    ));
+                }
+                known.push(id);
+            }
+        }
+        known.extend(cached.iter().copied());
+        for queue in self.pending_events.values() {
+            for &(_, id) in queue {
+                let block = &self.blocks[id];
+                if block.allocated || block.event_count == 0 {
+                    return Err(format!(
+                        "block at {:#x} waits on events but is {block:?}",
+                        block.ptr
+                    ));
+                }
+                known.push(id);
+            }
+        }
+        known.sort_unstable();
+        known.dedup();
+        if known.len() != self.blocks.len() {
+            return Err(format!(
+                "{} blocks in the slab, {} reachable",
+                self.blocks.len(),
+                known.len()
+            ));
+        }
+
+        // Segments: walk each chain from its head; blocks tile it with no gap.
+        let mut recount = DeviceStats::default();
+        let mut ranges: Vec<(usize, usize)> = Vec::new();
+        let mut reserved = 0usize;
+        let mut seen = 0usize;
+        for &head in known.iter().filter(|&&id| self.blocks[id].prev.is_none()) {
+            let first = self.blocks[head];
+            let slot = stat_slot(first.pool);
+            let mut cursor = Some(head);
+            let mut end = first.ptr;
+            let mut total = 0;
+            while let Some(id) = cursor {
+                let block = &self.blocks[id];
+                seen += 1;
+                if block.ptr != end {
+                    return Err(format!(
+                        "gap or overlap in a segment at {:#x} (expected {end:#x})",
+                        block.ptr
+                    ));
+                }
+                if block.stream != first.stream
+                    || block.pool != first.pool
+                    || block.expandable != first.expandable
+                {
+                    return Err(format!(
+                        "block at {:#x} differs from its segment in stream, pool or kind",
+                        block.ptr
+                    ));
+                }
+                if let Some(next) = block.next {
+                    if self.blocks[next].prev != Some(id) {
+                        return Err(format!("broken neighbour links after {:#x}", block.ptr));
+                    }
+                }
+                let free = !block.allocated && block.event_count == 0;
+                if free && block.mapped && !cached.contains(&id) {
+                    return Err(format!("free block at {:#x} is in no pool", block.ptr));
+                }
+                if block.mapped && block.ptr % 512 != 0 {
+                    return Err(format!("block at {:#x} is not 512-byte aligned", block.ptr));
+                }
+                if block.allocated || block.event_count > 0 {
+                    if block.allocated {
+                        recount.allocation[slot].current += 1;
+                        recount.allocated_bytes[slot].current += block.size as i64;
+                    }
+                    recount.active[slot].current += 1;
+                    recount.active_bytes[slot].current += block.size as i64;
+                    recount.requested_bytes[slot].current += block.requested_size as i64;
+                } else if block.mapped && block.expandable.is_none() && block.is_split() {
+                    recount.inactive_split[slot].current += 1;
+                    recount.inactive_split_bytes[slot].current += block.size as i64;
+                }
+                if block.expandable.is_some() && block.mapped {
+                    recount.reserved_bytes[slot].current += block.size as i64;
+                    reserved += block.size;
+                }
+                end += block.size;
+                total += block.size;
+                cursor = block.next;
+            }
+            match first.expandable {
+                None => {
+                    recount.segment[slot].current += 1;
+                    recount.reserved_bytes[slot].current += total as i64;
+                    reserved += total;
+                }
+                Some(index) => {
+                    let segment = &self.expandable[index as usize];
+                    if (first.ptr, total) != segment.range() {
+                        return Err(format!(
+                            "an expandable segment's blocks cover {:#x}+{total}, not its range",
+                            first.ptr
+                        ));
+                    }
+                }
+            }
+            ranges.push((first.ptr, total));
+        }
+        if seen != known.len() {
+            return Err(format!(
+                "{} blocks reachable, {seen} in segments",
+                known.len()
+            ));
+        }
+        ranges.sort_unstable();
+        if let Some(pair) = ranges.windows(2).find(|w| w[0].0 + w[0].1 > w[1].0) {
+            return Err(format!(
+                "segments overlap: {:#x}+{} and {:#x}",
+                pair[0].0, pair[0].1, pair[1].0
+            ));
+        }
+        if reserved != self.reserved_total {
+            return Err(format!(
+                "reserved_total is {} but segments add up to {reserved}",
+                self.reserved_total
+            ));
+        }
+
+        // The statistics' current values against the recount, slot by slot.
+        for slot in [StatType::SmallPool as usize, StatType::LargePool as usize] {
+            for family in [
+                &mut recount.allocation,
+                &mut recount.allocated_bytes,
+                &mut recount.active,
+                &mut recount.active_bytes,
+                &mut recount.requested_bytes,
+                &mut recount.segment,
+                &mut recount.reserved_bytes,
+                &mut recount.inactive_split,
+                &mut recount.inactive_split_bytes,
+            ] {
+                family[StatType::All as usize].current += family[slot].current;
+            }
+        }
+        let s = &self.stats;
+        for (name, kept, counted) in [
+            ("allocation", &s.allocation, &recount.allocation),
+            (
+                "allocated_bytes",
+                &s.allocated_bytes,
+                &recount.allocated_bytes,
+            ),
+            ("active", &s.active, &recount.active),
+            ("active_bytes", &s.active_bytes, &recount.active_bytes),
+            (
+                "requested_bytes",
+                &s.requested_bytes,
+                &recount.requested_bytes,
+            ),
+            ("segment", &s.segment, &recount.segment),
+            ("reserved_bytes", &s.reserved_bytes, &recount.reserved_bytes),
+            ("inactive_split", &s.inactive_split, &recount.inactive_split),
+            (
+                "inactive_split_bytes",
+                &s.inactive_split_bytes,
+                &recount.inactive_split_bytes,
+            ),
+        ] {
+            for slot in 0..3 {
+                if kept[slot].current != counted[slot].current {
+                    return Err(format!(
+                        "{name}.{}.current is {} but the blocks give {}",
+                        super::super::stats::STAT_TYPE_NAMES[slot],
+                        kept[slot].current,
+                        counted[slot].current
+                    ));
+                }
+                if kept[slot].peak < kept[slot].current {
+                    return Err(format!("{name} peak below current"));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn stat_slot(pool: PoolKind) -> usize {
+    match pool {
+        PoolKind::Small => StatType::SmallPool as usize,
+        PoolKind::Large => StatType::LargePool as usize,
+    }
+}
