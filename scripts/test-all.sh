@@ -3,6 +3,8 @@
 # build, then the C, C++, dlopen and Python ctypes tests under ctest, and a replay of the sample trace.
 # Usage: scripts/test-all.sh            (from anywhere; needs cargo, a C/C++ compiler, cmake, python3)
 #        ACCALLOC_ASAN=ON scripts/test-all.sh   also builds and runs the C tests under AddressSanitizer
+#        ACCALLOC_VALGRIND=ON ...              also runs the C tests under valgrind
+#        ACCALLOC_FUZZ_SECONDS=20 ...          also fuzzes each target that long (scripts/fuzz.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,7 +33,7 @@ echo "== statistics against the independent model of PyTorch's allocator"
 python3 scripts/check_model.py
 
 echo "== ctest"
-run_ctest build/c_tests
+run_ctest build/c_tests -DACCALLOC_VALGRIND="${ACCALLOC_VALGRIND:-OFF}"
 if [ "${ACCALLOC_ASAN:-OFF}" = "ON" ]; then
   echo "== ctest under AddressSanitizer"
   run_ctest build/c_tests_asan -DACCALLOC_ASAN=ON
@@ -49,6 +51,11 @@ c++ -std=c++17 -Wall -Wextra -Werror -Iinclude examples/framework_backend.cpp -L
 
 echo "== examples/accalloc_torch.py (statistics through ctypes, on the host)"
 ACC_DEVICE=host python3 examples/accalloc_torch.py
+
+if [ -n "${ACCALLOC_FUZZ_SECONDS:-}" ]; then
+  echo "== fuzzing (${ACCALLOC_FUZZ_SECONDS}s a target)"
+  scripts/fuzz.sh "$ACCALLOC_FUZZ_SECONDS"
+fi
 
 echo "== replay of the sample trace"
 ./target/release/accalloc replay examples/traces/transformer_train.jsonl
