@@ -2,11 +2,12 @@
 //! books balance afterwards.
 
 use accalloc::capi::device::acc_set_device;
-use accalloc::capi::memory::{acc_empty_cache, acc_free, acc_malloc};
+use accalloc::capi::memory::{acc_empty_cache, acc_free, acc_malloc, acc_record_stream};
 
 use accalloc::capi::{AccStatus, ACC_STAT_ALL};
 use std::ffi::c_void;
 
+/// More threads than this machine's two cores.
 const THREADS: usize = 6;
 const ROUNDS: usize = 3_000;
 
@@ -47,6 +48,26 @@ fn concurrent_malloc_free_keeps_exact_books() {
                     if t == 0 && round % 500 == 0 {
                         assert_eq!(acc_empty_cache(), AccStatus::ACC_OK);
                     }
+                    if round % 97 == 0 {
+                        // Statistics read while other threads allocate stay consistent snapshots.
+                        let s = stats(device);
+                        assert!(
+                            s.allocated_bytes[ACC_STAT_ALL].current
+                                <= s.reserved_bytes[ACC_STAT_ALL].current
+                        );
+                        assert!(
+                            s.active[ACC_STAT_ALL].current >= s.allocation[ACC_STAT_ALL].current
+                        );
+                    }
+                    if round % 31 == 0 {
+                        if let Some(&shared) = held.last() {
+                            let other = ((t + 1) % 3 * 8 + 8) as *mut c_void;
+                            assert_eq!(
+                                unsafe { acc_record_stream(shared as *mut c_void, other) },
+                                AccStatus::ACC_OK
+                            );
+                        }
+                    }
                 }
                 for p in held {
                     assert_eq!(unsafe { acc_free(p as *mut c_void) }, AccStatus::ACC_OK);
@@ -64,13 +85,25 @@ fn concurrent_malloc_free_keeps_exact_books() {
         assert_eq!(s.allocation[ACC_STAT_ALL].allocated, per_device);
         assert_eq!(s.allocation[ACC_STAT_ALL].freed, per_device);
         assert_eq!(s.allocated_bytes[ACC_STAT_ALL].current, 0);
-        assert_eq!(s.active_bytes[ACC_STAT_ALL].current, 0);
-        assert_eq!(s.requested_bytes[ACC_STAT_ALL].current, 0);
+        // Blocks freed after record_stream stay active until their events are seen to complete
+        // (at the next malloc, or the synchronization of empty_cache below).
+    }
+    // A full recount of every device's books.
+    let runtime = accalloc::runtime::runtime().unwrap();
+    for device in 0..2 {
+        runtime
+            .current()
+            .lock(device)
+            .unwrap()
+            .check_invariants()
+            .unwrap();
     }
     assert_eq!(acc_empty_cache(), AccStatus::ACC_OK);
     for device in 0..2 {
         let s = stats(device);
         assert_eq!(s.reserved_bytes[ACC_STAT_ALL].current, 0);
+        assert_eq!(s.active_bytes[ACC_STAT_ALL].current, 0);
+        assert_eq!(s.requested_bytes[ACC_STAT_ALL].current, 0);
         assert_eq!(s.num_device_alloc, s.num_device_free);
         assert_eq!(s.inactive_split[ACC_STAT_ALL].current, 0);
     }

@@ -11,8 +11,50 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 pub const CAPACITY_VAR: &str = "ACC_HOST_CAPACITY";
 /// Environment variable: how many host devices to present.
 pub const DEVICES_VAR: &str = "ACC_HOST_DEVICES";
+/// Environment variable: make device allocations fail on purpose, to test the out-of-memory paths:
+/// "alloc:every=7" (every 7th raw allocation or mapping fails) or "alloc:after=100" (all after the
+/// first 100 fail).
+pub const FAIL_VAR: &str = "ACC_HOST_FAIL";
 /// Upper bound on ACC_HOST_DEVICES, matching the widest device index PyTorch supports (int8).
 pub const MAX_HOST_DEVICES: usize = 64;
+
+/// Injected failures of device allocations (raw allocations and mappings, counted together per
+/// backend).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailRule {
+    /// Every n-th allocation fails as out of memory.
+    Every(u64),
+    /// Every allocation after the first n fails as out of memory.
+    After(u64),
+}
+
+impl FailRule {
+    /// Parse "alloc:every=N" (N >= 1) or "alloc:after=N".
+    pub fn parse(text: &str) -> Result<FailRule> {
+        let rule = text.trim().strip_prefix("alloc:").and_then(|rest| {
+            let (kind, n) = rest.split_once('=')?;
+            let n: u64 = n.trim().parse().ok()?;
+            match kind.trim() {
+                "every" if n >= 1 => Some(FailRule::Every(n)),
+                "after" => Some(FailRule::After(n)),
+                _ => None,
+            }
+        });
+        rule.ok_or_else(|| {
+            Error::config(format!(
+                "{FAIL_VAR}='{text}' is not a valid failure rule: give alloc:every=N (N >= 1) or alloc:after=N"
+            ))
+        })
+    }
+
+    /// Whether allocation number `call` (from 1) fails.
+    fn fails(self, call: u64) -> bool {
+        match self {
+            FailRule::Every(n) => call % n == 0,
+            FailRule::After(n) => call > n,
+        }
+    }
+}
 
 /// How the host backend is laid out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -21,15 +63,21 @@ pub struct HostSettings {
     pub capacity: usize,
     /// How many devices.
     pub devices: usize,
+    /// Injected allocation failures (ACC_HOST_FAIL), for tests.
+    pub fail: Option<FailRule>,
 }
 
 impl HostSettings {
     /// Read ACC_HOST_CAPACITY and ACC_HOST_DEVICES; unset means the machine's physical memory and 1.
     pub fn from_env() -> Result<Self> {
-        Self::from_values(
+        let mut settings = Self::from_values(
             std::env::var(CAPACITY_VAR).ok().as_deref(),
             std::env::var(DEVICES_VAR).ok().as_deref(),
-        )
+        )?;
+        if let Ok(rule) = std::env::var(FAIL_VAR) {
+            settings.fail = Some(FailRule::parse(&rule)?);
+        }
+        Ok(settings)
     }
 
     /// Build settings from the two variables' values (None when unset); a bad value is an error that
@@ -59,7 +107,11 @@ impl HostSettings {
                 }
             },
         };
-        Ok(HostSettings { capacity, devices })
+        Ok(HostSettings {
+            capacity,
+            devices,
+            fail: None,
+        })
     }
 }
 
@@ -82,6 +134,8 @@ pub fn physical_memory() -> usize {
 pub struct HostBackend {
     settings: HostSettings,
     used: Vec<AtomicUsize>,
+    /// Device allocations asked for so far (for injected failures).
+    allocations: std::sync::atomic::AtomicU64,
 }
 
 impl HostBackend {
@@ -89,6 +143,7 @@ impl HostBackend {
         HostBackend {
             settings,
             used: (0..settings.devices).map(|_| AtomicUsize::new(0)).collect(),
+            allocations: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -96,8 +151,15 @@ impl HostBackend {
         self.settings
     }
 
-    /// Claim `size` bytes of the device's capacity, or say there is no room.
+    /// Claim `size` bytes of the device's capacity, or say there is no room (also when a failure is
+    /// injected for this allocation).
     fn claim(&self, device: usize, size: usize) -> bool {
+        if let Some(rule) = self.settings.fail {
+            let call = self.allocations.fetch_add(1, Ordering::AcqRel) + 1;
+            if rule.fails(call) {
+                return false;
+            }
+        }
         self.used[device]
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
                 used.checked_add(size)
@@ -285,7 +347,8 @@ mod tests {
             settings,
             HostSettings {
                 capacity: 512 << 20,
-                devices: 3
+                devices: 3,
+                fail: None
             }
         );
     }
@@ -309,10 +372,46 @@ mod tests {
     }
 
     #[test]
+    fn failure_rules_parse_and_fire() {
+        assert_eq!(
+            FailRule::parse("alloc:every=7").unwrap(),
+            FailRule::Every(7)
+        );
+        assert_eq!(
+            FailRule::parse("alloc:after=100").unwrap(),
+            FailRule::After(100)
+        );
+        for bad in [
+            "alloc:every=0",
+            "free:every=2",
+            "alloc:sometimes=3",
+            "alloc:every=x",
+            "",
+        ] {
+            let err = FailRule::parse(bad).unwrap_err();
+            assert!(
+                err.message.starts_with(&format!("ACC_HOST_FAIL='{bad}'")),
+                "{}",
+                err.message
+            );
+        }
+        let backend = HostBackend::new(HostSettings {
+            capacity: 64 << 20,
+            devices: 1,
+            fail: Some(FailRule::Every(3)),
+        });
+        let outcomes: Vec<bool> = (0..6)
+            .map(|_| backend.raw_alloc(0, 4096, 0).is_ok())
+            .collect();
+        assert_eq!(outcomes, [true, true, false, true, true, false]);
+    }
+
+    #[test]
     fn capacity_is_enforced_and_memory_is_usable() {
         let backend = HostBackend::new(HostSettings {
             capacity: 4 << 20,
             devices: 2,
+            fail: None,
         });
         let a = backend.raw_alloc(0, 2 << 20, 0).unwrap();
         assert_eq!(a % 4096, 0, "segments are page aligned");
@@ -342,6 +441,7 @@ mod tests {
         let backend = HostBackend::new(HostSettings {
             capacity: 4 << 20,
             devices: 1,
+            fail: None,
         });
         assert_eq!(backend.vm_granularity(0), Some(page_size()));
         let base = backend.vm_reserve(0, 64 << 20).unwrap();

@@ -27,6 +27,11 @@ pub struct Block {
     pub mapped: bool,
     /// Index of the expandable segment this block lies in, if any.
     pub expandable: Option<u32>,
+    /// This allocation was counted in oversize_allocations (so its free uncounts it, even if
+    /// max_split_size changed meanwhile).
+    pub counted_oversize_allocation: bool,
+    /// Its segment was counted in oversize_segments (every block of the segment carries this).
+    pub counted_oversize_segment: bool,
     /// Neighbours in the same segment, by address.
     pub prev: Option<BlockId>,
     pub next: Option<BlockId>,
@@ -46,6 +51,8 @@ impl Block {
             gc_count_base: 0,
             mapped: true,
             expandable: None,
+            counted_oversize_allocation: false,
+            counted_oversize_segment: false,
             prev: None,
             next: None,
         }

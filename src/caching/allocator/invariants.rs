@@ -132,6 +132,21 @@ impl CachingAllocator {
                 if block.mapped && block.ptr % 512 != 0 {
                     return Err(format!("block at {:#x} is not 512-byte aligned", block.ptr));
                 }
+                if block.counted_oversize_segment != first.counted_oversize_segment {
+                    return Err(format!(
+                        "block at {:#x} disagrees with its segment on oversize",
+                        block.ptr
+                    ));
+                }
+                if block.counted_oversize_allocation {
+                    if !block.allocated {
+                        return Err(format!(
+                            "free block at {:#x} still counted as an oversize allocation",
+                            block.ptr
+                        ));
+                    }
+                    recount.oversize_allocations.current += 1;
+                }
                 if block.allocated || block.event_count > 0 {
                     if block.allocated {
                         recount.allocation[slot].current += 1;
@@ -151,6 +166,9 @@ impl CachingAllocator {
                 end += block.size;
                 total += block.size;
                 cursor = block.next;
+            }
+            if first.counted_oversize_segment {
+                recount.oversize_segments.current += 1;
             }
             match first.expandable {
                 None => {
@@ -207,6 +225,17 @@ impl CachingAllocator {
             }
         }
         let s = &self.stats;
+        if s.oversize_allocations.current != recount.oversize_allocations.current
+            || s.oversize_segments.current != recount.oversize_segments.current
+        {
+            return Err(format!(
+                "oversize allocations/segments are {}/{} but the blocks give {}/{}",
+                s.oversize_allocations.current,
+                s.oversize_segments.current,
+                recount.oversize_allocations.current,
+                recount.oversize_segments.current
+            ));
+        }
         for (name, kept, counted) in [
             ("allocation", &s.allocation, &recount.allocation),
             (

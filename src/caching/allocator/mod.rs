@@ -249,7 +249,7 @@ impl CachingAllocator {
         for_pool(&mut self.stats.allocated_bytes, stat_type, |s| {
             s.decrease(size as u64)
         });
-        if size >= self.config.max_split_size {
+        if std::mem::take(&mut self.blocks[id].counted_oversize_allocation) {
             self.stats.oversize_allocations.decrease(1);
         }
         // Most blocks are never shared across streams: skip the lookup when none is.
@@ -433,6 +433,7 @@ impl CachingAllocator {
                 ..Block::new(found.ptr, rounded, found.stream, found.pool)
             });
             self.blocks[handed].expandable = found.expandable;
+            self.blocks[handed].counted_oversize_segment = found.counted_oversize_segment;
             if let Some(prev) = found.prev {
                 self.blocks[prev].next = Some(handed);
             }
@@ -483,6 +484,7 @@ impl CachingAllocator {
         });
         if size >= self.config.max_split_size {
             stats.oversize_allocations.increase(1);
+            self.blocks[handed].counted_oversize_allocation = true;
         }
         ptr
     }

@@ -104,12 +104,16 @@ impl CachingAllocator {
         for_pool(&mut self.stats.reserved_bytes, stat_type, |s| {
             s.increase(size as u64)
         });
-        if size >= self.config.max_split_size {
+        let oversize = size >= self.config.max_split_size;
+        if oversize {
             self.stats.oversize_segments.increase(1);
         }
         self.stats.num_device_alloc += 1;
         self.trace(TraceAction::SegmentAlloc, ptr, size, stream);
-        self.blocks.insert(Block::new(ptr, size, stream, pool))
+        self.blocks.insert(Block {
+            counted_oversize_segment: oversize,
+            ..Block::new(ptr, size, stream, pool)
+        })
     }
 
     /// With max_split_size set: free cached oversize blocks of this pool and stream, the smallest one
@@ -199,7 +203,8 @@ impl CachingAllocator {
         for_pool(&mut self.stats.reserved_bytes, stat_type, |s| {
             s.decrease(block.size as u64)
         });
-        if block.size >= self.config.max_split_size {
+        // Uncount what was counted when the segment came, even if max_split_size changed since.
+        if block.counted_oversize_segment {
             self.stats.oversize_segments.decrease(1);
         }
         Ok(())

@@ -1,0 +1,152 @@
+//! Model-based property test: random sequences of malloc (1 B to hundreds of MiB, several streams),
+//! free, record_stream, stream completion, empty_cache, resets, settings changes and memory fractions,
+//! run through the allocator over a simulated device, against a simple model of what must hold:
+//! - the books balance after every operation (debug builds recount them: see invariants.rs);
+//! - a malloc either succeeds with a 512-byte aligned block that overlaps no live one, or is out of
+//!   memory; nothing else;
+//! - allocation.all.current is the number of live allocations, allocated bytes cover what was asked,
+//!   and reserved bytes are exactly what the device holds;
+//! - at the end, with everything freed and the streams done, nothing is left anywhere.
+//!
+//! A failing case is shrunk to a minimal sequence by proptest.
+
+use accalloc::backend::testing::TestBackend;
+use accalloc::backend::Backend;
+use accalloc::caching::settings::parse_settings;
+use accalloc::caching::{CachingAllocator, CachingConfig, StatType};
+use accalloc::error::ErrorKind;
+use proptest::prelude::*;
+use std::sync::Arc;
+
+const ALL: usize = StatType::All as usize;
+const CAPACITY: usize = 1 << 30;
+const SETTINGS: [&str; 6] = [
+    "",
+    "max_split_size_mb:20",
+    "roundup_power2_divisions:4",
+    "expandable_segments:True",
+    "expandable_segments:True,expandable_trim:True",
+    "garbage_collection_threshold:0.5,max_non_split_rounding_mb:40",
+];
+
+#[derive(Clone, Debug)]
+enum Op {
+    Malloc { size: usize, stream: usize },
+    Free { pick: usize },
+    RecordStream { pick: usize, stream: usize },
+    CompleteStream { stream: usize },
+    EmptyCache,
+    ResetPeak,
+    ResetAccumulated,
+    Settings { choice: usize },
+    Fraction { percent: u8 },
+}
+
+fn size() -> impl Strategy<Value = usize> {
+    prop_oneof![
+        4 => 1usize..4096,
+        3 => 4096usize..(1 << 20),
+        2 => (1usize << 20)..(12 << 20),
+        1 => (12usize << 20)..(300 << 20),
+    ]
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        10 => (size(), 0usize..3).prop_map(|(size, stream)| Op::Malloc { size, stream }),
+        7 => any::<usize>().prop_map(|pick| Op::Free { pick }),
+        2 => (any::<usize>(), 0usize..3).prop_map(|(pick, stream)| Op::RecordStream { pick, stream }),
+        2 => (0usize..3).prop_map(|stream| Op::CompleteStream { stream }),
+        1 => Just(Op::EmptyCache),
+        1 => Just(Op::ResetPeak),
+        1 => Just(Op::ResetAccumulated),
+        1 => (0..SETTINGS.len()).prop_map(|choice| Op::Settings { choice }),
+        1 => (30u8..=100).prop_map(|percent| Op::Fraction { percent }),
+    ]
+}
+
+fn run(ops: &[Op]) -> Result<(), TestCaseError> {
+    let backend = Arc::new(TestBackend::new(1, CAPACITY));
+    let mut a = CachingAllocator::new(backend.clone(), 0, CachingConfig::default()).unwrap();
+    // The model: live allocations as (address, size asked for).
+    let mut live: Vec<(usize, usize)> = Vec::new();
+    for op in ops {
+        match *op {
+            Op::Malloc { size, stream } => match a.malloc(size, stream) {
+                Ok(ptr) => {
+                    prop_assert_eq!(ptr % 512, 0);
+                    for &(other, other_size) in &live {
+                        prop_assert!(ptr + size <= other || other + other_size <= ptr, "overlap");
+                    }
+                    live.push((ptr, size));
+                }
+                Err(e) => prop_assert_eq!(e.kind, ErrorKind::OutOfMemory, "{}", e.message),
+            },
+            Op::Free { pick } if !live.is_empty() => {
+                let (ptr, _) = live.swap_remove(pick % live.len());
+                prop_assert!(a.free(ptr).is_ok());
+                prop_assert_eq!(a.free(ptr).unwrap_err().kind, ErrorKind::InvalidPointer);
+            }
+            Op::RecordStream { pick, stream } if !live.is_empty() => {
+                let (ptr, _) = live[pick % live.len()];
+                prop_assert!(a.record_stream(ptr, stream).is_ok());
+            }
+            Op::CompleteStream { stream } => backend.complete_stream(stream),
+            Op::EmptyCache => prop_assert!(a.empty_cache().is_ok()),
+            Op::ResetPeak => a.reset_peak_stats(),
+            Op::ResetAccumulated => a.reset_accumulated_stats(),
+            Op::Settings { choice } => {
+                a.set_config(parse_settings(SETTINGS[choice], a.config()).unwrap());
+            }
+            Op::Fraction { percent } => {
+                prop_assert!(a.set_memory_fraction(percent as f64 / 100.0).is_ok())
+            }
+            _ => {}
+        }
+        let s = a.stats();
+        prop_assert_eq!(s.allocation[ALL].current as usize, live.len());
+        let asked: usize = live.iter().map(|&(_, size)| size).sum();
+        prop_assert!(s.allocated_bytes[ALL].current as usize >= asked);
+        prop_assert!(s.active[ALL].current as usize >= live.len());
+        prop_assert_eq!(
+            s.reserved_bytes[ALL].current as usize,
+            CAPACITY - backend.mem_get_info(0).unwrap().free
+        );
+    }
+    for (ptr, _) in live {
+        prop_assert!(a.free(ptr).is_ok());
+    }
+    for stream in 0..3 {
+        backend.complete_stream(stream);
+    }
+    prop_assert!(a.empty_cache().is_ok());
+    let s = a.stats();
+    for (name, value) in [
+        ("allocation", s.allocation[ALL].current),
+        ("active", s.active[ALL].current),
+        ("allocated_bytes", s.allocated_bytes[ALL].current),
+        ("requested_bytes", s.requested_bytes[ALL].current),
+        ("reserved_bytes", s.reserved_bytes[ALL].current),
+        ("segment", s.segment[ALL].current),
+        ("inactive_split", s.inactive_split[ALL].current),
+    ] {
+        prop_assert_eq!(value, 0, "{} is left at the end", name);
+    }
+    prop_assert_eq!(backend.live_events(), 0);
+    prop_assert!(backend.live_segments(0).is_empty());
+    prop_assert_eq!(backend.mapped_bytes(0), 0);
+    Ok(())
+}
+
+proptest! {
+    // 96 cases by default (PROPTEST_CASES to run more).
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(96),
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn the_allocator_keeps_its_books_under_any_sequence(ops in prop::collection::vec(op(), 1..160)) {
+        run(&ops)?;
+    }
+}
