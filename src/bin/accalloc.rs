@@ -15,11 +15,14 @@ use std::sync::Arc;
 
 const USAGE: &str = "usage:
   accalloc info                    the current accelerator, its devices and their capacity
-  accalloc replay TRACE [--json] [--simulate|--cuda] [--config STR] [--svg FILE] [--snapshot FILE] [--summary]
+  accalloc replay TRACE [--json] [--simulate|--cuda|--backend LIB] [--config STR] [--svg FILE] [--snapshot FILE] [--summary]
                                    replay an allocation trace (JSON lines) through the allocator;
                                    --simulate: a simulated device (fake addresses handed out in
                                      rising order, no memory touched) instead of the host backend
                                    --cuda: the GPUs through the CUDA backend
+                                   --backend LIB[:SYMBOL]: a backend written in C, from a shared
+                                     library whose SYMBOL (default acc_backend_entry) fills an
+                                     AccBackendVTable and names the backend
                                    --config: allocator settings (ACC_ALLOC_CONF syntax)
                                    --svg: write the memory timeline (allocated and reserved by pool)
                                    --snapshot: write the snapshot taken at peak reserved memory
@@ -81,6 +84,7 @@ fn replay_command(args: &[String]) -> Result<(), String> {
     let mut json = false;
     let mut simulate = false;
     let mut cuda = false;
+    let mut library = None;
     let mut config_text = None;
     let mut svg_path = None;
     let mut snapshot_path = None;
@@ -96,6 +100,7 @@ fn replay_command(args: &[String]) -> Result<(), String> {
             "--json" => json = true,
             "--simulate" => simulate = true,
             "--cuda" => cuda = true,
+            "--backend" => library = Some(value("--backend")?),
             "--summary" => summary = true,
             "--config" => config_text = Some(value("--config")?),
             "--svg" => svg_path = Some(value("--svg")?),
@@ -116,7 +121,9 @@ fn replay_command(args: &[String]) -> Result<(), String> {
     let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {path}: {e}"))?;
     let ops = parse_trace(&text).map_err(|e| format!("{path}: {}", e.message))?;
     let settings = HostSettings::from_env().map_err(|e| e.message)?;
-    let backend: Arc<dyn Backend> = if simulate {
+    let backend: Arc<dyn Backend> = if let Some(spec) = &library {
+        load_backend(spec)?
+    } else if simulate {
         Arc::new(TestBackend::new(settings.devices, settings.capacity))
     } else if cuda {
         cuda_backend()?
@@ -154,6 +161,48 @@ fn replay_command(args: &[String]) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Name of the function a backend library exports for `--backend` unless LIB:SYMBOL names another:
+/// `int32_t acc_backend_entry(AccBackendVTable *table, const char **name)` fills the table and the
+/// backend's name and returns 0.
+const BACKEND_ENTRY: &str = "acc_backend_entry";
+
+/// Load a backend written in C from a shared library ("path/lib.so" or "path/lib.so:symbol").
+fn load_backend(spec: &str) -> Result<Arc<dyn Backend>, String> {
+    use accalloc::backend::custom::{AccBackendVTable, CustomBackend};
+    use std::ffi::{c_char, CStr, CString};
+    let (path, symbol) = spec.rsplit_once(':').unwrap_or((spec, BACKEND_ENTRY));
+    let c_path = CString::new(path).map_err(|_| format!("--backend: bad path {path}"))?;
+    let c_symbol = CString::new(symbol).map_err(|_| format!("--backend: bad symbol {symbol}"))?;
+    // SAFETY: dlopen/dlsym with valid strings; the library stays loaded for the process (the backend
+    // keeps its function pointers), and the entry has the documented signature.
+    unsafe {
+        let handle = libc::dlopen(c_path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
+        if handle.is_null() {
+            let why = CStr::from_ptr(libc::dlerror())
+                .to_string_lossy()
+                .into_owned();
+            return Err(format!("--backend: cannot load {path}: {why}"));
+        }
+        let entry = libc::dlsym(handle, c_symbol.as_ptr());
+        if entry.is_null() {
+            return Err(format!("--backend: {path} has no function {symbol}"));
+        }
+        let entry: unsafe extern "C" fn(*mut AccBackendVTable, *mut *const c_char) -> i32 =
+            std::mem::transmute(entry);
+        let mut table: AccBackendVTable = std::mem::zeroed();
+        table.struct_size = std::mem::size_of::<AccBackendVTable>();
+        let mut name: *const c_char = std::ptr::null();
+        let rc = entry(&mut table, &mut name);
+        if rc != 0 || name.is_null() {
+            return Err(format!("--backend: {symbol} in {path} returned {rc}"));
+        }
+        let name = CStr::from_ptr(name).to_string_lossy().into_owned();
+        let backend =
+            CustomBackend::new(&name, &table).map_err(|why| format!("--backend: {why}"))?;
+        Ok(Arc::new(backend))
+    }
 }
 
 #[cfg(feature = "cuda")]
