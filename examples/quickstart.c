@@ -1,10 +1,13 @@
 /* accalloc quick start: allocate through the caching allocator and read PyTorch-style statistics.
  *
  *   cargo build --release
+ *   ln -sf libaccalloc.so target/release/libaccalloc.so.1
  *   cc -std=c99 -Iinclude examples/quickstart.c -Ltarget/release -laccalloc \
  *      -Wl,-rpath,$PWD/target/release -o quickstart && ./quickstart
+ * or, against an installed copy: cc examples/quickstart.c $(pkg-config --cflags --libs accalloc)
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include "accalloc.h"
 
 #define CHECK(call)                                                                        \
@@ -23,8 +26,8 @@ int main(void) {
     AccDeviceStats stats;
     stats.struct_size = sizeof stats;
 
-    if (acc_abi_version() != ACC_ABI_VERSION) {
-        fprintf(stderr, "libaccalloc ABI %u, this program was built for %d\n", acc_abi_version(), ACC_ABI_VERSION);
+    if (ACC_CHECK_ABI() != ACC_OK) { /* a library of another ABI: refuse it */
+        fprintf(stderr, "%s\n", acc_last_error_message());
         return 1;
     }
     printf("accalloc %s on %s\n", acc_version(), acc_device_type_name(acc_current_accelerator()));
@@ -43,6 +46,19 @@ int main(void) {
            (long long)stats.allocated_bytes[ACC_STAT_ALL].current,
            (long long)stats.reserved_bytes[ACC_STAT_ALL].current,
            (long long)stats.segment[ACC_STAT_ALL].current, (long long)retries);
+
+    {
+        /* PyTorch's memory_summary() table; a NULL buffer asks for the size first. */
+        size_t len = 0;
+        char *summary;
+        CHECK(acc_memory_summary(-1, 1, NULL, 0, &len));
+        summary = (char *)malloc(len);
+        if (!summary)
+            return 1;
+        CHECK(acc_memory_summary(-1, 1, summary, len, &len));
+        fputs(summary, stdout);
+        free(summary);
+    }
 
     CHECK(acc_empty_cache());
     CHECK(acc_memory_reserved(-1, &reserved));
