@@ -71,8 +71,23 @@ fn libc_pair(size: usize) {
     }
 }
 
-/// Run the benchmark: one row per size, then one with all sizes interleaved.
+/// Run the benchmark: one row per size, then one with all sizes interleaved, then that again with
+/// history recording on (its cost when on; off, it is one branch).
 pub fn run(batches: usize, pairs: usize) -> Vec<BenchRow> {
+    let mut rows = run_patterns(batches, pairs);
+    crate::capi::inspect::acc_record_memory_history(1, 100_000);
+    let with_history = measure(&SIZES, batches, pairs, accalloc_pair);
+    crate::capi::inspect::acc_record_memory_history(0, 0);
+    let libc_ns = rows.last().map_or(0.0, |r| r.libc_ns);
+    rows.push(BenchRow {
+        label: "mixed, history recording on".to_string(),
+        accalloc_ns: with_history,
+        libc_ns,
+    });
+    rows
+}
+
+fn run_patterns(batches: usize, pairs: usize) -> Vec<BenchRow> {
     let mut patterns: Vec<(String, Vec<usize>)> = SIZES
         .iter()
         .map(|&s| (crate::units::format_size(s as u64), vec![s]))
