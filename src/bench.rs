@@ -119,3 +119,39 @@ pub fn table(rows: &[BenchRow]) -> String {
     }
     out
 }
+
+/// Wall-clock nanoseconds per malloc+free pair with `threads` threads doing `pairs` pairs each on
+/// `device_of(thread)` (the mixed sizes), best of three runs.
+pub fn threaded(threads: usize, pairs: usize, device_of: fn(usize) -> i32) -> f64 {
+    let run = || {
+        let start = Instant::now();
+        std::thread::scope(|scope| {
+            for t in 0..threads {
+                scope.spawn(move || {
+                    let device = device_of(t);
+                    for i in 0..pairs {
+                        let mut ptr: *mut c_void = std::ptr::null_mut();
+                        // SAFETY: &mut ptr is a valid out-pointer; the block is freed at once.
+                        unsafe {
+                            let status = acc_malloc(
+                                &mut ptr,
+                                SIZES[i % SIZES.len()],
+                                device,
+                                std::ptr::null_mut(),
+                            );
+                            assert_eq!(
+                                status,
+                                AccStatus::ACC_OK,
+                                "acc_malloc failed during the benchmark"
+                            );
+                            acc_free(ptr);
+                        }
+                    }
+                });
+            }
+        });
+        start.elapsed().as_nanos() as f64 / (threads * pairs) as f64
+    };
+    run();
+    (0..3).map(|_| run()).fold(f64::INFINITY, f64::min)
+}

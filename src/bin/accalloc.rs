@@ -286,5 +286,24 @@ fn bench(option: Option<&str>) -> Result<(), String> {
     let rows = accalloc::bench::run(batches, pairs);
     println!("median of {batches} batches of {pairs} malloc+free pairs, host backend, one thread");
     print!("{}", accalloc::bench::table(&rows));
+
+    // Several threads: one device (one lock) against one device each (ACC_HOST_DEVICES permitting).
+    let devices = runtime().map_err(|e| e.message)?.current().device_count();
+    let threaded_pairs = pairs * 5;
+    println!("\nthreads, wall-clock ns per pair (mixed sizes, {threaded_pairs} pairs a thread, best of 3; {} cores)",
+        std::thread::available_parallelism().map_or(1, |n| n.get()));
+    println!("| threads | same device | one device each |\n|---:|---:|---:|");
+    for threads in [1usize, 2, 4] {
+        let same = accalloc::bench::threaded(threads, threaded_pairs, |_| 0);
+        let separate = if devices >= threads {
+            format!(
+                "{:.1}",
+                accalloc::bench::threaded(threads, threaded_pairs, |t| t as i32)
+            )
+        } else {
+            format!("(needs ACC_HOST_DEVICES={threads})")
+        };
+        println!("| {threads} | {same:.1} | {separate} |");
+    }
     Ok(())
 }
