@@ -8,17 +8,18 @@ use super::*;
 use std::collections::HashSet;
 
 impl CachingAllocator {
-    /// Panic (in debug builds or with the `invariants` feature) when an invariant is broken after
-    /// `operation`; returns `result` unchanged.
-    #[inline]
-    pub(super) fn verified<T>(&self, operation: &str, result: T) -> T {
-        if cfg!(any(debug_assertions, feature = "invariants")) {
-            if let Err(broken) = self.check_invariants() {
-                panic!("accalloc invariant broken after {operation}: {broken}");
-            }
+    /// Panic when an invariant is broken after `operation` (debug builds, or the `invariants`
+    /// feature; otherwise this is compiled out).
+    #[cfg(any(debug_assertions, feature = "invariants"))]
+    pub(super) fn verify(&self, operation: &str) {
+        if let Err(broken) = self.check_invariants() {
+            panic!("accalloc invariant broken after {operation}: {broken}");
         }
-        result
     }
+
+    #[cfg(not(any(debug_assertions, feature = "invariants")))]
+    #[inline(always)]
+    pub(super) fn verify(&self, _operation: &str) {}
 
     /// Recount everything and compare; Err names the first broken invariant.
     pub fn check_invariants(&self) -> std::result::Result<(), String> {

@@ -121,7 +121,7 @@ impl CachingAllocator {
             self.allowed_maximum = Some(allowed_bytes(fraction, self.capacity));
         }
         self.config = config;
-        self.verified("set_config", ())
+        self.verify("set_config");
     }
 
     /// Hand out a block of at least `size` bytes (size > 0) for use on `stream`.
@@ -143,7 +143,8 @@ impl CachingAllocator {
     /// whole request is served here.
     pub fn malloc_begin(&mut self, size: usize, stream: StreamId) -> Result<MallocStep> {
         let result = self.malloc_begin_unchecked(size, stream);
-        self.verified("malloc", result)
+        self.verify("malloc");
+        result
     }
 
     fn malloc_begin_unchecked(&mut self, size: usize, stream: StreamId) -> Result<MallocStep> {
@@ -192,7 +193,8 @@ impl CachingAllocator {
         raw: std::result::Result<usize, BackendError>,
     ) -> Result<usize> {
         let result = self.malloc_finish_unchecked(request, raw);
-        self.verified("malloc", result)
+        self.verify("malloc");
+        result
     }
 
     fn malloc_finish_unchecked(
@@ -226,7 +228,8 @@ impl CachingAllocator {
     /// Return a block handed out by `malloc`.
     pub fn free(&mut self, ptr: usize) -> Result<()> {
         let result = self.free_unchecked(ptr);
-        self.verified("free", result)
+        self.verify("free");
+        result
     }
 
     fn free_unchecked(&mut self, ptr: usize) -> Result<()> {
@@ -270,7 +273,8 @@ impl CachingAllocator {
     /// Release every cached block that is a whole segment back to the backend.
     pub fn empty_cache(&mut self) -> Result<()> {
         let result = self.release_cached_blocks();
-        self.verified("empty_cache", result)
+        self.verify("empty_cache");
+        result
     }
 
     /// A copy of the statistics, with max_split_size filled in.
