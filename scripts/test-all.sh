@@ -57,6 +57,10 @@ if [ -n "${ACCALLOC_FUZZ_SECONDS:-}" ]; then
   scripts/fuzz.sh "$ACCALLOC_FUZZ_SECONDS"
 fi
 
+echo "== examples/snapshot_to_pickle.py (a snapshot for PyTorch's memory visualizer)"
+./target/release/accalloc replay examples/traces/varying_sizes.jsonl --simulate --snapshot build/snapshot.json > /dev/null
+python3 examples/snapshot_to_pickle.py build/snapshot.json build/snapshot.pickle
+
 echo "== replay of the sample trace"
 ./target/release/accalloc replay examples/traces/transformer_train.jsonl
 echo "all tests passed"

@@ -81,12 +81,17 @@ impl SegmentInfo {
             "requested_size": self.requested_size(),
             "stream": self.stream,
             "segment_type": match self.pool { PoolKind::Small => "small", PoolKind::Large => "large" },
+            "segment_pool_id": [0, 0],
             "is_expandable": self.is_expandable,
+            // PyTorch's records carry the Python stack here; accalloc has none, but the key keeps the
+            // snapshot readable by PyTorch's memory visualizer.
+            "frames": [],
             "blocks": self.blocks.iter().map(|b| json!({
                 "address": b.address,
                 "size": b.size,
                 "requested_size": b.requested_size,
                 "state": b.state.name(),
+                "frames": [],
             })).collect::<Vec<_>>(),
         })
     }
@@ -141,6 +146,7 @@ impl TraceEntry {
             "size": self.size,
             "stream": self.stream,
             "time_us": self.time_us,
+            "frames": [],
         })
     }
 }
