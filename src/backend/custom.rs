@@ -202,6 +202,18 @@ impl CustomBackend {
         }
     }
 
+    /// Call table entry `entry` (named `name` in messages) with the table's context and turn its
+    /// return code into a result; a NULL entry is reported as missing.
+    fn call<F: Copy>(
+        &self,
+        name: &str,
+        entry: Option<F>,
+        invoke: impl FnOnce(F, *mut c_void) -> i32,
+    ) -> Result<(), BackendError> {
+        let function = entry.ok_or_else(|| Self::missing(name))?;
+        self.check(name, invoke(function, self.table.context))
+    }
+
     fn missing(call: &str) -> BackendError {
         BackendError::Failed {
             code: -1,
@@ -210,6 +222,8 @@ impl CustomBackend {
     }
 }
 
+// SAFETY (every `unsafe` call below): the table's entries follow the documented contract, which the
+// registering framework promised; the required ones were checked at registration.
 impl Backend for CustomBackend {
     fn name(&self) -> &str {
         &self.name
@@ -226,17 +240,9 @@ impl Backend for CustomBackend {
         stream: StreamId,
     ) -> Result<usize, BackendError> {
         let mut out: *mut c_void = std::ptr::null_mut();
-        // SAFETY: required entries were checked at registration; the contract covers the call.
-        let rc = unsafe {
-            (self.table.raw_alloc.unwrap())(
-                self.table.context,
-                device as i32,
-                size,
-                stream as *mut c_void,
-                &mut out,
-            )
-        };
-        self.check("raw_alloc", rc)?;
+        self.call("raw_alloc", self.table.raw_alloc, |f, ctx| unsafe {
+            f(ctx, device as i32, size, stream as *mut c_void, &mut out)
+        })?;
         if out.is_null() || (out as usize) % 512 != 0 {
             return Err(BackendError::Failed {
                 code: -1,
@@ -249,30 +255,16 @@ impl Backend for CustomBackend {
     }
 
     fn raw_free(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError> {
-        // SAFETY: as for raw_alloc.
-        let rc = unsafe {
-            (self.table.raw_free.unwrap())(
-                self.table.context,
-                device as i32,
-                ptr as *mut c_void,
-                size,
-            )
-        };
-        self.check("raw_free", rc)
+        self.call("raw_free", self.table.raw_free, |f, ctx| unsafe {
+            f(ctx, device as i32, ptr as *mut c_void, size)
+        })
     }
 
     fn mem_get_info(&self, device: usize) -> Result<MemInfo, BackendError> {
         let (mut free, mut total) = (0u64, 0u64);
-        // SAFETY: as for raw_alloc.
-        let rc = unsafe {
-            (self.table.mem_get_info.unwrap())(
-                self.table.context,
-                device as i32,
-                &mut free,
-                &mut total,
-            )
-        };
-        self.check("mem_get_info", rc)?;
+        self.call("mem_get_info", self.table.mem_get_info, |f, ctx| unsafe {
+            f(ctx, device as i32, &mut free, &mut total)
+        })?;
         Ok(MemInfo {
             free: free as usize,
             total: total as usize,
@@ -284,15 +276,10 @@ impl Backend for CustomBackend {
     }
 
     fn create_event(&self, device: usize) -> Result<EventId, BackendError> {
-        let create = self
-            .table
-            .event_create
-            .filter(|_| self.events)
-            .ok_or_else(|| Self::missing("event_create"))?;
         let mut out: *mut c_void = std::ptr::null_mut();
-        // SAFETY: present entries follow the documented contract.
-        self.check("event_create", unsafe {
-            create(self.table.context, device as i32, &mut out)
+        let create = self.table.event_create.filter(|_| self.events);
+        self.call("event_create", create, |f, ctx| unsafe {
+            f(ctx, device as i32, &mut out)
         })?;
         Ok(out as EventId)
     }
@@ -303,60 +290,35 @@ impl Backend for CustomBackend {
         event: EventId,
         stream: StreamId,
     ) -> Result<(), BackendError> {
-        let record = self
-            .table
-            .event_record
-            .ok_or_else(|| Self::missing("event_record"))?;
-        // SAFETY: as above.
-        let rc = unsafe {
-            record(
-                self.table.context,
+        self.call("event_record", self.table.event_record, |f, ctx| unsafe {
+            f(
+                ctx,
                 device as i32,
                 event as *mut c_void,
                 stream as *mut c_void,
             )
-        };
-        self.check("event_record", rc)
+        })
     }
 
     fn query_event(&self, device: usize, event: EventId) -> Result<bool, BackendError> {
-        let query = self
-            .table
-            .event_query
-            .ok_or_else(|| Self::missing("event_query"))?;
         let mut complete = 0;
-        // SAFETY: as above.
-        let rc = unsafe {
-            query(
-                self.table.context,
-                device as i32,
-                event as *mut c_void,
-                &mut complete,
-            )
-        };
-        self.check("event_query", rc)?;
+        self.call("event_query", self.table.event_query, |f, ctx| unsafe {
+            f(ctx, device as i32, event as *mut c_void, &mut complete)
+        })?;
         Ok(complete != 0)
     }
 
     fn synchronize_event(&self, device: usize, event: EventId) -> Result<(), BackendError> {
-        let synchronize = self
-            .table
-            .event_synchronize
-            .ok_or_else(|| Self::missing("event_synchronize"))?;
-        // SAFETY: as above.
-        self.check("event_synchronize", unsafe {
-            synchronize(self.table.context, device as i32, event as *mut c_void)
-        })
+        self.call(
+            "event_synchronize",
+            self.table.event_synchronize,
+            |f, ctx| unsafe { f(ctx, device as i32, event as *mut c_void) },
+        )
     }
 
     fn destroy_event(&self, device: usize, event: EventId) -> Result<(), BackendError> {
-        let destroy = self
-            .table
-            .event_destroy
-            .ok_or_else(|| Self::missing("event_destroy"))?;
-        // SAFETY: as above.
-        self.check("event_destroy", unsafe {
-            destroy(self.table.context, device as i32, event as *mut c_void)
+        self.call("event_destroy", self.table.event_destroy, |f, ctx| unsafe {
+            f(ctx, device as i32, event as *mut c_void)
         })
     }
 
@@ -365,64 +327,47 @@ impl Backend for CustomBackend {
     }
 
     fn synchronize_stream(&self, device: usize, stream: StreamId) -> Result<(), BackendError> {
-        let synchronize = self
-            .table
-            .stream_synchronize
-            .ok_or_else(|| Self::missing("stream_synchronize"))?;
-        // SAFETY: as above.
-        self.check("stream_synchronize", unsafe {
-            synchronize(self.table.context, device as i32, stream as *mut c_void)
-        })
+        self.call(
+            "stream_synchronize",
+            self.table.stream_synchronize,
+            |f, ctx| unsafe { f(ctx, device as i32, stream as *mut c_void) },
+        )
     }
 
     fn vm_granularity(&self, device: usize) -> Option<usize> {
-        let granularity = self.table.vm_granularity.filter(|_| self.virtual_memory)?;
         let mut out = 0usize;
-        // SAFETY: as above.
-        let rc = unsafe { granularity(self.table.context, device as i32, &mut out) };
-        (rc == ACC_BACKEND_OK && out > 0).then_some(out)
+        let entry = self.table.vm_granularity.filter(|_| self.virtual_memory);
+        self.call("vm_granularity", entry, |f, ctx| unsafe {
+            f(ctx, device as i32, &mut out)
+        })
+        .ok()
+        .filter(|_| out > 0)
+        .map(|_| out)
     }
 
     fn vm_reserve(&self, device: usize, size: usize) -> Result<usize, BackendError> {
-        let reserve = self
-            .table
-            .vm_reserve
-            .ok_or_else(|| Self::missing("vm_reserve"))?;
         let mut out: *mut c_void = std::ptr::null_mut();
-        // SAFETY: as above.
-        self.check("vm_reserve", unsafe {
-            reserve(self.table.context, device as i32, size, &mut out)
+        self.call("vm_reserve", self.table.vm_reserve, |f, ctx| unsafe {
+            f(ctx, device as i32, size, &mut out)
         })?;
         Ok(out as usize)
     }
 
     fn vm_map(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError> {
-        let map = self.table.vm_map.ok_or_else(|| Self::missing("vm_map"))?;
-        // SAFETY: as above.
-        self.check("vm_map", unsafe {
-            map(self.table.context, device as i32, ptr as *mut c_void, size)
+        self.call("vm_map", self.table.vm_map, |f, ctx| unsafe {
+            f(ctx, device as i32, ptr as *mut c_void, size)
         })
     }
 
     fn vm_unmap(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError> {
-        let unmap = self
-            .table
-            .vm_unmap
-            .ok_or_else(|| Self::missing("vm_unmap"))?;
-        // SAFETY: as above.
-        self.check("vm_unmap", unsafe {
-            unmap(self.table.context, device as i32, ptr as *mut c_void, size)
+        self.call("vm_unmap", self.table.vm_unmap, |f, ctx| unsafe {
+            f(ctx, device as i32, ptr as *mut c_void, size)
         })
     }
 
     fn vm_release(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError> {
-        let release = self
-            .table
-            .vm_release
-            .ok_or_else(|| Self::missing("vm_release"))?;
-        // SAFETY: as above.
-        self.check("vm_release", unsafe {
-            release(self.table.context, device as i32, ptr as *mut c_void, size)
+        self.call("vm_release", self.table.vm_release, |f, ctx| unsafe {
+            f(ctx, device as i32, ptr as *mut c_void, size)
         })
     }
 }
