@@ -22,6 +22,20 @@ struct State {
     mapped: BTreeMap<usize, usize>,
 }
 
+impl State {
+    /// Take `size` bytes of the device's capacity, unless a failure is due or there is no room.
+    fn claim(&mut self, size: usize, capacity: usize) -> Result<(), BackendError> {
+        if self.fail_next > 0 {
+            self.fail_next -= 1;
+            return Err(BackendError::OutOfMemory);
+        }
+        if self.used + size > capacity {
+            return Err(BackendError::OutOfMemory);
+        }
+        Ok(())
+    }
+}
+
 /// Where reservations start, far above segments.
 const RESERVATION_OFFSET: usize = 1 << 39;
 
@@ -122,13 +136,7 @@ impl Backend for TestBackend {
     ) -> Result<usize, BackendError> {
         let mut states = self.state.lock().unwrap();
         let state = &mut states[device];
-        if state.fail_next > 0 {
-            state.fail_next -= 1;
-            return Err(BackendError::OutOfMemory);
-        }
-        if state.used + size > self.capacity {
-            return Err(BackendError::OutOfMemory);
-        }
+        state.claim(size, self.capacity)?;
         let address = BASE_ADDRESS + (device << 40) + state.next_address;
         // Leave a 2 MiB gap so neighbouring segments never look contiguous.
         state.next_address += size.next_multiple_of(2 << 20) + (2 << 20);
@@ -177,13 +185,7 @@ impl Backend for TestBackend {
     fn vm_map(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError> {
         let mut states = self.state.lock().unwrap();
         let state = &mut states[device];
-        if state.fail_next > 0 {
-            state.fail_next -= 1;
-            return Err(BackendError::OutOfMemory);
-        }
-        if state.used + size > self.capacity {
-            return Err(BackendError::OutOfMemory);
-        }
+        state.claim(size, self.capacity)?;
         if state.mapped.range(ptr..ptr + size).next().is_some() {
             return Err(BackendError::Failed {
                 code: 3,
