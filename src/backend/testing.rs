@@ -23,8 +23,8 @@ struct State {
 }
 
 impl State {
-    /// Take `size` bytes of the device's capacity, unless a failure is due or there is no room.
-    fn claim(&mut self, size: usize, capacity: usize) -> Result<(), BackendError> {
+    /// Whether `size` more bytes may be had: not when a failure is due or there is no room.
+    fn check_room(&mut self, size: usize, capacity: usize) -> Result<(), BackendError> {
         if self.fail_next > 0 {
             self.fail_next -= 1;
             return Err(BackendError::OutOfMemory);
@@ -136,7 +136,7 @@ impl Backend for TestBackend {
     ) -> Result<usize, BackendError> {
         let mut states = self.state.lock().unwrap();
         let state = &mut states[device];
-        state.claim(size, self.capacity)?;
+        state.check_room(size, self.capacity)?;
         let address = BASE_ADDRESS + (device << 40) + state.next_address;
         // Leave a 2 MiB gap so neighbouring segments never look contiguous.
         state.next_address += size.next_multiple_of(2 << 20) + (2 << 20);
@@ -185,7 +185,7 @@ impl Backend for TestBackend {
     fn vm_map(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError> {
         let mut states = self.state.lock().unwrap();
         let state = &mut states[device];
-        state.claim(size, self.capacity)?;
+        state.check_room(size, self.capacity)?;
         if state.mapped.range(ptr..ptr + size).next().is_some() {
             return Err(BackendError::Failed {
                 code: 3,
