@@ -813,3 +813,30 @@ fn release_lock_on_malloc_keeps_every_figure() {
     );
     assert_eq!(locked, released);
 }
+
+#[test]
+fn max_non_split_rounding_bounds_the_waste_of_a_large_request() {
+    let run = |rounding_mb: usize| {
+        let config = CachingConfig {
+            max_split_size: 20 << 20,
+            max_non_split_rounding: rounding_mb << 20,
+            ..CachingConfig::default()
+        };
+        let (mut a, _) = allocator_with(1 << 30, config);
+        let big = a.malloc(50 << 20, 0).unwrap();
+        a.free(big).unwrap();
+        // 25 MiB may take the cached 50 MiB block only if 50 < 25 + rounding.
+        let p = a.malloc(25 << 20, 0).unwrap();
+        (p == big, a.stats().num_device_alloc)
+    };
+    assert_eq!(
+        run(20),
+        (false, 2),
+        "default 20 MiB: 50 >= 45, a new segment"
+    );
+    assert_eq!(
+        run(40),
+        (true, 1),
+        "40 MiB: 50 < 65, the cached block is used whole"
+    );
+}
