@@ -1,19 +1,29 @@
 #!/usr/bin/env python3
 """Differential test: accalloc's simulated replay against scripts/pytorch_model.py.
 
-For each trace (the command-line arguments, default examples/traces/*.jsonl) and for a set of small
-crafted traces written to a temporary directory, it runs
+For each trace (the command-line arguments, default examples/traces/*.jsonl), for the sample traces
+again under allocator settings (max_split_size_mb, max_non_split_rounding_mb,
+roundup_power2_divisions, garbage_collection_threshold with per_process_memory_fraction), and for a
+set of small crafted traces written to a temporary directory, it runs
 
-    target/release/accalloc replay TRACE --json --simulate
-    python3 scripts/pytorch_model.py TRACE
+    target/release/accalloc replay TRACE --json --simulate [--config SETTINGS]
+    python3 scripts/pytorch_model.py TRACE [--config SETTINGS]
 
-with the same ACC_HOST_CAPACITY, and compares all 122 keys of accalloc's "stats" object with the
-model's output. Each crafted case also states a few values it is meant to exercise (say
-num_alloc_retries = 1); those are checked against the model, so a case cannot silently stop
-covering its path. Prints "ok <case>" or the differing keys with both values, then
+with the same ACC_HOST_CAPACITY (and ACC_ALLOC_CONF removed from both environments), and compares
+all 122 keys of accalloc's "stats" object with the model's output. Each crafted case and settings
+run also states a few values it is meant to exercise (say num_alloc_retries = 1, or the model's own
+counters on stderr such as model.gc_runs); those are checked against the model, so a case cannot
+silently stop covering its path. Prints "ok <case>" or the differing keys with both values, then
 "N passed, M failed"; exits non-zero on any failure.
 
+Known differences (KNOWN_DIFFERENCES): cases where the model follows PyTorch and accalloc does not,
+reported with the note that explains them. They print "known difference <case>" with the differing
+keys and count as passed while they still differ exactly on the keys listed; they fail if the
+model's expectations fail or if other keys start to differ, and print a note (still passing) if
+accalloc comes to agree.
+
 Usage: python3 scripts/check_model.py [TRACE ...]     (builds target/release/accalloc if missing)
+  With TRACE arguments, only those traces run (default settings), no settings runs or crafted cases.
 Python 3.11, standard library only.
 """
 
@@ -144,6 +154,252 @@ CRAFTED: dict[str, tuple[str, list[dict], dict[str, int]]] = {
 }
 
 
+class AtLeast:
+    """An expected value that only has to be reached (for counters of the long sample traces)."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, int) and other >= self.n
+
+    def __repr__(self) -> str:
+        return f">= {self.n}"
+
+
+def cycle(stream: int, size: int, first_id: int, n: int) -> list[dict]:
+    """n allocate-and-free pairs: n lookups in the request's pool (the garbage-collection clock)."""
+    ops: list[dict] = []
+    for i in range(first_id, first_id + n):
+        ops += [A(i, size, stream), F(i)]
+    return ops
+
+
+M40 = "max_split_size_mb:40"
+M20 = "max_split_size_mb:20"
+GC = "garbage_collection_threshold:0.5,per_process_memory_fraction:0.5"
+
+# name -> (capacity, allocator settings, ops, expected values in the model's output)
+CRAFTED_SETTINGS: dict[str, tuple[str, str, list[dict], dict[str, object]]] = {
+    # max_split_size 40 MiB. A request below it never takes a cached block >= 40 MiB (30 MiB gets a
+    # segment of its own); requests >= 40 MiB take one less than 20 MiB larger, whole (45 MiB gets
+    # the 50 MiB block: allocated_bytes counts 50 MiB). 39 MiB gets a 40 MiB segment (oversize) with
+    # only 1 MiB left, so no split: an oversize allocation. 38 MiB + 1 gets another 40 MiB segment
+    # and splits it (request < M, remainder > 1 MiB). empty_cache releases the oversize segments
+    # too.
+    "mss_oversize_rules": ("1GiB", M40, [
+        A(1, 50 * MiB), F(1), A(2, 30 * MiB), A(3, 50 * MiB), F(3), A(4, 45 * MiB), F(4), F(2),
+        A(5, 39 * MiB), A(6, 38 * MiB + 1), F(5), F(6), E(),
+    ], {"max_split_size": 40 * MiB, "oversize_allocations.allocated": 4,
+        "oversize_segments.allocated": 3, "oversize_segments.freed": 3, "num_device_alloc": 4,
+        "allocated_bytes.large_pool.allocated": (50 + 50 + 50 + 30 + 40) * MiB + 38 * MiB + 512,
+        "inactive_split.large_pool.allocated": 1}),
+    # max_non_split_rounding 20 MiB (default): a cached 100 MiB block is too large for 80 MiB
+    # (100 >= 80 + 20: a new segment) but not for 80 MiB + 1 (rounded 80 MiB + 512).
+    "mss_non_split_rounding_default": ("1GiB", M40, [
+        A(1, 100 * MiB), F(1), A(2, 80 * MiB), A(3, 80 * MiB + 1), F(2), F(3),
+    ], {"num_device_alloc": 2, "allocated_bytes.large_pool.peak": 180 * MiB,
+        "oversize_allocations.peak": 2}),
+    # max_split_size 20 MiB with max_non_split_rounding 40 MiB: 100 MiB is too large for 60 MiB
+    # (boundary) but serves 61 MiB. Every 20 MiB segment is oversize: a 5 MiB request still splits
+    # its new one, but the merged, whole 20 MiB block is not handed to a 5 MiB request again; a
+    # 20 MiB request takes it.
+    "mss_20_non_split_rounding_40": ("1GiB", M20 + ",max_non_split_rounding_mb:40", [
+        A(1, 100 * MiB), F(1), A(2, 60 * MiB), A(3, 61 * MiB), A(4, 5 * MiB), A(5, 3 * MiB), F(4),
+        F(5), A(6, 5 * MiB), A(7, 20 * MiB), F(2), F(3), F(6), F(7),
+    ], {"num_device_alloc": 4, "oversize_segments.peak": 4, "oversize_allocations.allocated": 4,
+        "inactive_split.large_pool.allocated": 3}),
+    # Release step 3, one block: the device is full; a 30 MiB miss releases the smallest cached
+    # oversize block >= max(30, 40) MiB (the 46 MiB one, not the 50 MiB one) and asks again: no
+    # synchronisation, not a retry.
+    "mss_release_one": ("100MiB", M40, [
+        A(1, 50 * MiB), A(2, 45 * MiB), F(1), F(2), A(3, 30 * MiB), F(3),
+    ], {"num_device_free": 1, "num_alloc_retries": 0, "num_sync_all_streams": 0,
+        "segment.large_pool.current": 2, "model.release_available_ok": 1}),
+    # Release step 3, several blocks: no single cached block >= 50 MiB, so the largest go first
+    # (28 then 26 MiB, 54 >= 50) and the 22 and 24 MiB ones stay.
+    "mss_release_largest_first": ("110MiB", M20, [
+        A(1, 22 * MiB), A(2, 24 * MiB), A(3, 26 * MiB), A(4, 28 * MiB), F(1), F(2), F(3), F(4),
+        A(5, 50 * MiB), F(5),
+    ], {"num_device_free": 2, "num_alloc_retries": 0, "segment.large_pool.current": 3,
+        "reserved_bytes.large_pool.current": (22 + 24 + 50) * MiB}),
+    # Release step 3 falls short: walking down it releases the 50 and 46 MiB segments and stops at
+    # the 30 MiB one (< max_split_size); 96 < 100 MiB, so it returns false (what it released stays
+    # released) and the full release-and-retry follows, which frees the 30 MiB one.
+    "mss_release_short_by_size": ("130MiB", M40, [
+        A(1, 30 * MiB), A(2, 45 * MiB), A(3, 50 * MiB), F(1), F(2), F(3), A(4, 100 * MiB), F(4),
+    ], {"num_device_free": 3, "num_alloc_retries": 1, "num_sync_all_streams": 1,
+        "model.release_available_short": 1}),
+    # Release step 3 falls short at another stream's block: stream 1's 24 and 22 MiB go, stream 0's
+    # 30 MiB block stops the walk (46 < 60), and the retry path releases it.
+    "mss_release_short_by_stream": ("130MiB", M20, [
+        A(1, 22 * MiB, 1), A(2, 24 * MiB, 1), A(3, 30 * MiB, 0), F(1), F(2), F(3),
+        A(4, 60 * MiB, 1), F(4),
+    ], {"num_device_free": 3, "num_alloc_retries": 1, "num_sync_all_streams": 1,
+        "model.release_available_short": 1}),
+    # Release step 3 with no block of the request's stream below the key: the search lands on the
+    # first block of the pool (stream 1's), so nothing is released there; the retry path frees it.
+    "mss_release_other_stream_only": ("100MiB", M40, [
+        A(1, 50 * MiB, 1), F(1), A(2, 60 * MiB, 0), F(2),
+    ], {"num_device_free": 1, "num_alloc_retries": 1, "model.release_available_short": 1}),
+    # Out of memory with max_split_size set: step 3 finds only a non-oversize 10 MiB block (false),
+    # the retry frees it and still fails; a small-pool miss on a full device fails the same way.
+    "mss_oom": ("60MiB", M40, [
+        A(1, 45 * MiB), A(2, 10 * MiB), F(2), A(3, 16 * MiB), A(4, 14 * MiB), A(5, 4096), F(3),
+        F(4), F(5), F(1),
+    ], {"num_ooms": 2, "num_alloc_retries": 2, "num_device_free": 1,
+        "model.release_available_short": 2}),
+    # roundup_power2_divisions:4 everywhere: 1000 B (<= 512 x 4) and 3000 B keep 512 rounding;
+    # 9000 B -> 10240, 700 KiB -> 768 KiB, 1 MiB + 1 -> 1.25 MiB (large pool), 5 MiB + 1 -> 6 MiB,
+    # 8 MiB stays (a power of two), 13 MiB -> 14 MiB, 17 MiB -> 20 MiB.
+    "rp2_single_value": ("1GiB", "roundup_power2_divisions:4", [
+        A(1, 1000), A(2, 3000), A(3, 9000), A(4, 700 * KiB), A(5, 1 * MiB + 1), A(6, 5 * MiB + 1),
+        A(7, 8 * MiB), A(8, 13 * MiB), A(9, 17 * MiB), *[F(i) for i in range(1, 10)],
+    ], {"allocated_bytes.small_pool.allocated": 1024 + 3072 + 10240 + 768 * KiB,
+        "allocated_bytes.large_pool.allocated": 1280 * KiB + (6 + 8 + 14 + 20) * MiB,
+        "requested_bytes.all.allocated": 1000 + 3000 + 9000 + 700 * KiB + 1 * MiB + 1 + 5 * MiB + 1
+        + 8 * MiB + 13 * MiB + 17 * MiB}),
+    # The list form [1:4,64:8,>:2]: bucket 0 (below 2 MiB) 4 divisions, buckets 1-5 none, bucket 6
+    # (64-128 MiB) 8, buckets 7-15 2. 3000 B -> 3072, 1.5 MiB + 1 -> 1.75 MiB, 3 MiB + 1 and 40 MiB
+    # + 1 -> 512 rounding, 70 MiB -> 72 MiB, 130 MiB -> 192 MiB, 300 MiB -> 384 MiB.
+    "rp2_list": ("2GiB", "roundup_power2_divisions:[1:4,64:8,>:2]", [
+        A(1, 3000), A(2, 3 * MiB // 2 + 1), A(3, 3 * MiB + 1), A(4, 40 * MiB + 1), A(5, 70 * MiB),
+        A(6, 130 * MiB), A(7, 300 * MiB), *[F(i) for i in range(1, 8)],
+    ], {"allocated_bytes.all.allocated": 3072 + 1792 * KiB + 3 * MiB + 512 + 40 * MiB + 512
+        + (72 + 192 + 384) * MiB}),
+    # The first entry also sets the buckets below it ([4:2,>:8]: buckets 0-2 get 2, 3-15 get 8):
+    # 700 KiB -> 768 KiB, 1.5 MiB + 1 -> 2 MiB, 3 MiB + 1 -> 4 MiB, 5 MiB + 1 -> 6 MiB, and
+    # 9 MiB + 1 -> 10 MiB, which crosses kMinLargeAlloc: a 10 MiB segment of its own.
+    "rp2_list_first_entry_fills_below": ("1GiB", "roundup_power2_divisions:[4:2,>:8]", [
+        A(1, 700 * KiB), A(2, 3 * MiB // 2 + 1), A(3, 3 * MiB + 1), A(4, 5 * MiB + 1),
+        A(5, 9 * MiB + 1), *[F(i) for i in range(1, 6)],
+    ], {"allocated_bytes.all.allocated": 768 * KiB + (2 + 4 + 6 + 10) * MiB,
+        "num_device_alloc": 3, "reserved_bytes.large_pool.peak": 30 * MiB}),
+    # One division means no power-of-two rounding (round_size needs divisions > 1): [2:1,>:2] gives
+    # buckets 0-1 one division, so 1.5 MiB + 1 and 3 MiB + 1 keep 512 rounding; 5 MiB + 1 -> 6 MiB.
+    "rp2_one_division_is_off": ("1GiB", "roundup_power2_divisions:[2:1,>:2]", [
+        A(1, 3 * MiB // 2 + 1), A(2, 3 * MiB + 1), A(3, 5 * MiB + 1), F(1), F(2), F(3),
+    ], {"allocated_bytes.all.allocated": 3 * MiB // 2 + 512 + 3 * MiB + 512 + 6 * MiB}),
+    # ">" first: PyTorch's last_index starts at 0, so ">:4" alone fills buckets 1-15 and leaves
+    # bucket 0 (below 2 MiB) at 0: 1.5 MiB + 1 keeps 512 rounding, 3 MiB + 1 -> 3.5 MiB.
+    "rp2_list_only_greater": ("1GiB", "roundup_power2_divisions:[>:4]", [
+        A(1, 3 * MiB // 2 + 1), A(2, 3 * MiB + 1), F(1), F(2),
+    ], {"allocated_bytes.all.allocated": 3 * MiB // 2 + 512 + 7 * MiB // 2}),
+    # per_process_memory_fraction 0.5 of 200 MiB: a segment past 100 MiB reserved fails without
+    # asking the device (which has room): the retry path frees the cached small segment and fails
+    # again (num_ooms). Exactly 100 MiB is allowed. A 150 MiB request (over the allowed bytes,
+    # within the device) goes through the whole path too; a 250 MiB one (over the device) fails at
+    # once.
+    "fraction_caps_reserved": ("200MiB", "per_process_memory_fraction:0.5", [
+        A(1, 4096), F(1), A(2, 60 * MiB), A(3, 50 * MiB), A(4, 38 * MiB), A(5, 4096), A(6, 4096),
+        A(7, 3 * MiB // 2), A(8, 150 * MiB), A(9, 250 * MiB), F(2), F(3), F(4), F(5), F(6), F(7),
+        F(8), F(9),
+    ], {"num_ooms": 3, "num_alloc_retries": 3, "num_sync_all_streams": 3, "num_device_free": 1,
+        "reserved_bytes.all.peak": 100 * MiB, "model.failed_allocs": 4}),
+    # A fraction of 0: no segment is ever allowed.
+    "fraction_zero": ("1GiB", "per_process_memory_fraction:0", [
+        A(1, 4096), A(2, 5 * MiB), F(1), F(2),
+    ], {"num_ooms": 2, "num_alloc_retries": 2, "num_device_alloc": 0}),
+    # Garbage collection, fraction 0.5 of 200 MiB (100 MiB allowed), threshold 0.5 (50 MiB): the
+    # 24 MiB miss finds 46 MiB reserved (no collection); the 26 MiB miss finds 70 MiB: it frees the
+    # cached whole large segments at least as old as the average (20 MiB block: 2 large-pool
+    # lookups, 22 MiB block: 1; average 1.5), which is enough. Small-pool lookups (stream 1's hits)
+    # do not age large blocks; the cached whole small segment, aged 3 small-pool lookups, is never
+    # collected; nothing synchronises.
+    "gc_collects_old_segments": ("200MiB", GC, [
+        A(1, 20 * MiB), A(2, 22 * MiB), F(1), A(10, 4096), A(20, 4096, 1), A(3, 24 * MiB), F(2),
+        A(11, 4096), F(10), F(11), *cycle(1, 4096, 400, 3), A(4, 26 * MiB), F(3), F(4), F(20),
+    ], {"num_device_free": 1, "num_sync_all_streams": 0, "segment.small_pool.current": 2,
+        "segment.large_pool.current": 3, "model.gc_runs": 1}),
+    # Garbage collection in two passes (400 MiB, 200 MiB allowed, collect above 100 MiB): stream 1's
+    # 2 MiB requests reuse one cached segment and serve as the clock. At the 70 MiB miss, 120 MiB
+    # are reserved (target 20 MiB) and the whole cached segments are a 10 MiB one aged 9, 30 MiB
+    # aged 3, 60 MiB aged 1 and stream 1's 20 MiB aged 1: the first pass (average 3.5) frees the 10
+    # MiB one only, the second (average 5/3) the 30 MiB one, and that is enough.
+    "gc_second_pass": ("400MiB", GC, [
+        A(1, 2 * MiB, 1), F(1), A(2, 10 * MiB), A(3, 30 * MiB), A(4, 60 * MiB), F(2),
+        *cycle(1, 2 * MiB, 100, 6), F(3), *cycle(1, 2 * MiB, 200, 2), F(4), A(5, 70 * MiB), F(5),
+    ], {"num_device_free": 2, "num_sync_all_streams": 0, "model.gc_runs": 1,
+        "reserved_bytes.large_pool.current": (60 + 20 + 70) * MiB}),
+    # A tie, and ages per pool (400 MiB, 200 MiB allowed, collect above 100 MiB). At the 70 MiB miss
+    # 118 MiB are reserved (target 18 MiB) and the whole cached large segments are aged 3, 2 and 1
+    # large-pool lookups (average 2): one pass frees the 3 and the 2 (>= the average), not the 1,
+    # although 20 MiB would have been enough. The small-pool lookups in between (hits in a small
+    # segment made early) do not age them; counted, they would leave the 2 below the average.
+    "gc_age_equal_to_average": ("400MiB", GC, [
+        A(300, 4096), A(1, 2 * MiB, 1), A(2, 20 * MiB), A(3, 22 * MiB), A(4, 24 * MiB),
+        A(5, 30 * MiB), F(2), *cycle(0, 4096, 301, 2), *cycle(1, 2 * MiB, 100, 1), F(3),
+        *cycle(1, 2 * MiB, 200, 1), F(4), A(6, 70 * MiB), F(1), F(5), F(6), F(300),
+    ], {"num_device_free": 2, "model.gc_runs": 1, "segment.large_pool.current": 4,
+        "segment.small_pool.current": 1}),
+    # accalloc's documented deviation comes first: a 300 MiB request on a 200 MiB device fails at
+    # once, before garbage collection would run (60 MiB reserved > 50), so the cached 30 MiB segment
+    # is still there for the next 20 MiB request (a hit, split), and no statistic moved.
+    "gc_not_before_larger_than_device": ("200MiB", GC, [
+        A(1, 30 * MiB), A(2, 30 * MiB), F(1), A(3, 300 * MiB), A(4, 20 * MiB), F(2), F(3), F(4),
+    ], {"num_device_free": 0, "num_device_alloc": 2, "num_ooms": 0, "model.failed_allocs": 1,
+        "inactive_split.large_pool.allocated": 1}),
+    # per_process_memory_fraction:1.0 is "no fraction" in current PyTorch: setMemoryFraction sets
+    # allowed_memory_maximum (a std::optional) only when fraction < 1.0, and malloc collects only
+    # when it has a value. So the 40 MiB miss (60 MiB of 100 MiB reserved) collects nothing. (Older
+    # PyTorch set a fraction for any value; accalloc follows the current behaviour.)
+    "gc_with_fraction_one": ("100MiB", "garbage_collection_threshold:0.5,"
+                             "per_process_memory_fraction:1.0", [
+        A(1, 30 * MiB), A(2, 30 * MiB), F(1), A(3, 40 * MiB), F(2), F(3),
+    ], {"num_device_free": 0, "model.gc_runs": 0}),
+    # garbage_collection_threshold without a memory fraction does nothing: the 40 MiB miss with
+    # 60 MiB of a 100 MiB device reserved keeps the cached 30 MiB segment.
+    "gc_needs_a_fraction": ("100MiB", "garbage_collection_threshold:0.5", [
+        A(1, 30 * MiB), A(2, 30 * MiB), F(1), A(3, 40 * MiB), F(2), F(3),
+    ], {"num_device_free": 0, "reserved_bytes.all.peak": 100 * MiB, "model.gc_runs": 0}),
+    # Everything together on a tight device: oversize blocks, rounding, fraction and collection
+    # (three collections, a release step 3 that falls short and an out-of-memory error).
+    # (Spaces in the settings string are dropped, as PyTorch's tokenizer drops them.)
+    "all_settings_together": ("300MiB", "max_split_size_mb:24, "
+                              "roundup_power2_divisions:[2:2, >:4], "
+                              "garbage_collection_threshold:0.4, "
+                              "per_process_memory_fraction:0.6", [
+        A(1, 25 * MiB), A(2, 3 * MiB), A(3, 30 * MiB, 1), F(1), A(4, 13 * MiB), F(3),
+        A(5, 27 * MiB),
+        A(6, 45 * MiB, 1), F(2), A(7, 33 * MiB), F(4), A(8, 70 * MiB), F(5), A(9, 26 * MiB),
+        F(6), F(7), A(10, 100 * MiB), F(8), F(9), F(10),
+    ], {"model.gc_runs": 3, "num_ooms": 1, "model.release_available_short": 1,
+        "oversize_segments.allocated": 5, "oversize_allocations.allocated": 7}),
+}
+
+# Cases where the model follows PyTorch and accalloc does not: name -> (capacity, settings, ops,
+# expected values in the model's output, the keys expected to differ, the explanation).
+KNOWN_DIFFERENCES: dict[str, tuple[str, str, list[dict], dict[str, object], set[str], str]] = {
+}
+
+# The sample traces again under settings: (trace file, capacity, settings, expected values).
+GC_TRACE = "garbage_collection_threshold:0.6,per_process_memory_fraction:0.5"
+TRACE_RUNS: list[tuple[str, str, str, dict[str, object]]] = [
+    *[(t, BIG_CAPACITY, M40,
+       {"max_split_size": 40 * MiB, "oversize_segments.allocated": AtLeast(1)})
+      for t in ("transformer_train.jsonl", "varying_sizes.jsonl", "random_rmm.jsonl")],
+    # (The rounding shows in allocated_bytes: 91,050,464,256 / 132,983,952,896 / 282,436,756,480
+    # bytes handed out in all under the default policy.)
+    *[(t, BIG_CAPACITY, "roundup_power2_divisions:[1:4,64:8,>:2]",
+       {"allocated_bytes.all.allocated": n})
+      for t, n in (("transformer_train.jsonl", 95_397_504_000),
+                   ("varying_sizes.jsonl", 136_241_656_832),
+                   ("random_rmm.jsonl", 282_455_023_616))],
+    *[(t, BIG_CAPACITY, M20 + ",max_non_split_rounding_mb:40",
+       {"oversize_allocations.allocated": AtLeast(1)})
+      for t in ("transformer_train.jsonl", "varying_sizes.jsonl", "random_rmm.jsonl")],
+    # Capacities at which garbage collection fires (allowed = half, collection above 60% of that).
+    ("transformer_train.jsonl", "6GiB", GC_TRACE, {"model.gc_runs": AtLeast(1), "num_ooms": 0}),
+    ("varying_sizes.jsonl", "3GiB", GC_TRACE, {"model.gc_runs": AtLeast(1), "num_ooms": 0}),
+    ("random_rmm.jsonl", "5GiB", GC_TRACE, {"model.gc_runs": AtLeast(1), "num_ooms": 0}),
+    # Tight devices: release step 3 in real traces, succeeding and falling short.
+    ("transformer_train.jsonl", "3GiB", M40, {"model.release_available_ok": AtLeast(1),
+                                              "model.release_available_short": AtLeast(1)}),
+    ("random_rmm.jsonl", "2GiB", "max_split_size_mb:64",
+     {"model.release_available_short": AtLeast(1), "num_ooms": AtLeast(1)}),
+]
+
+
 def write_trace(path: Path, ops: list[dict]) -> None:
     with open(path, "w", encoding="utf-8") as f:
         for op in ops:
@@ -152,35 +408,61 @@ def write_trace(path: Path, ops: list[dict]) -> None:
 
 # ---- running both sides -----------------------------------------------------------------------
 
-def run_json(cmd: list[str], capacity: str) -> dict:
+def run(cmd: list[str], capacity: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, ACC_HOST_CAPACITY=capacity)
+    env.pop("ACC_ALLOC_CONF", None)  # the settings travel as --config only
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.strip()}")
-    return json.loads(proc.stdout)
+    return proc
 
 
-def check(name: str, trace: Path, capacity: str, expect: dict[str, int] | None = None) -> bool:
-    case = f"{name} (ACC_HOST_CAPACITY={capacity})"
+def run_both(trace: Path, capacity: str, settings: str | None) -> tuple[dict, dict, dict]:
+    """accalloc's stats, the model's 122 keys, and the model's own counters (from its stderr)."""
+    config = ["--config", settings] if settings else []
+    got = json.loads(run([str(ACCALLOC), "replay", str(trace), "--json", "--simulate", *config],
+                         capacity).stdout)["stats"]
+    proc = run([sys.executable, str(MODEL), str(trace), *config], capacity)
+    want = json.loads(proc.stdout)
+    extra = json.loads(proc.stderr.strip().splitlines()[-1])
+    return got, want, extra
+
+
+def check(name: str, trace: Path, capacity: str, expect: dict[str, object] | None = None,
+          settings: str | None = None,
+          known: tuple[set[str], str] | None = None) -> bool:
+    case = f"{name} (ACC_HOST_CAPACITY={capacity}"
+    case += f", --config {settings})" if settings else ")"
     try:
-        got = run_json([str(ACCALLOC), "replay", str(trace), "--json", "--simulate"], capacity)["stats"]
-        want = run_json([sys.executable, str(MODEL), str(trace)], capacity)
-    except (RuntimeError, KeyError, json.JSONDecodeError) as e:
+        got, want, extra = run_both(trace, capacity, settings)
+    except (RuntimeError, KeyError, IndexError, json.JSONDecodeError) as e:
         print(f"FAIL {case}: {e}")
         return False
     problems = []
     if len(want) != 122:
         problems.append(f"  model printed {len(want)} keys, not 122")
-    for key in sorted(set(got) | set(want)):
-        if got.get(key) != want.get(key):
-            problems.append(f"  {key}: accalloc={got.get(key)} model={want.get(key)}")
+    differing = [key for key in sorted(set(got) | set(want)) if got.get(key) != want.get(key)]
+    diff_lines = [f"  {key}: accalloc={got.get(key)} model={want.get(key)}" for key in differing]
     for key, value in (expect or {}).items():
-        if want.get(key) != value:
-            problems.append(f"  case no longer covers its path: model {key}={want.get(key)}, "
-                            f"expected {value}")
-    if problems:
+        have = extra.get(key) if key.startswith("model.") else want.get(key)
+        if not value == have:
+            problems.append(f"  case no longer covers its path: model {key}={have}, "
+                            f"expected {value!r}")
+    if known is not None:
+        keys, note = known
+        if problems or (differing and set(differing) != keys):
+            print(f"FAIL {case} (a known difference that changed shape: {note})")
+            print("\n".join(problems + diff_lines))
+            return False
+        if differing:
+            print(f"known difference {case}: {note}")
+            print("\n".join(diff_lines))
+        else:
+            print(f"ok {case}: NOTE accalloc now agrees; the known difference ({note}) is gone")
+        return True
+    if problems or differing:
         print(f"FAIL {case}")
-        print("\n".join(problems))
+        print("\n".join(diff_lines + problems))
         return False
     print(f"ok {case}")
     return True
@@ -197,11 +479,28 @@ def main(argv: list[str]) -> int:
     if transformer.exists() and not argv[1:]:
         # A tighter device: the OOM release-and-retry path runs (and succeeds) in a real trace.
         results.append(check(transformer.name, transformer, "3GiB", {"num_alloc_retries": 1}))
+    if not argv[1:]:
+        for name, capacity, settings, expect in TRACE_RUNS:
+            trace = ROOT / "examples" / "traces" / name
+            if trace.exists():
+                results.append(check(name, trace, capacity, expect, settings))
+    if argv[1:]:
+        passed = sum(results)
+        print(f"{passed} passed, {len(results) - passed} failed")
+        return 0 if passed == len(results) else 1
     with tempfile.TemporaryDirectory(prefix="accalloc-model-") as tmp:
         for name, (capacity, ops, expect) in CRAFTED.items():
             path = Path(tmp) / f"{name}.jsonl"
             write_trace(path, ops)
             results.append(check(name, path, capacity, expect))
+        for name, (capacity, settings, ops, expect) in CRAFTED_SETTINGS.items():
+            path = Path(tmp) / f"{name}.jsonl"
+            write_trace(path, ops)
+            results.append(check(name, path, capacity, expect, settings))
+        for name, (capacity, settings, ops, expect, keys, note) in KNOWN_DIFFERENCES.items():
+            path = Path(tmp) / f"{name}.jsonl"
+            write_trace(path, ops)
+            results.append(check(name, path, capacity, expect, settings, known=(keys, note)))
     passed = sum(results)
     print(f"{passed} passed, {len(results) - passed} failed")
     return 0 if passed == len(results) else 1

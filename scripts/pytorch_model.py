@@ -1,14 +1,22 @@
 #!/usr/bin/env python3
 """An independent reference model of PyTorch's CUDA caching allocator, for differential testing.
 
-It follows DeviceCachingAllocator in c10/cuda/CUDACachingAllocator.cpp under the default policy
-(no max_split_size, no memory fraction, no garbage collection, no expandable segments, no
-record_stream, so no pending events) on a single simulated device of capacity C bytes, and prints
-the 122 flat keys of torch.cuda.memory_stats() as one sorted JSON object.
+It follows DeviceCachingAllocator in c10/cuda/CUDACachingAllocator.cpp (no expandable segments, no
+record_stream, so no pending events) on a single simulated device of capacity C bytes, under the
+default policy or under the allocator settings that change it (max_split_size_mb,
+max_non_split_rounding_mb, roundup_power2_divisions, garbage_collection_threshold,
+per_process_memory_fraction), and prints the 122 flat keys of torch.cuda.memory_stats() as one
+sorted JSON object.
 
-Usage: python3 scripts/pytorch_model.py TRACE.jsonl
+Usage: python3 scripts/pytorch_model.py TRACE.jsonl [--config SETTINGS]
   TRACE: JSON lines {"op":"alloc","id":7,"size":4096,"stream":0}, {"op":"free","id":7},
          {"op":"empty_cache"}. "stream" defaults to 0; a "device" other than 0 is an error.
+  SETTINGS: PYTORCH_ALLOC_CONF syntax, e.g. "max_split_size_mb:40,roundup_power2_divisions:[4:2]".
+         Without --config, the ACC_ALLOC_CONF environment variable, if set. Keys:
+         max_split_size_mb, max_non_split_rounding_mb, roundup_power2_divisions,
+         garbage_collection_threshold, per_process_memory_fraction, and (no effect on the numbers)
+         release_lock_on_cudamalloc / release_lock_on_malloc, expandable_segments:False,
+         backend:native.
   ACC_HOST_CAPACITY: device capacity in bytes, or with a binary unit (512MiB, 3GiB); default: the
          machine's physical memory.
 
@@ -17,9 +25,21 @@ free blocks of equal size break the same way): the first segment at 0x7f00000000
 at the previous address + (its size rounded up to 2 MiB) + 2 MiB, never reused. A raw allocation
 fails when the bytes held + its size > C.
 
+Which PyTorch: the settings follow current PyTorch (AcceleratorAllocatorConfig in
+c10/core/AllocatorConfig.cpp, CUDAAllocatorConfig, CUDACachingAllocator.cpp, 2025-2026). Two
+details changed over PyTorch's history; the model follows the current code. In
+roundup_power2_divisions' list form, ">:D" fills the buckets after the last one named (std::fill
+from last_index + 1; an earlier parser started at last_index, overwriting the last named bucket).
+A memory fraction of exactly 1.0 means "no fraction": in the versions that have the
+per_process_memory_fraction key (added by PR 161035, 2025), the constructor calls
+setMemoryFraction(per_process_memory_fraction()) and a fraction of 1.0 leaves
+allowed_memory_maximum std::nullopt, so garbage collection stays off; in older versions
+setMemoryFraction set set_fraction = true for any fraction, 1.0 included.
+
 One documented deviation of accalloc is modelled on purpose: a request whose segment allocation
-size exceeds C fails at once without touching the cache or any statistic (PyTorch would look in
-the cache and run the release-and-retry path first, counting num_alloc_retries and num_ooms).
+size exceeds C fails at once without touching the cache or any statistic (PyTorch would run garbage
+collection, the release paths and the retry first, counting num_alloc_retries and num_ooms). The
+comparison is with C, the device's total, not with the memory fraction's allowed bytes.
 
 Python 3.11, standard library only.
 """
@@ -44,9 +64,10 @@ K_LARGE_BUFFER = 20 * MiB  # kLargeBuffer: segment size for requests between 1 a
 K_MIN_LARGE_ALLOC = 10 * MiB  # kMinLargeAlloc: from here a request gets its own rounded segment
 K_ROUND_LARGE = 2 * MiB  # kRoundLarge: rounding of those segments
 
-# max_split_size is unset: PyTorch keeps SIZE_MAX, so no block is ever "oversize" and
-# memory_stats() reports it as -1 (SIZE_MAX stored in an int64).
-MAX_SPLIT_SIZE = None
+# AllocatorConfig: roundup_power2_divisions has one entry per power-of-two interval from 1 MiB
+# (kRoundUpPowerOfTwoStart) to 64 GiB (kRoundUpPowerOfTwoEnd).
+K_ROUNDUP_INTERVALS = 16
+K_ROUNDUP_START_LOG2 = 20
 
 # accalloc's simulated device.
 SIM_BASE_ADDRESS = 0x7F0000000000
@@ -78,10 +99,167 @@ class OutOfMemory(Exception):
         self.tried = tried
 
 
+# ---- allocator settings ------------------------------------------------------------------------
+
+class Settings:
+    """The settings of AcceleratorAllocatorConfig / CUDAAllocatorConfig that change the policy.
+
+    max_split_size None is PyTorch's SIZE_MAX (unset); memory_fraction None is
+    allowed_memory_maximum = std::nullopt (no fraction, which a fraction of exactly 1.0 also gives).
+    """
+
+    def __init__(self) -> None:
+        self.max_split_size: int | None = None
+        self.max_non_split_rounding = K_LARGE_BUFFER  # max_non_split_rounding_size_: kLargeBuffer
+        self.roundup_power2_divisions = [0] * K_ROUNDUP_INTERVALS
+        self.garbage_collection_threshold = 0.0
+        self.memory_fraction: float | None = None
+
+    def divisions_for(self, size: int) -> int:
+        # AcceleratorAllocatorConfig::roundup_power2_divisions(size): bucket floor(log2(size)) - 20,
+        # clamped to 0..15.
+        index = max(0, size.bit_length() - 1 - K_ROUNDUP_START_LOG2)
+        return self.roundup_power2_divisions[min(index, K_ROUNDUP_INTERVALS - 1)]
+
+
+def _lex(text: str) -> list[str]:
+    # ConfigTokenizer: ',', ':', '[' and ']' are tokens of their own; spaces are dropped.
+    tokens: list[str] = []
+    buf = ""
+    for ch in text:
+        if ch in ",:[]":
+            if buf:
+                tokens.append(buf)
+                buf = ""
+            tokens.append(ch)
+        elif ch != " ":
+            buf += ch
+    if buf:
+        tokens.append(buf)
+    return tokens
+
+
+def _is_pow2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def parse_settings(text: str) -> Settings:
+    """AcceleratorAllocatorConfig::parseArgs, plus CUDAAllocatorConfig's memory fraction key."""
+    st = Settings()
+    tokens = _lex(text)
+    pos = 0
+
+    def take(expect: str | None = None) -> str:
+        nonlocal pos
+        if pos >= len(tokens):
+            raise ValueError(f"allocator settings {text!r}: unexpected end")
+        tok = tokens[pos]
+        pos += 1
+        if expect is not None and tok != expect:
+            raise ValueError(f"allocator settings {text!r}: expected {expect!r}, got {tok!r}")
+        return tok
+
+    def integer(key: str, tok: str) -> int:
+        if not tok.isdigit():
+            raise ValueError(f"allocator settings: {key} needs an integer, got {tok!r}")
+        return int(tok)
+
+    def number(key: str, tok: str) -> float:
+        try:
+            return float(tok)
+        except ValueError:
+            raise ValueError(f"allocator settings: {key} needs a number, got {tok!r}") from None
+
+    def boolean(key: str, tok: str) -> bool:
+        if tok not in ("True", "False"):
+            raise ValueError(f"allocator settings: {key} needs True or False, got {tok!r}")
+        return tok == "True"
+
+    while pos < len(tokens):
+        key = take()
+        take(":")
+        if key in ("max_split_size_mb", "max_non_split_rounding_mb"):
+            mb = integer(key, take())
+            if mb < K_LARGE_BUFFER // MiB:  # min_allowed_split_size_mb = kLargeBuffer / kMB
+                raise ValueError(f"allocator settings: {key} too small, must be >= 20")
+            if key == "max_split_size_mb":
+                st.max_split_size = mb * MiB
+            else:
+                st.max_non_split_rounding = mb * MiB
+        elif key == "garbage_collection_threshold":
+            t = number(key, take())
+            if not 0.0 < t < 1.0:
+                raise ValueError("allocator settings: garbage_collection_threshold must be in "
+                                 "(0, 1)")
+            st.garbage_collection_threshold = t
+        elif key == "per_process_memory_fraction":
+            f = number(key, take())
+            if not 0.0 <= f <= 1.0:
+                raise ValueError("allocator settings: per_process_memory_fraction must be in "
+                                 "[0, 1]")
+            # The constructor calls setMemoryFraction(per_process_memory_fraction()): a fraction < 1
+            # sets allowed_memory_maximum, 1.0 leaves it std::nullopt.
+            st.memory_fraction = f if f < 1.0 else None
+        elif key == "roundup_power2_divisions":
+            divs = [0] * K_ROUNDUP_INTERVALS
+            tok = take()
+            if tok == "[":
+                first_value = True
+                last_index = 0
+                while True:
+                    bound = take()
+                    if bound == "]":
+                        break
+                    take(":")
+                    d = integer(key, take())
+                    if d != 0 and not _is_pow2(d):
+                        raise ValueError("allocator settings: divisions must be a power of 2 or 0")
+                    if bound == ">":
+                        # Every bucket after the last one named (last_index + 1 in current PyTorch).
+                        for i in range(last_index + 1, K_ROUNDUP_INTERVALS):
+                            divs[i] = d
+                    else:
+                        b = integer(key, bound)
+                        if not _is_pow2(b):
+                            raise ValueError("allocator settings: intervals must be powers of 2")
+                        index = min(b.bit_length() - 1, K_ROUNDUP_INTERVALS - 1)
+                        if first_value:  # the first entry also sets every bucket below it
+                            for i in range(index):
+                                divs[i] = d
+                            first_value = False
+                        divs[index] = d
+                        last_index = index
+                    nxt = take()
+                    if nxt == "]":
+                        break
+                    if nxt != ",":
+                        raise ValueError(f"allocator settings {text!r}: expected ',' or ']'")
+            else:
+                d = integer(key, tok)
+                if not _is_pow2(d):
+                    raise ValueError("allocator settings: divisions must be a power of 2")
+                divs = [d] * K_ROUNDUP_INTERVALS
+            st.roundup_power2_divisions = divs
+        elif key == "expandable_segments":
+            if boolean(key, take()):
+                raise ValueError("expandable_segments:True is not modelled")
+        elif key in ("release_lock_on_cudamalloc", "release_lock_on_malloc"):
+            boolean(key, take())  # when the lock is held changes no number
+        elif key == "backend":
+            if take() != "native":
+                raise ValueError("only backend:native is modelled")
+        else:
+            raise ValueError(f"allocator settings: unknown or unmodelled key {key!r}")
+        if pos < len(tokens):
+            take(",")
+    return st
+
+
 class Block:
     """struct Block: a piece of a segment, linked to its neighbours in that segment."""
 
-    __slots__ = ("stream", "size", "addr", "small", "prev", "next", "allocated", "requested_size")
+    __slots__ = ("stream", "size", "addr", "small", "prev", "next", "allocated", "requested_size",
+                 "gc_count_base")
 
     def __init__(self, stream: int, size: int, addr: int, small: bool):
         self.stream = stream
@@ -92,6 +270,7 @@ class Block:
         self.next: Block | None = None
         self.allocated = False
         self.requested_size = 0
+        self.gc_count_base = 0  # the pool's get_free_blocks_call_count when last inserted
 
     def is_split(self) -> bool:  # Block::is_split
         return self.prev is not None or self.next is not None
@@ -101,10 +280,20 @@ class Block:
 
 
 class PyTorchModel:
-    """DeviceCachingAllocator for one device, default configuration, plus a simulated device."""
+    """DeviceCachingAllocator for one device, with its settings, plus a simulated device."""
 
-    def __init__(self, capacity: int):
+    def __init__(self, capacity: int, settings: Settings | None = None):
         self.capacity = capacity
+        self.settings = settings or Settings()
+        st = self.settings
+        # max_split_size as a number to compare with (SIZE_MAX when unset).
+        self.max_split = st.max_split_size if st.max_split_size is not None else 1 << 64
+        # setMemoryFraction: allowed_memory_maximum = static_cast<size_t>(fraction * total).
+        self.allowed: int | None = None
+        if st.memory_fraction is not None:
+            self.allowed = int(st.memory_fraction * float(capacity))
+        # Garbage collection (and its age counting) runs only with a fraction and a threshold.
+        self.gc_enabled = self.allowed is not None and st.garbage_collection_threshold > 0.0
         # DeviceStats: Stat = [current, peak, allocated, freed]; arrays indexed by pool name.
         self.stats = {f: {p: [0, 0, 0, 0] for p in POOLS} for f in ARRAY_FAMILIES}
         self.single = {f: [0, 0, 0, 0] for f in SINGLE_FAMILIES}
@@ -113,9 +302,11 @@ class PyTorchModel:
         self.num_sync_all_streams = 0
         self.num_device_alloc = 0
         self.num_device_free = 0
-        # BlockPool::blocks, one sorted list of (stream, size, addr) per pool, and addr -> Block.
+        # BlockPool::blocks, one sorted list of (stream, size, addr) per pool, and addr -> Block;
+        # BlockPool::get_free_blocks_call_count per pool.
         self.pool_keys = {True: [], False: []}
         self.pool_blocks: dict[int, Block] = {}
+        self.free_block_calls = {True: 0, False: 0}
         # The simulated device.
         self.held = 0  # total_allocated_memory: bytes of all live segments
         self.next_address = SIM_BASE_ADDRESS
@@ -123,6 +314,11 @@ class PyTorchModel:
         self.live: dict[int, Block | None] = {}  # trace id -> block (None: a size-0 request)
         self.failed_ids: set[int] = set()
         self.failed_allocs = 0  # requests that ended in an out-of-memory error
+        # Not statistics, for check_model.py's expectations: garbage collections that released
+        # something, and release_available_cached_blocks calls that released enough / too little.
+        self.gc_runs = 0
+        self.release_available_ok = 0
+        self.release_available_short = 0
 
     # ---- Stat::increase / Stat::decrease, for_each_selected_stat_type -------------------------
 
@@ -150,13 +346,29 @@ class PyTorchModel:
 
     # ---- sizes ----------------------------------------------------------------------------------
 
-    @staticmethod
-    def round_size(size: int) -> int:
-        # round_size: < kMinBlockSize -> kMinBlockSize, else up to a multiple of kMinBlockSize
-        # (roundup_power2_divisions is unset by default).
+    def round_size(self, size: int) -> int:
+        # round_size: < kMinBlockSize -> kMinBlockSize; else, when the size's interval has
+        # divisions > 1 and size > kMinBlockSize * divisions, roundup_power2_next_division; else up
+        # to a multiple of kMinBlockSize.
         if size < K_MIN_BLOCK_SIZE:
             return K_MIN_BLOCK_SIZE
+        divisions = self.settings.divisions_for(size)
+        if divisions > 1 and size > K_MIN_BLOCK_SIZE * divisions:
+            return self.roundup_power2_next_division(size, divisions)
         return K_MIN_BLOCK_SIZE * ((size + K_MIN_BLOCK_SIZE - 1) // K_MIN_BLOCK_SIZE)
+
+    @staticmethod
+    def roundup_power2_next_division(size: int, divisions: int) -> int:
+        # A power of two stays; otherwise up to the next multiple of
+        # PowerOf2Floor(size) >> floor(log2(divisions)) (the next power of two if that is 0).
+        if _is_pow2(size):
+            return size
+        power2_floor = 1 << (size.bit_length() - 1)
+        step = power2_floor >> (divisions.bit_length() - 1)
+        if step == 0:
+            return power2_floor << 1
+        floor = size & ~(step - 1)
+        return size if floor == size else floor + step
 
     @staticmethod
     def get_allocation_size(size: int) -> int:
@@ -170,6 +382,8 @@ class PyTorchModel:
     # ---- pools ----------------------------------------------------------------------------------
 
     def pool_insert(self, block: Block) -> None:  # BlockPool::insert_into_blocks
+        # insert_into_blocks also stamps gc_count_base = get_free_blocks_call_count.
+        block.gc_count_base = self.free_block_calls[block.small]
         bisect.insort(self.pool_keys[block.small], block.key())
         self.pool_blocks[block.addr] = block
 
@@ -179,6 +393,9 @@ class PyTorchModel:
         assert keys[i] == block.key()
         del keys[i]
         del self.pool_blocks[block.addr]
+
+    def gc_count(self, block: Block) -> int:  # Block::gc_count: lookups of its pool since cached
+        return self.free_block_calls[block.small] - block.gc_count_base
 
     # ---- the simulated device (cudaMalloc / cudaFree) -------------------------------------------
 
@@ -203,15 +420,20 @@ class PyTorchModel:
         alloc_size = self.get_allocation_size(size)
 
         block = self.get_free_block(size, stream, small)
-        # (trigger_free_memory_callbacks: none registered.)
-        # accalloc's deviation: on a miss, a segment no device of this capacity could ever hold fails
-        # at once, without releasing cached memory, and changes no statistic.
+        # (trigger_free_memory_callbacks: none registered.) accalloc's deviation: on a miss, a
+        # segment no device of this capacity could ever hold fails at once, without releasing cached
+        # memory, and changes no statistic.
         if block is None and alloc_size > self.capacity:
             raise OutOfMemory(alloc_size)
         if block is None:
-            # garbage_collect_cached_blocks: only with a memory fraction set. Skipped.
+            # garbage_collect_cached_blocks when a fraction is set and the threshold > 0.
+            if self.gc_enabled:
+                self.garbage_collect_cached_blocks()
             block = self.alloc_block(alloc_size, stream, small, is_retry=False)
-            # release_available_cached_blocks: returns false when max_split_size is unset.
+            # release_available_cached_blocks (false when max_split_size is unset), then ask again:
+            # not counted as a retry.
+            if block is None and self.release_available_cached_blocks(size, stream, small):
+                block = self.alloc_block(alloc_size, stream, small, is_retry=False)
             if block is None:
                 self.release_cached_blocks()  # always returns true
                 block = self.alloc_block(alloc_size, stream, small, is_retry=True)
@@ -223,29 +445,113 @@ class PyTorchModel:
         return self.alloc_found_block(block, size, orig_size, split_remainder)
 
     def get_free_block(self, size: int, stream: int, small: bool) -> Block | None:
-        # get_free_block: lower_bound of (stream, size, nullptr); a miss if the stream differs.
-        # (The max_split_size and max_non_split_rounding checks never trigger when unset.)
+        # get_free_block: with garbage collection enabled, count the lookup (block ages); then
+        # lower_bound of (stream, size, nullptr); a miss if the stream differs.
+        if self.gc_enabled:
+            self.free_block_calls[small] += 1
         keys = self.pool_keys[small]
         i = bisect.bisect_left(keys, (stream, size, 0))
         if i == len(keys) or keys[i][0] != stream:
+            return None
+        found_size = keys[i][1]
+        # Do not return an oversized block for a request below max_split_size ...
+        if size < self.max_split and found_size >= self.max_split:
+            return None
+        # ... and round a request >= max_split_size up by less than max_non_split_rounding only.
+        if size >= self.max_split and found_size >= size + self.settings.max_non_split_rounding:
             return None
         block = self.pool_blocks[keys[i][2]]
         self.pool_erase(block)
         return block
 
+    def garbage_collect_cached_blocks(self) -> None:
+        # garbage_collect_cached_blocks: nothing until total_allocated_memory passes
+        # threshold x allowed; then free whole cached large-pool segments whose age is at least the
+        # average age, pass after pass, until the excess is reclaimed or a pass frees nothing.
+        # No synchronisation (num_sync_all_streams does not move).
+        gc_threshold = int(self.settings.garbage_collection_threshold * float(self.allowed))
+        if self.held <= gc_threshold:
+            return
+        target_size = self.held - gc_threshold
+        gc_reclaimed = 0
+        total_age = 0
+        freeable = 0
+        for key in self.pool_keys[False]:
+            b = self.pool_blocks[key[2]]
+            if not b.is_split():
+                total_age += self.gc_count(b)
+                freeable += 1
+        if freeable == 0:
+            return
+        block_freed = True
+        freed_any = False
+        while gc_reclaimed < target_size and block_freed and freeable > 0:
+            age_threshold = total_age / freeable  # a double in PyTorch, correctly rounded here too
+            block_freed = False
+            for key in list(self.pool_keys[False]):  # in (stream, size, address) order
+                b = self.pool_blocks[key[2]]
+                if not b.is_split() and self.gc_count(b) >= age_threshold:
+                    block_freed = freed_any = True
+                    gc_reclaimed += b.size
+                    total_age -= self.gc_count(b)
+                    freeable -= 1
+                    self.release_block(b)
+        if freed_any:
+            self.gc_runs += 1
+
     def alloc_block(self, alloc_size: int, stream: int, small: bool, is_retry: bool) -> Block | None:
         # alloc_block: num_alloc_retries counts the retry attempt whether or not it succeeds.
         if is_retry:
             self.num_alloc_retries += 1
+        # With a memory fraction: fail without asking the device past the allowed bytes.
+        if self.allowed is not None and self.held + alloc_size > self.allowed:
+            return None
         addr = self.device_malloc(alloc_size)
         if addr is None:
             return None
         # Success: total_allocated_memory += size; segment +1, reserved_bytes +size;
-        # oversize_segments +1 when size >= max_split_size (never, unset); num_device_alloc +1.
+        # oversize_segments +1 when size >= max_split_size; num_device_alloc +1.
         self.increase("segment", small, 1)
         self.increase("reserved_bytes", small, alloc_size)
+        if alloc_size >= self.max_split:
+            self._increase(self.single["oversize_segments"], 1)
         self.num_device_alloc += 1
         return Block(stream, alloc_size, addr, small)
+
+    def release_available_cached_blocks(self, size: int, stream: int, small: bool) -> bool:
+        # release_available_cached_blocks: only with max_split_size set. In this pool, the first
+        # key >= (stream, max(size, M), nullptr): if it is of this stream, release that one block;
+        # otherwise walk down from the key before it, releasing blocks of this stream that are
+        # >= M, largest first, until max(size, M) bytes are released; false if they fall short.
+        if self.settings.max_split_size is None:
+            return False
+        m = self.max_split
+        key_size = max(size, m)
+        keys = self.pool_keys[small]
+        i = bisect.bisect_left(keys, (stream, key_size, 0))
+        if i < len(keys) and keys[i][0] == stream:
+            self.release_block(self.pool_blocks[keys[i][2]])
+            self.release_available_ok += 1
+            return True
+        if i == 0:
+            self.release_available_short += 1
+            return False
+        total_released = 0
+        i -= 1
+        while total_released < key_size and keys[i][1] >= m and keys[i][0] == stream:
+            cur = self.pool_blocks[keys[i][2]]
+            total_released += cur.size
+            if i != 0:
+                i -= 1  # the keys below cur keep their index when cur is erased
+                self.release_block(cur)
+            else:
+                self.release_block(cur)
+                break
+        if total_released < key_size:
+            self.release_available_short += 1
+            return False
+        self.release_available_ok += 1
+        return True
 
     def release_cached_blocks(self) -> bool:
         # release_cached_blocks: synchronize_and_free_events (num_sync_all_streams +1; no events
@@ -266,22 +572,23 @@ class PyTorchModel:
                 self.release_block(block)
 
     def release_block(self, block: Block) -> None:
-        # release_block: num_device_free +1, cudaFree, segment -1, reserved_bytes -size
-        # (oversize_segments -1 when size >= max_split_size: never, unset); erase from the pool.
+        # release_block: num_device_free +1, cudaFree, segment -1, reserved_bytes -size,
+        # oversize_segments -1 when size >= max_split_size; erase from the pool.
         self.num_device_free += 1
         self.device_free(block.size)
         self.decrease("segment", block.small, 1)
         self.decrease("reserved_bytes", block.small, block.size)
+        if block.size >= self.max_split:
+            self._decrease(self.single["oversize_segments"], 1)
         self.pool_erase(block)
 
-    @staticmethod
-    def should_split(block: Block, size: int) -> bool:
+    def should_split(self, block: Block, size: int) -> bool:
         # should_split: small pool when remaining >= kMinBlockSize; large pool when
-        # size < max_split_size (always, unset) and remaining > kSmallSize.
+        # size < max_split_size and remaining > kSmallSize.
         remaining = block.size - size
         if block.small:
             return remaining >= K_MIN_BLOCK_SIZE
-        return remaining > K_SMALL_SIZE
+        return size < self.max_split and remaining > K_SMALL_SIZE
 
     def alloc_found_block(self, block: Block, size: int, orig_size: int, split_remainder: bool) -> Block:
         small = block.small
@@ -318,17 +625,20 @@ class PyTorchModel:
         self.increase("active", small, 1)
         self.increase("active_bytes", small, block.size)
         self.increase("requested_bytes", small, orig_size)
-        # oversize_allocations +1 when block.size >= max_split_size: never, unset.
+        if block.size >= self.max_split:  # oversize_allocations +1 when size >= max_split_size
+            self._increase(self.single["oversize_allocations"], 1)
         return block
 
     # ---- DeviceCachingAllocator::free and its helpers -------------------------------------------
 
     def free(self, block: Block) -> None:
-        # free: allocation -1 and allocated_bytes -size at once (oversize_allocations -1 when
-        # size >= max_split_size: never). No stream_uses, so straight to free_block.
+        # free: allocation -1 and allocated_bytes -size at once, oversize_allocations -1 when
+        # size >= max_split_size. No stream_uses, so straight to free_block.
         block.allocated = False
         self.decrease("allocation", block.small, 1)
         self.decrease("allocated_bytes", block.small, block.size)
+        if block.size >= self.max_split:
+            self._decrease(self.single["oversize_allocations"], 1)
         self.free_block(block)
 
     def free_block(self, block: Block) -> None:
@@ -432,7 +742,9 @@ class PyTorchModel:
         out["num_sync_all_streams"] = self.num_sync_all_streams
         out["num_device_alloc"] = self.num_device_alloc
         out["num_device_free"] = self.num_device_free
-        out["max_split_size"] = -1 if MAX_SPLIT_SIZE is None else MAX_SPLIT_SIZE
+        # stats.max_split_size = static_cast<int64_t>(max_split_size()): -1 for SIZE_MAX (unset).
+        m = self.settings.max_split_size
+        out["max_split_size"] = -1 if m is None else m
         return dict(sorted(out.items()))
 
 
@@ -456,8 +768,8 @@ def capacity_from_env() -> int:
     return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
-def run_trace(path: str, capacity: int) -> PyTorchModel:
-    model = PyTorchModel(capacity)
+def run_trace(path: str, capacity: int, settings: Settings | None = None) -> PyTorchModel:
+    model = PyTorchModel(capacity, settings)
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
@@ -470,15 +782,25 @@ def run_trace(path: str, capacity: int) -> PyTorchModel:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
+    args = argv[1:]
+    config = os.environ.get("ACC_ALLOC_CONF")
+    if len(args) == 3 and args[1] == "--config":
+        config = args[2]
+    elif len(args) != 1:
         print(__doc__.split("\n\n")[2], file=sys.stderr)
         return 2
     try:
         capacity = capacity_from_env()
+        settings = parse_settings(config) if config else Settings()
     except ValueError as e:
         raise SystemExit(str(e)) from None
-    model = run_trace(argv[1], capacity)
+    model = run_trace(args[0], capacity, settings)
     print(json.dumps(model.memory_stats(), sort_keys=True))
+    # Not statistics: what happened, for check_model.py's expectations (on stderr).
+    print(json.dumps({"model.gc_runs": model.gc_runs,
+                      "model.release_available_ok": model.release_available_ok,
+                      "model.release_available_short": model.release_available_short,
+                      "model.failed_allocs": model.failed_allocs}), file=sys.stderr)
     return 0
 
 

@@ -118,7 +118,7 @@ impl CachingAllocator {
     /// in them becomes this device's memory fraction.
     pub fn set_config(&mut self, config: CachingConfig) {
         if let Some(fraction) = config.per_process_memory_fraction {
-            self.allowed_maximum = Some(allowed_bytes(fraction, self.capacity));
+            self.allowed_maximum = allowed_bytes(fraction, self.capacity);
         }
         self.config = config;
         self.verify("set_config");
@@ -300,7 +300,7 @@ impl CachingAllocator {
                 "memory fraction {fraction} is outside [0, 1]"
             )));
         }
-        self.allowed_maximum = Some(allowed_bytes(fraction, self.capacity));
+        self.allowed_maximum = allowed_bytes(fraction, self.capacity);
         Ok(())
     }
 
@@ -578,9 +578,10 @@ impl CachingAllocator {
     }
 }
 
-/// PyTorch's allowed_memory_maximum: the fraction of the device's total memory, truncated.
-fn allowed_bytes(fraction: f64, total: usize) -> usize {
-    (fraction * total as f64) as usize
+/// PyTorch's allowed_memory_maximum: the fraction of the device's total memory, truncated; a fraction
+/// of 1 means no limit at all (as in PyTorch, which then also never garbage-collects).
+fn allowed_bytes(fraction: f64, total: usize) -> Option<usize> {
+    (fraction < 1.0).then(|| (fraction * total as f64) as usize)
 }
 
 #[inline]
