@@ -581,7 +581,7 @@ impl CachingAllocator {
 /// PyTorch's allowed_memory_maximum: the fraction of the device's total memory, truncated; a fraction
 /// of 1 means no limit at all (as in PyTorch, which then also never garbage-collects).
 fn allowed_bytes(fraction: f64, total: usize) -> Option<usize> {
-    (fraction < 1.0).then(|| (fraction * total as f64) as usize)
+    (fraction < 1.0).then_some((fraction * total as f64) as usize)
 }
 
 #[inline]
