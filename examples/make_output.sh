@@ -10,3 +10,9 @@ mkdir -p "$out"
 "$tool" replay "$trace" --simulate --summary --svg "$out/transformer_timeline.svg" \
   --snapshot "$out/transformer_snapshot.json" > "$out/transformer_summary.txt"
 echo "wrote $out/transformer_summary.txt, transformer_timeline.svg, transformer_snapshot.json"
+
+# The trace whose sizes keep changing, without and with expandable segments (trimmed).
+"$tool" replay examples/traces/varying_sizes.jsonl --simulate --svg "$out/varying_default.svg" > /dev/null
+"$tool" replay examples/traces/varying_sizes.jsonl --simulate --config expandable_segments:True,expandable_trim:True \
+  --svg "$out/varying_expandable.svg" > /dev/null
+echo "wrote $out/varying_default.svg, varying_expandable.svg"
