@@ -3,8 +3,9 @@
 
 For each trace (the command-line arguments, default examples/traces/*.jsonl), for the sample traces
 again under allocator settings (max_split_size_mb, max_non_split_rounding_mb,
-roundup_power2_divisions, garbage_collection_threshold with per_process_memory_fraction), and for a
-set of small crafted traces written to a temporary directory, it runs
+roundup_power2_divisions, garbage_collection_threshold with per_process_memory_fraction,
+expandable_segments alone and combined with the others, at a big capacity and at tight ones), and
+for a set of small crafted traces written to a temporary directory, it runs
 
     target/release/accalloc replay TRACE --json --simulate [--config SETTINGS]
     python3 scripts/pytorch_model.py TRACE [--config SETTINGS]
@@ -178,6 +179,7 @@ def cycle(stream: int, size: int, first_id: int, n: int) -> list[dict]:
 M40 = "max_split_size_mb:40"
 M20 = "max_split_size_mb:20"
 GC = "garbage_collection_threshold:0.5,per_process_memory_fraction:0.5"
+ES = "expandable_segments:True"
 
 # name -> (capacity, allocator settings, ops, expected values in the model's output)
 CRAFTED_SETTINGS: dict[str, tuple[str, str, list[dict], dict[str, object]]] = {
@@ -367,6 +369,163 @@ CRAFTED_SETTINGS: dict[str, tuple[str, str, list[dict], dict[str, object]]] = {
         "oversize_segments.allocated": 5, "oversize_allocations.allocated": 7}),
 }
 
+# Expandable segments (same shape as CRAFTED_SETTINGS). One reserved range per (stream, pool) of
+# ceil((C + C/8) / page) pages, 20 MiB pages in the large pool and 2 MiB pages in the small one
+# (1 GiB device: 58 large pages, 1160 MiB); a miss maps the pages covering the rounded request at
+# the lowest address where free and unmapped space adds up; mapping counts num_device_alloc and
+# reserved_bytes but no segment, and no block of an expandable segment counts in inactive_split.
+# Layouts below are in MiB from the start of the range: A = allocated, F = free (mapped, cached),
+# U = unmapped.
+CRAFTED_EXPANDABLE: dict[str, tuple[str, str, list[dict], dict[str, object]]] = {
+    # Growth in place: 5 MiB maps one page [A 0-5][F 5-20][U]; 30 MiB takes the free 15 MiB plus
+    # the unmapped block after it, mapping one more page (15 MiB needed), and splits the merged
+    # 35 MiB block (30 + 5). Freeing both merges [F 0-40] (never with the unmapped rest); 40 MiB
+    # takes it whole, mapping nothing.
+    "es_grow_in_place": ("1GiB", ES, [
+        A(1, 5 * MiB), A(2, 30 * MiB), F(1), F(2), A(3, 40 * MiB), F(3),
+    ], {"num_device_alloc": 2, "segment.all.allocated": 0, "inactive_split.all.allocated": 0,
+        "reserved_bytes.large_pool.current": 40 * MiB,
+        "allocated_bytes.large_pool.allocated": 75 * MiB, "model.maps": 2,
+        "model.reservations": 1}),
+    # An unmapped hole: three 20 MiB pages, the middle one freed and unmapped by empty_cache
+    # ([A 0-20][U 20-40][A 40-60][U 60-]). 30 MiB: the hole (its previous block is allocated) holds
+    # 20 < 30 before the next allocated block, so the tail takes it (two pages, 60-100, 30 + 10).
+    # Then 40-60 is freed (it does not merge with the unmapped hole) and 35 MiB finds the chain
+    # unmapped hole -> free (20 + 20 >= 35): mapping the hole's page merges it with 40-60, and the
+    # 40 MiB block splits 35 + 5; nothing new is mapped at the end. At the end empty_cache unmaps
+    # the five pages and the range, wholly unmapped, is given back.
+    "es_unmapped_hole_refilled": ("1GiB", ES, [
+        A(1, 20 * MiB), A(2, 20 * MiB), A(3, 20 * MiB), F(2), E(), A(4, 30 * MiB), F(3),
+        A(5, 35 * MiB), F(1), F(4), F(5), E(),
+    ], {"num_device_alloc": 5, "num_device_free": 2, "reserved_bytes.large_pool.peak": 100 * MiB,
+        "reserved_bytes.large_pool.current": 0, "model.unmaps": 2,
+        "model.reservations_released": 1}),
+    # empty_cache unmaps only whole free pages: [A 0-10][F 10-45][A 45-55][F 55-60][U 60-] loses
+    # page 20-40 only; 10-20 and 40-45 stay mapped and cached, as does 55-60. 25 MiB then starts at
+    # the free 10-20 before the hole (10 + 20 + 5 >= 25), maps the hole's page (15 MiB needed),
+    # which merges 10-45, and splits it 25 + 10. The last empty_cache unmaps all three pages.
+    "es_empty_cache_partial": ("1GiB", ES, [
+        A(1, 10 * MiB), A(2, 35 * MiB), A(3, 10 * MiB), F(2), E(), A(4, 25 * MiB), F(1), F(3),
+        F(4), E(),
+    ], {"num_device_alloc": 3, "num_device_free": 2, "model.unmaps": 2,
+        "reserved_bytes.large_pool.allocated": 80 * MiB,
+        "reserved_bytes.large_pool.freed": 80 * MiB, "reserved_bytes.large_pool.peak": 60 * MiB}),
+    # 2 MiB pages in the small pool, 20 MiB pages in the large one, in ranges of their own: 4096 B
+    # maps one small page; 1 MiB splits its free rest; the next 1 MiB takes the free 1 MiB - 4096
+    # before the unmapped rest and maps one more small page (4096 B needed); 3 MiB maps a 20 MiB
+    # page. Splits of small blocks do not count in inactive_split either. empty_cache unmaps both
+    # ranges whole (two unmap calls) and gives them back.
+    "es_small_and_large_pages": ("1GiB", ES, [
+        A(1, 4096), A(2, 1 * MiB), A(3, 1 * MiB), A(4, 3 * MiB), F(1), F(2), F(3), F(4), E(),
+    ], {"reserved_bytes.small_pool.peak": 4 * MiB, "reserved_bytes.large_pool.peak": 20 * MiB,
+        "num_device_alloc": 3, "num_device_free": 2, "inactive_split.all.allocated": 0,
+        "model.reservations": 2, "model.reservations_released": 2}),
+    # Two streams get ranges of their own: stream 7's 5 MiB does not use stream 0's free 15 MiB;
+    # stream 0's second 5 MiB does; stream 7's 16 MiB grows its range by one page; stream 7's small
+    # request reserves a third range. empty_cache gives all three back.
+    "es_two_streams": ("1GiB", ES, [
+        A(1, 5 * MiB, 0), A(2, 5 * MiB, 7), A(3, 5 * MiB, 0), A(4, 16 * MiB, 7), A(5, 4096, 7),
+        F(1), F(2), F(3), F(4), F(5), E(),
+    ], {"model.reservations": 3, "model.reservations_released": 3, "num_device_alloc": 4,
+        "num_device_free": 3, "reserved_bytes.large_pool.peak": 60 * MiB,
+        "reserved_bytes.small_pool.peak": 2 * MiB}),
+    # Best fit by expandable size: [A 0-12][F 12-20 freed][A 20-35][F 35-40][U 40-]. 4 MiB finds
+    # the 5 MiB block first, but it is followed by the unmapped rest (5 + 1120 MiB), so it moves on
+    # to the 8 MiB block (8 < 1125) and splits that. 25 MiB then takes 35-40 and maps one page (60
+    # MiB reserved); taking the 5 MiB block for 4 MiB would have left 1 MiB there and needed two
+    # pages (80 MiB).
+    "es_best_fit_expandable_size": ("1GiB", ES, [
+        A(1, 12 * MiB), A(2, 8 * MiB), A(3, 15 * MiB), F(2), A(4, 4 * MiB), A(5, 25 * MiB),
+        F(1), F(3), F(4), F(5),
+    ], {"reserved_bytes.large_pool.peak": 60 * MiB, "num_device_alloc": 3,
+        "allocated_bytes.large_pool.peak": 56 * MiB}),
+    # Out of memory, and the retry's unmapping makes room (60 MiB device, large ranges of 4 pages):
+    # stream 1 holds a cached 2 MiB small page and a cached 20 MiB large page; stream 0's 45 MiB
+    # needs three pages (22 + 60 > 60): the release unmaps both cached pages (two unmap calls),
+    # giving both stream 1 ranges back, and the retry maps the three pages in stream 0's range.
+    "es_oom_retry_unmaps": ("60MiB", ES, [
+        A(0, 4096, 1), F(0), A(1, 20 * MiB, 1), F(1), A(2, 45 * MiB, 0), F(2),
+    ], {"num_alloc_retries": 1, "num_ooms": 0, "num_sync_all_streams": 1, "num_device_free": 2,
+        "num_device_alloc": 3, "model.map_failures": 1, "model.reservations": 3,
+        "model.reservations_released": 2, "reserved_bytes.all.current": 60 * MiB}),
+    # A mapping failure (50 MiB device): [A 0-30][F 30-40][U 40-60]; 15 MiB takes the free 10 MiB and
+    # needs one more page (40 + 20 > 50): it fails, changing nothing; the release finds no whole free
+    # page to unmap; the retry fails the same way: out of memory. Once 0-30 is freed, 15 MiB is a
+    # hit in the merged 40 MiB block.
+    "es_map_fails": ("50MiB", ES, [
+        A(1, 30 * MiB), A(2, 15 * MiB), F(2), F(1), A(3, 15 * MiB), F(3),
+    ], {"num_ooms": 1, "num_alloc_retries": 1, "num_device_alloc": 1, "num_device_free": 0,
+        "reserved_bytes.all.peak": 40 * MiB, "model.map_failures": 2,
+        "allocation.all.allocated": 2}),
+    # A chain whose second mapping fails (70 MiB device, range of 4 pages, 80 MiB): [A 0-20][U hole
+    # 20-40][F 40-60][U 60-80]; 50 MiB maps the hole (60 MiB held; it merges 20-60) and then fails
+    # on the last page (80 > 70), keeping the page it mapped; the release unmaps 20-60 again, and the
+    # retry (three pages from 20) fails: out of memory. empty_cache then gives the range back.
+    "es_chain_map_fails_midway": ("70MiB", ES, [
+        A(1, 20 * MiB), A(2, 20 * MiB), A(3, 20 * MiB), F(2), E(), F(3), A(4, 50 * MiB), F(4),
+        F(1), E(),
+    ], {"num_device_alloc": 4, "num_device_free": 3, "num_sync_all_streams": 3,
+        "num_alloc_retries": 1, "num_ooms": 1, "reserved_bytes.large_pool.peak": 60 * MiB,
+        "reserved_bytes.large_pool.allocated": 80 * MiB, "model.map_failures": 2,
+        "model.reservations_released": 1}),
+    # With max_split_size 40 MiB: 30 MiB misses the cached 60 MiB block (oversize for it), but
+    # find_expandable_block starts from that block (it is followed by the unmapped rest) and it is
+    # big enough: it is handed over without mapping anything and split (expandable segments split
+    # whenever 512 B remain), 30 + 30. 45 MiB then grows it by one page; no oversize segments.
+    "es_mss_oversize_block_at_the_end": ("1GiB", ES + "," + M40, [
+        A(1, 50 * MiB), F(1), A(2, 30 * MiB), A(3, 45 * MiB), A(4, 4 * MiB), F(2), F(3), F(4),
+        E(),
+    ], {"num_device_alloc": 2, "oversize_allocations.allocated": 2,
+        "oversize_segments.allocated": 0,
+        "allocated_bytes.large_pool.allocated": (50 + 30 + 45 + 4) * MiB,
+        "reserved_bytes.large_pool.peak": 80 * MiB, "num_device_free": 1}),
+    # With max_split_size 40 MiB, out of memory (100 MiB device, ranges of 6 pages): 60 MiB fits in
+    # no chain of the first range and reserves a second one, whose three pages do not fit (100 MiB
+    # held). release_available_cached_blocks passes over the cached 50 MiB block (expandable) and
+    # returns false; the release unmaps its two whole pages; the retry fails again.
+    "es_mss_oom": ("100MiB", ES + "," + M40, [
+        A(1, 50 * MiB), A(2, 45 * MiB), F(1), A(3, 60 * MiB),
+    ], {"num_ooms": 1, "num_alloc_retries": 1, "num_device_free": 1,
+        "reserved_bytes.all.current": 60 * MiB, "model.release_available_short": 1,
+        "model.release_available_ok": 0, "model.reservations": 2, "model.map_failures": 2}),
+    # release_available_cached_blocks never releases an expandable block (80 MiB device, ranges of
+    # 5 pages): [F 0-50][A 50-60][U 60-100]; 30 MiB misses the oversize 50 MiB block and needs two
+    # new pages (100 > 80). The first key >= 40 MiB is that 50 MiB block, but it is expandable: the
+    # search goes down the walk, which starts below the first block: false, nothing released. The
+    # release unmaps its pages 0-40; the retry maps them again (the hole, 30 MiB needed, is all
+    # mapped and merges with 40-50) and splits 30 + 20.
+    "es_mss_release_passes_over": ("80MiB", ES + "," + M40, [
+        A(1, 50 * MiB), A(2, 10 * MiB), F(1), A(3, 30 * MiB), F(2), F(3),
+    ], {"num_device_free": 1, "num_alloc_retries": 1, "num_ooms": 0, "num_device_alloc": 2,
+        "reserved_bytes.all.peak": 60 * MiB, "model.release_available_short": 1,
+        "model.release_available_ok": 0}),
+    # The range holds 1 1/8 of the device (100 MiB device: 6 pages, 120 MiB), so mapped pages can
+    # reach past the device's size in addresses: [A 0-20][U hole 20-40][A 40-90][F 90-100][U
+    # 100-120] after empty_cache, 80 MiB held. 25 MiB: the hole holds 20 before an allocated block;
+    # the free 10 MiB and the sixth page hold 30: one page is mapped (100 MiB held), no out of
+    # memory (a range of only 5 pages would need a new range and two pages).
+    "es_range_beyond_capacity": ("100MiB", ES, [
+        A(1, 20 * MiB), A(2, 20 * MiB), A(3, 50 * MiB), F(2), E(), A(4, 25 * MiB), F(1), F(3),
+        F(4),
+    ], {"num_ooms": 0, "num_alloc_retries": 0, "num_device_alloc": 4, "num_device_free": 1,
+        "reserved_bytes.all.peak": 100 * MiB, "model.reservations": 1}),
+    # The memory fraction (100 MiB of 200 MiB) is checked against the allocation size, not the
+    # pages: at 82 MiB held, 12 MiB passes (94 <= 100) and maps a 20 MiB page (102 MiB reserved);
+    # the next 12 MiB fails the check (114 > 100), with nothing to unmap: out of memory.
+    "es_fraction_checks_alloc_size": ("200MiB", "per_process_memory_fraction:0.5," + ES, [
+        A(1, 50 * MiB), A(2, 30 * MiB), A(3, 4096), A(4, 12 * MiB), A(5, 12 * MiB),
+        F(1), F(2), F(3), F(4),
+    ], {"reserved_bytes.all.peak": 102 * MiB, "num_ooms": 1, "num_alloc_retries": 1,
+        "num_device_alloc": 4, "model.map_failures": 0, "model.failed_allocs": 1}),
+    # Garbage collection never frees expandable blocks (fraction 0.5 of 200 MiB, collect above
+    # 50 MiB): at 24 MiB and at 30 MiB it finds nothing to free; the 30 MiB miss fails the fraction
+    # (80 + 30 > 100), the release unmaps the free page 0-20, and the retry maps one page.
+    "es_gc_never_collects": ("200MiB", GC + "," + ES, [
+        A(1, 20 * MiB), A(2, 22 * MiB), F(1), A(3, 24 * MiB), A(4, 30 * MiB), F(2), F(3), F(4),
+    ], {"model.gc_runs": 0, "num_alloc_retries": 1, "num_ooms": 0, "num_device_free": 1,
+        "reserved_bytes.all.current": 80 * MiB}),
+}
+
 # Cases where the model follows PyTorch and accalloc does not: name -> (capacity, settings, ops,
 # expected values in the model's output, the keys expected to differ, the explanation).
 KNOWN_DIFFERENCES: dict[str, tuple[str, str, list[dict], dict[str, object], set[str], str]] = {
@@ -397,6 +556,39 @@ TRACE_RUNS: list[tuple[str, str, str, dict[str, object]]] = [
                                               "model.release_available_short": AtLeast(1)}),
     ("random_rmm.jsonl", "2GiB", "max_split_size_mb:64",
      {"model.release_available_short": AtLeast(1), "num_ooms": AtLeast(1)}),
+    # Expandable segments: pages only, no segment and no inactive split block, ever.
+    *[(t, BIG_CAPACITY, ES,
+       {"segment.all.peak": 0, "inactive_split.all.peak": 0, "model.reservations": AtLeast(2),
+        "num_alloc_retries": 0})
+      for t in ("transformer_train.jsonl", "varying_sizes.jsonl", "random_rmm.jsonl")],
+    # Tight devices: mappings fail, the release unmaps free pages, retries succeed or end in out
+    # of memory.
+    *[(t, cap, ES,
+       {"num_alloc_retries": AtLeast(1), "num_ooms": n, "model.map_failures": AtLeast(1),
+        "model.unmaps": AtLeast(1)})
+      for t, cap, n in (("transformer_train.jsonl", "2800MiB", AtLeast(1)),
+                        ("varying_sizes.jsonl", "700MiB", AtLeast(1)),
+                        ("random_rmm.jsonl", "1900MiB", 0))],
+    # With max_split_size: oversize allocations but never an oversize segment; on a tight device
+    # release_available_cached_blocks never releases an expandable block.
+    *[(t, BIG_CAPACITY, ES + "," + M40,
+       {"oversize_allocations.allocated": AtLeast(1), "oversize_segments.allocated": 0})
+      for t in ("transformer_train.jsonl", "varying_sizes.jsonl", "random_rmm.jsonl")],
+    ("transformer_train.jsonl", "3GiB", ES + "," + M40,
+     {"model.release_available_short": AtLeast(1), "model.release_available_ok": 0,
+      "num_ooms": 0}),
+    ("random_rmm.jsonl", "1800MiB", ES + ",max_split_size_mb:64",
+     {"model.release_available_short": AtLeast(1), "model.release_available_ok": 0,
+      "num_ooms": AtLeast(1)}),
+    # Garbage collection frees no expandable block (without expandable segments, 14 collections
+    # in this run).
+    ("transformer_train.jsonl", "6GiB", GC_TRACE + "," + ES,
+     {"model.gc_runs": 0, "num_ooms": 0, "num_device_free": AtLeast(1)}),
+    # Every block handed out is split down to the rounded size (a remainder is 0 or >= 512), so
+    # allocated_bytes is the sum of the rounded sizes: 135,741,835,264 with these divisions
+    # (132,488,590,848 without).
+    ("varying_sizes.jsonl", BIG_CAPACITY, ES + ",roundup_power2_divisions:[1:4,64:8,>:2]",
+     {"allocated_bytes.all.allocated": 135_741_835_264}),
 ]
 
 
@@ -493,7 +685,8 @@ def main(argv: list[str]) -> int:
             path = Path(tmp) / f"{name}.jsonl"
             write_trace(path, ops)
             results.append(check(name, path, capacity, expect))
-        for name, (capacity, settings, ops, expect) in CRAFTED_SETTINGS.items():
+        for name, (capacity, settings, ops, expect) in (*CRAFTED_SETTINGS.items(),
+                                                        *CRAFTED_EXPANDABLE.items()):
             path = Path(tmp) / f"{name}.jsonl"
             write_trace(path, ops)
             results.append(check(name, path, capacity, expect, settings))

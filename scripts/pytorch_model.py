@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """An independent reference model of PyTorch's CUDA caching allocator, for differential testing.
 
-It follows DeviceCachingAllocator in c10/cuda/CUDACachingAllocator.cpp (no expandable segments, no
-record_stream, so no pending events) on a single simulated device of capacity C bytes, under the
-default policy or under the allocator settings that change it (max_split_size_mb,
-max_non_split_rounding_mb, roundup_power2_divisions, garbage_collection_threshold,
-per_process_memory_fraction), and prints the 122 flat keys of torch.cuda.memory_stats() as one
-sorted JSON object.
+It follows DeviceCachingAllocator in c10/cuda/CUDACachingAllocator.cpp (no record_stream, so no
+pending events) on a single simulated device of capacity C bytes, under the default policy or under
+the allocator settings that change it (max_split_size_mb, max_non_split_rounding_mb,
+roundup_power2_divisions, garbage_collection_threshold, per_process_memory_fraction,
+expandable_segments), and prints the 122 flat keys of torch.cuda.memory_stats() as one sorted JSON
+object.
 
 Usage: python3 scripts/pytorch_model.py TRACE.jsonl [--config SETTINGS]
   TRACE: JSON lines {"op":"alloc","id":7,"size":4096,"stream":0}, {"op":"free","id":7},
@@ -14,9 +14,8 @@ Usage: python3 scripts/pytorch_model.py TRACE.jsonl [--config SETTINGS]
   SETTINGS: PYTORCH_ALLOC_CONF syntax, e.g. "max_split_size_mb:40,roundup_power2_divisions:[4:2]".
          Without --config, the ACC_ALLOC_CONF environment variable, if set. Keys:
          max_split_size_mb, max_non_split_rounding_mb, roundup_power2_divisions,
-         garbage_collection_threshold, per_process_memory_fraction, and (no effect on the numbers)
-         release_lock_on_cudamalloc / release_lock_on_malloc, expandable_segments:False,
-         backend:native.
+         garbage_collection_threshold, per_process_memory_fraction, expandable_segments, and (no
+         effect on the numbers) release_lock_on_cudamalloc / release_lock_on_malloc, backend:native.
   ACC_HOST_CAPACITY: device capacity in bytes, or with a binary unit (512MiB, 3GiB); default: the
          machine's physical memory.
 
@@ -24,6 +23,21 @@ The simulated device hands out addresses as accalloc's simulated device does (so
 free blocks of equal size break the same way): the first segment at 0x7f0000000000, each later one
 at the previous address + (its size rounded up to 2 MiB) + 2 MiB, never reused. A raw allocation
 fails when the bytes held + its size > C.
+
+Expandable segments (expandable_segments:True) follow the same file: alloc_block maps pages of a
+reserved range through try_allocate_expandable_block / find_expandable_block / map_block instead of
+asking for a segment, release_blocks unmaps the whole free pages of free blocks (unmap_block), and the
+other functions take their expandable branches (get_free_block's expandable size, should_split,
+try_merge_blocks never merging a mapped with an unmapped block, no inactive_split counting,
+release_available_cached_blocks and garbage collection skipping expandable blocks). The simulated
+device reserves address ranges as accalloc's does: from 0x7f0000000000 + 2^39, each the next at
++ (its size rounded up to 2 MiB) + 2 MiB, never reused; a range is ceil((C + C/8) / page) pages of
+2 MiB (small pool) or 20 MiB (large pool) and costs nothing; mapping n pages fails (out of memory, no
+side effect) when the bytes held (ordinary segments and mapped pages) + n pages > C. The explicit
+skips of expandable blocks in release_available_cached_blocks and garbage_collect_cached_blocks are
+current PyTorch's; older versions had none there (garbage collection skipped them all the same, an
+expandable block always being split; release_available_cached_blocks would have hit release_block's
+assertion).
 
 Which PyTorch: the settings follow current PyTorch (AcceleratorAllocatorConfig in
 c10/core/AllocatorConfig.cpp, CUDAAllocatorConfig, CUDACachingAllocator.cpp, 2025-2026). Two
@@ -73,6 +87,7 @@ K_ROUNDUP_START_LOG2 = 20
 SIM_BASE_ADDRESS = 0x7F0000000000
 SIM_ADDRESS_ALIGN = 2 * MiB
 SIM_ADDRESS_GAP = 2 * MiB
+SIM_RESERVE_BASE = SIM_BASE_ADDRESS + (1 << 39)  # where expandable ranges are reserved
 
 POOLS = ("all", "small_pool", "large_pool")
 FIELDS = ("current", "peak", "allocated", "freed")
@@ -114,6 +129,7 @@ class Settings:
         self.roundup_power2_divisions = [0] * K_ROUNDUP_INTERVALS
         self.garbage_collection_threshold = 0.0
         self.memory_fraction: float | None = None
+        self.expandable_segments = False  # CUDAAllocatorConfig::expandable_segments()
 
     def divisions_for(self, size: int) -> int:
         # AcceleratorAllocatorConfig::roundup_power2_divisions(size): bucket floor(log2(size)) - 20,
@@ -241,8 +257,7 @@ def parse_settings(text: str) -> Settings:
                 divs = [d] * K_ROUNDUP_INTERVALS
             st.roundup_power2_divisions = divs
         elif key == "expandable_segments":
-            if boolean(key, take()):
-                raise ValueError("expandable_segments:True is not modelled")
+            st.expandable_segments = boolean(key, take())
         elif key in ("release_lock_on_cudamalloc", "release_lock_on_malloc"):
             boolean(key, take())  # when the lock is held changes no number
         elif key == "backend":
@@ -259,7 +274,7 @@ class Block:
     """struct Block: a piece of a segment, linked to its neighbours in that segment."""
 
     __slots__ = ("stream", "size", "addr", "small", "prev", "next", "allocated", "requested_size",
-                 "gc_count_base")
+                 "gc_count_base", "mapped", "es")
 
     def __init__(self, stream: int, size: int, addr: int, small: bool):
         self.stream = stream
@@ -271,12 +286,44 @@ class Block:
         self.allocated = False
         self.requested_size = 0
         self.gc_count_base = 0  # the pool's get_free_blocks_call_count when last inserted
+        self.mapped = True  # backed by pages; False only for the unmapped rest of an expandable range
+        self.es: ExpandableSegment | None = None  # Block::expandable_segment_
+
+    def splice(self, before: Block | None, after: Block | None) -> None:  # Block::splice
+        if before is not None:
+            assert before.next is after
+            before.next = self
+        self.prev = before
+        if after is not None:
+            assert after.prev is before
+            after.prev = self
+        self.next = after
 
     def is_split(self) -> bool:  # Block::is_split
         return self.prev is not None or self.next is not None
 
     def key(self) -> tuple[int, int, int]:  # BlockComparatorSize: (stream, size, ptr)
         return (self.stream, self.size, self.addr)
+
+
+class ExpandableSegment:
+    """struct ExpandableSegment: a reserved address range of max_handles pages of segment_size bytes,
+    of which some are mapped (the handles that are set)."""
+
+    def __init__(self, base: int, stream: int, segment_size: int, max_handles: int):
+        self.base = base
+        self.stream = stream
+        self.segment_size = segment_size
+        self.max_handles = max_handles
+
+    def size(self) -> int:  # ExpandableSegment::size
+        return self.max_handles * self.segment_size
+
+    def segment_left(self, p: int) -> int:  # the page holding address p
+        return (p - self.base) // self.segment_size
+
+    def segment_right(self, p: int) -> int:  # the first page boundary at or after p
+        return -(-(p - self.base) // self.segment_size)
 
 
 class PyTorchModel:
@@ -308,8 +355,14 @@ class PyTorchModel:
         self.pool_blocks: dict[int, Block] = {}
         self.free_block_calls = {True: 0, False: 0}
         # The simulated device.
-        self.held = 0  # total_allocated_memory: bytes of all live segments
+        self.held = 0  # total_allocated_memory: bytes of all live segments and mapped pages
         self.next_address = SIM_BASE_ADDRESS
+        self.next_reservation = SIM_RESERVE_BASE
+        # Expandable segments: CUDAAllocatorConfig::expandable_segments(); BlockPool::unmapped, one
+        # sorted list of (stream, addr) per pool (BlockComparatorAddress), and addr -> Block.
+        self.expandable = st.expandable_segments
+        self.unmapped_keys = {True: [], False: []}
+        self.unmapped_blocks: dict[int, Block] = {}
         # Replay bookkeeping.
         self.live: dict[int, Block | None] = {}  # trace id -> block (None: a size-0 request)
         self.failed_ids: set[int] = set()
@@ -319,6 +372,13 @@ class PyTorchModel:
         self.gc_runs = 0
         self.release_available_ok = 0
         self.release_available_short = 0
+        # Expandable segments: ranges reserved and released, map_block calls that mapped / failed,
+        # unmap_block calls that unmapped something.
+        self.reservations = 0
+        self.reservations_released = 0
+        self.maps = 0
+        self.map_failures = 0
+        self.unmaps = 0
 
     # ---- Stat::increase / Stat::decrease, for_each_selected_stat_type -------------------------
 
@@ -394,6 +454,17 @@ class PyTorchModel:
         del keys[i]
         del self.pool_blocks[block.addr]
 
+    def unmapped_insert(self, block: Block) -> None:  # pool.unmapped.insert(block)
+        bisect.insort(self.unmapped_keys[block.small], (block.stream, block.addr))
+        self.unmapped_blocks[block.addr] = block
+
+    def unmapped_erase(self, block: Block) -> None:  # pool.unmapped.erase(block)
+        keys = self.unmapped_keys[block.small]
+        i = bisect.bisect_left(keys, (block.stream, block.addr))
+        assert keys[i] == (block.stream, block.addr)
+        del keys[i]
+        del self.unmapped_blocks[block.addr]
+
     def gc_count(self, block: Block) -> int:  # Block::gc_count: lookups of its pool since cached
         return self.free_block_calls[block.small] - block.gc_count_base
 
@@ -422,21 +493,22 @@ class PyTorchModel:
         block = self.get_free_block(size, stream, small)
         # (trigger_free_memory_callbacks: none registered.) accalloc's deviation: on a miss, a
         # segment no device of this capacity could ever hold fails at once, without releasing cached
-        # memory, and changes no statistic.
+        # memory, and changes no statistic. (With expandable segments too: the same alloc_size is
+        # compared, although only the rounded size's pages would be mapped.)
         if block is None and alloc_size > self.capacity:
             raise OutOfMemory(alloc_size)
         if block is None:
             # garbage_collect_cached_blocks when a fraction is set and the threshold > 0.
             if self.gc_enabled:
                 self.garbage_collect_cached_blocks()
-            block = self.alloc_block(alloc_size, stream, small, is_retry=False)
+            block = self.alloc_block(size, alloc_size, stream, small, is_retry=False)
             # release_available_cached_blocks (false when max_split_size is unset), then ask again:
             # not counted as a retry.
             if block is None and self.release_available_cached_blocks(size, stream, small):
-                block = self.alloc_block(alloc_size, stream, small, is_retry=False)
+                block = self.alloc_block(size, alloc_size, stream, small, is_retry=False)
             if block is None:
                 self.release_cached_blocks()  # always returns true
-                block = self.alloc_block(alloc_size, stream, small, is_retry=True)
+                block = self.alloc_block(size, alloc_size, stream, small, is_retry=True)
         if block is None:
             # malloc: stats.num_ooms += 1, then OutOfMemoryError naming alloc_size.
             self.num_ooms += 1
@@ -453,6 +525,23 @@ class PyTorchModel:
         i = bisect.bisect_left(keys, (stream, size, 0))
         if i == len(keys) or keys[i][0] != stream:
             return None
+        if self.pool_blocks[keys[i][2]].es is not None:
+            # Expandable segments on (they are never turned off here): for best fit a free block
+            # followed by an unmapped one counts as its size plus that unmapped size; while the found
+            # block is expandable, move on to the next block of this stream if that one's
+            # expandable size is smaller.
+            assert self.expandable
+
+            def expandable_size(b: Block) -> int:
+                return b.size + (b.next.size if b.next is not None and not b.next.mapped else 0)
+
+            j = i + 1
+            while (self.pool_blocks[keys[i][2]].es is not None and j < len(keys)
+                   and keys[j][0] == stream
+                   and expandable_size(self.pool_blocks[keys[j][2]])
+                   < expandable_size(self.pool_blocks[keys[i][2]])):
+                i = j
+                j += 1
         found_size = keys[i][1]
         # Do not return an oversized block for a request below max_split_size ...
         if size < self.max_split and found_size >= self.max_split:
@@ -490,7 +579,7 @@ class PyTorchModel:
             block_freed = False
             for key in list(self.pool_keys[False]):  # in (stream, size, address) order
                 b = self.pool_blocks[key[2]]
-                if not b.is_split() and self.gc_count(b) >= age_threshold:
+                if not b.is_split() and b.es is None and self.gc_count(b) >= age_threshold:
                     block_freed = freed_any = True
                     gc_reclaimed += b.size
                     total_age -= self.gc_count(b)
@@ -499,13 +588,17 @@ class PyTorchModel:
         if freed_any:
             self.gc_runs += 1
 
-    def alloc_block(self, alloc_size: int, stream: int, small: bool, is_retry: bool) -> Block | None:
+    def alloc_block(self, size: int, alloc_size: int, stream: int, small: bool,
+                    is_retry: bool) -> Block | None:
         # alloc_block: num_alloc_retries counts the retry attempt whether or not it succeeds.
         if is_retry:
             self.num_alloc_retries += 1
         # With a memory fraction: fail without asking the device past the allowed bytes.
         if self.allowed is not None and self.held + alloc_size > self.allowed:
             return None
+        if self.expandable:
+            # try_allocate_expandable_block with p.size(), the rounded request (not alloc_size).
+            return self.try_allocate_expandable_block(stream, small, size)
         addr = self.device_malloc(alloc_size)
         if addr is None:
             return None
@@ -523,13 +616,16 @@ class PyTorchModel:
         # key >= (stream, max(size, M), nullptr): if it is of this stream, release that one block;
         # otherwise walk down from the key before it, releasing blocks of this stream that are
         # >= M, largest first, until max(size, M) bytes are released; false if they fall short.
+        # Blocks of expandable segments are never released here: one found first sends the search
+        # down the walk, and the walk passes over them without counting them (so with expandable
+        # segments on, where every block is expandable, this releases nothing and returns false).
         if self.settings.max_split_size is None:
             return False
         m = self.max_split
         key_size = max(size, m)
         keys = self.pool_keys[small]
         i = bisect.bisect_left(keys, (stream, key_size, 0))
-        if i < len(keys) and keys[i][0] == stream:
+        if i < len(keys) and keys[i][0] == stream and self.pool_blocks[keys[i][2]].es is None:
             self.release_block(self.pool_blocks[keys[i][2]])
             self.release_available_ok += 1
             return True
@@ -540,12 +636,13 @@ class PyTorchModel:
         i -= 1
         while total_released < key_size and keys[i][1] >= m and keys[i][0] == stream:
             cur = self.pool_blocks[keys[i][2]]
-            total_released += cur.size
-            if i != 0:
+            is_first = i == 0
+            if not is_first:
                 i -= 1  # the keys below cur keep their index when cur is erased
+            if cur.es is None:
+                total_released += cur.size
                 self.release_block(cur)
-            else:
-                self.release_block(cur)
+            if is_first:
                 break
         if total_released < key_size:
             self.release_available_short += 1
@@ -565,11 +662,20 @@ class PyTorchModel:
         self.num_sync_all_streams += 1
 
     def release_blocks(self, small: bool) -> None:
-        # release_blocks: every cached block that is a whole segment (no prev, no next).
+        # release_blocks: every cached block that is a whole segment (no prev, no next); then, for
+        # every cached block of an expandable segment (gathered first, in pool order), unmap_block,
+        # and release the reservation when the block has become the whole range, unmapped.
+        to_unmap = []
         for key in list(self.pool_keys[small]):
             block = self.pool_blocks[key[2]]
-            if not block.is_split():
+            if block.es is not None:
+                to_unmap.append(block)
+            elif not block.is_split():
                 self.release_block(block)
+        for block in to_unmap:
+            self.unmap_block(block)
+            if block.prev is None and block.next is None:
+                self.release_expandable_segment(block)
 
     def release_block(self, block: Block) -> None:
         # release_block: num_device_free +1, cudaFree, segment -1, reserved_bytes -size,
@@ -583,10 +689,10 @@ class PyTorchModel:
         self.pool_erase(block)
 
     def should_split(self, block: Block, size: int) -> bool:
-        # should_split: small pool when remaining >= kMinBlockSize; large pool when
-        # size < max_split_size and remaining > kSmallSize.
+        # should_split: small pool, or any pool with expandable segments on, when
+        # remaining >= kMinBlockSize; large pool when size < max_split_size and remaining > kSmallSize.
         remaining = block.size - size
-        if block.small:
+        if block.small or self.expandable:
             return remaining >= K_MIN_BLOCK_SIZE
         return size < self.max_split and remaining > K_SMALL_SIZE
 
@@ -598,6 +704,7 @@ class PyTorchModel:
             # (its address moves up by size) and goes back to the pool.
             remaining = block
             block = Block(remaining.stream, size, remaining.addr, small)
+            block.es = remaining.es
             block.prev = remaining.prev
             if block.prev is not None:
                 block.prev.next = block
@@ -606,14 +713,15 @@ class PyTorchModel:
             remaining.addr += size
             remaining.size -= size
             self.pool_insert(remaining)
-            if already_split:
+            # (Blocks of expandable segments never count in inactive_split.)
+            if already_split and block.es is None:
                 # An already-split inactive block shrinks by size bytes.
                 self.decrease("inactive_split_bytes", small, block.size)
-            else:
+            elif block.es is None:
                 # A whole segment becomes split: a new inactive split block of remaining.size.
                 self.increase("inactive_split_bytes", small, remaining.size)
                 self.increase("inactive_split", small, 1)
-        elif already_split:
+        elif already_split and block.es is None:
             # An already-split inactive block becomes active as a whole.
             self.decrease("inactive_split_bytes", small, block.size)
             self.decrease("inactive_split", small, 1)
@@ -656,7 +764,10 @@ class PyTorchModel:
             net_blocks += 1
             net_bytes += block.size
         small = block.small
-        # The inactive_split stats move by the NET change only (increase if > 0, decrease if < 0).
+        # The inactive_split stats move by the NET change only (increase if > 0, decrease if < 0),
+        # and never for a block of an expandable segment.
+        if block.es is not None:
+            net_blocks = net_bytes = 0
         if net_blocks > 0:
             self.increase("inactive_split", small, net_blocks)
         elif net_blocks < 0:
@@ -670,8 +781,9 @@ class PyTorchModel:
         self.decrease("requested_bytes", small, requested_size)
 
     def try_merge_blocks(self, dst: Block, src: Block | None) -> int:
-        # try_merge_blocks: merge a free neighbour (not allocated, no events) into dst.
-        if src is None or src.allocated:
+        # try_merge_blocks: merge a free neighbour (not allocated, no events, and mapped exactly
+        # when dst is) into dst; src leaves pool.blocks or pool.unmapped.
+        if src is None or src.allocated or src.mapped != dst.mapped:
             return 0
         assert dst.is_split() and src.is_split()
         if dst.prev is src:  # [src dst]
@@ -685,8 +797,150 @@ class PyTorchModel:
                 dst.next.prev = dst
         subsumed = src.size
         dst.size += subsumed
-        self.pool_erase(src)
+        if src.mapped:
+            self.pool_erase(src)
+        else:
+            self.unmapped_erase(src)
         return subsumed
+
+    # ---- expandable segments --------------------------------------------------------------------
+
+    def reserve_range(self, size: int) -> int:
+        # cuMemAddressReserve on accalloc's simulated device: rising, never reused.
+        addr = self.next_reservation
+        rounded = SIM_ADDRESS_ALIGN * ((size + SIM_ADDRESS_ALIGN - 1) // SIM_ADDRESS_ALIGN)
+        self.next_reservation += rounded + SIM_ADDRESS_GAP
+        return addr
+
+    def find_expandable_block(self, stream: int, small: bool, size: int) -> Block:
+        # find_expandable_block: the lowest address, in any range of this stream and pool, from
+        # which the chain of allocatable blocks (free mapped or unmapped) holds >= size bytes: walk
+        # pool.unmapped from (stream, 0); for each unmapped block start from its previous block if
+        # that one is allocatable. Otherwise reserve a new range (one unmapped block covering it).
+        def allocatable(b: Block | None) -> bool:
+            return b is not None and not b.allocated  # (no events without record_stream)
+
+        def has_available_address_space(b: Block | None) -> bool:
+            total = 0
+            while total < size and allocatable(b):
+                total += b.size
+                b = b.next
+            return total >= size
+
+        keys = self.unmapped_keys[small]
+        i = bisect.bisect_left(keys, (stream, 0))
+        while i < len(keys) and keys[i][0] == stream:
+            c = self.unmapped_blocks[keys[i][1]]
+            if allocatable(c.prev):
+                c = c.prev
+            if has_available_address_space(c):
+                return c
+            i += 1
+        segment_size = K_SMALL_BUFFER if small else K_LARGE_BUFFER
+        # Address space for 1 1/8 of the device's total memory, in whole pages.
+        address_space_size = self.capacity + self.capacity // 8
+        max_handles = -(-address_space_size // segment_size)
+        es = ExpandableSegment(self.reserve_range(max_handles * segment_size), stream,
+                               segment_size, max_handles)
+        self.reservations += 1
+        candidate = Block(stream, es.size(), es.base, small)
+        candidate.mapped = False
+        candidate.es = es
+        self.unmapped_insert(candidate)
+        return candidate
+
+    def map_block(self, to_map: Block, size: int) -> bool:
+        # map_block: map the whole pages covering [ptr, ptr + size) of an unmapped block (which
+        # starts on a page boundary); the unmapped rest becomes a block of its own after it; the
+        # mapped block merges with free mapped neighbours and joins the pool. reserved_bytes
+        # +mapped, num_device_alloc +1 (no segment count). False, changing nothing, when the device
+        # has no room for the pages.
+        es = to_map.es
+        assert not to_map.mapped and 0 < size <= to_map.size
+        begin = es.segment_left(to_map.addr)
+        end = es.segment_right(to_map.addr + size)
+        assert es.base + begin * es.segment_size == to_map.addr
+        mapped_size = (end - begin) * es.segment_size
+        if mapped_size == 0 or self.held + mapped_size > self.capacity:
+            self.map_failures += 1
+            return False
+        self.unmapped_erase(to_map)
+        to_map.mapped = True
+        if mapped_size < to_map.size:
+            remaining = Block(to_map.stream, to_map.size - mapped_size, to_map.addr + mapped_size,
+                              to_map.small)
+            remaining.mapped = False
+            remaining.es = es
+            remaining.splice(to_map, to_map.next)
+            self.unmapped_insert(remaining)
+            to_map.size = mapped_size
+        self.try_merge_blocks(to_map, to_map.prev)
+        self.try_merge_blocks(to_map, to_map.next)
+        self.pool_insert(to_map)
+        self.held += mapped_size
+        self.increase("reserved_bytes", to_map.small, mapped_size)
+        self.num_device_alloc += 1
+        self.maps += 1
+        return True
+
+    def try_allocate_expandable_block(self, stream: int, small: bool, size: int) -> Block | None:
+        # try_allocate_expandable_block: map the candidate if it is unmapped (min(its size, size)
+        # bytes), then, while it is smaller than size, map enough of the unmapped block after it
+        # (which merges into it). A failed mapping returns nullptr and keeps what was mapped before.
+        candidate = self.find_expandable_block(stream, small, size)
+        if not candidate.mapped and not self.map_block(candidate, min(candidate.size, size)):
+            return None
+        assert candidate.mapped
+        while candidate.size < size:
+            remaining = size - candidate.size
+            new_candidate = candidate.next
+            if not self.map_block(new_candidate, min(remaining, new_candidate.size)):
+                return None
+            candidate = new_candidate
+        self.pool_erase(candidate)
+        return candidate
+
+    def unmap_block(self, block: Block) -> None:
+        # unmap_block: unmap the whole pages inside a free mapped block of an expandable segment;
+        # the pieces before and after stay mapped, free and cached; the unmapped part merges with
+        # unmapped neighbours. reserved_bytes -unmapped, num_device_free +1. Nothing when no whole
+        # page lies inside.
+        es = block.es
+        begin = es.segment_right(block.addr)
+        end = es.segment_left(block.addr + block.size)
+        if begin >= end:
+            return
+        self.pool_erase(block)
+        unmapped_addr = es.base + begin * es.segment_size
+        unmapped_size = (end - begin) * es.segment_size
+        before_size = unmapped_addr - block.addr
+        if before_size > 0:
+            before_free = Block(block.stream, before_size, block.addr, block.small)
+            before_free.es = es
+            before_free.splice(block.prev, block)
+            self.pool_insert(before_free)
+        after_size = block.size - (before_size + unmapped_size)
+        if after_size > 0:
+            after_free = Block(block.stream, after_size, unmapped_addr + unmapped_size, block.small)
+            after_free.es = es
+            after_free.splice(block, block.next)
+            self.pool_insert(after_free)
+        block.addr = unmapped_addr
+        block.size = unmapped_size
+        block.mapped = False
+        self.try_merge_blocks(block, block.prev)
+        self.try_merge_blocks(block, block.next)
+        self.unmapped_insert(block)
+        self.held -= unmapped_size
+        self.decrease("reserved_bytes", block.small, unmapped_size)
+        self.num_device_free += 1
+        self.unmaps += 1
+
+    def release_expandable_segment(self, block: Block) -> None:
+        # release_expandable_segment: the range is wholly unmapped: give the reservation back.
+        assert not block.mapped and block.size == block.es.size()
+        self.unmapped_erase(block)
+        self.reservations_released += 1
 
     # ---- empty_cache ----------------------------------------------------------------------------
 
@@ -800,7 +1054,12 @@ def main(argv: list[str]) -> int:
     print(json.dumps({"model.gc_runs": model.gc_runs,
                       "model.release_available_ok": model.release_available_ok,
                       "model.release_available_short": model.release_available_short,
-                      "model.failed_allocs": model.failed_allocs}), file=sys.stderr)
+                      "model.failed_allocs": model.failed_allocs,
+                      "model.reservations": model.reservations,
+                      "model.reservations_released": model.reservations_released,
+                      "model.maps": model.maps,
+                      "model.map_failures": model.map_failures,
+                      "model.unmaps": model.unmaps}), file=sys.stderr)
     return 0
 
 
