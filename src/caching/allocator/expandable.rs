@@ -327,16 +327,15 @@ impl CachingAllocator {
     /// Give every reservation back (used when the allocator goes away).
     pub(super) fn release_reservations(&mut self) {
         for segment in std::mem::take(&mut self.expandable) {
-            let mut page = 0;
-            while page < segment.mapped.len() {
-                if segment.mapped[page] {
-                    let _ = self.backend.vm_unmap(
-                        self.device,
-                        segment.page_address(page),
-                        segment.page,
-                    );
-                }
-                page += 1;
+            for (page, _) in segment
+                .mapped
+                .iter()
+                .enumerate()
+                .filter(|(_, &mapped)| mapped)
+            {
+                let _ =
+                    self.backend
+                        .vm_unmap(self.device, segment.page_address(page), segment.page);
             }
             let _ = self
                 .backend

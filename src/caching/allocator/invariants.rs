@@ -99,7 +99,7 @@ impl CachingAllocator {
         let mut seen = 0usize;
         for &head in known.iter().filter(|&&id| self.blocks[id].prev.is_none()) {
             let first = self.blocks[head];
-            let slot = stat_slot(first.pool);
+            let slot = stat_type(first.pool) as usize;
             let mut cursor = Some(head);
             let mut end = first.ptr;
             let mut total = 0;
@@ -275,12 +275,5 @@ impl CachingAllocator {
             }
         }
         Ok(())
-    }
-}
-
-fn stat_slot(pool: PoolKind) -> usize {
-    match pool {
-        PoolKind::Small => StatType::SmallPool as usize,
-        PoolKind::Large => StatType::LargePool as usize,
     }
 }

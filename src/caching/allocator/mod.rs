@@ -316,11 +316,6 @@ impl CachingAllocator {
             .map_err(|e| backend_error(&*self.backend, self.device, "mem_get_info", e))
     }
 
-    /// The size of the block at `ptr` if it is a live allocation.
-    pub fn allocation_size(&self, ptr: usize) -> Option<usize> {
-        self.active.get(&ptr).map(|&id| self.blocks[id].size)
-    }
-
     fn pool_mut(&mut self, pool: PoolKind) -> &mut BlockPool {
         match pool {
             PoolKind::Small => &mut self.small,
@@ -431,13 +426,12 @@ impl CachingAllocator {
         let handed = if split {
             // The caller's block takes the front; the found block keeps the remainder.
             let handed = self.blocks.insert(Block {
-                size: rounded,
+                expandable: found.expandable,
+                counted_oversize_segment: found.counted_oversize_segment,
                 prev: found.prev,
                 next: Some(id),
                 ..Block::new(found.ptr, rounded, found.stream, found.pool)
             });
-            self.blocks[handed].expandable = found.expandable;
-            self.blocks[handed].counted_oversize_segment = found.counted_oversize_segment;
             if let Some(prev) = found.prev {
                 self.blocks[prev].next = Some(handed);
             }
