@@ -20,6 +20,7 @@ fn main() {
             "cargo:rustc-cdylib-link-arg=-Wl,-soname,libaccalloc.so.{}",
             abi_version(&crate_dir)
         );
+        link_soname_in_target_dir(&crate_dir);
     }
 
     let config =
@@ -45,15 +46,32 @@ fn main() {
     }
 }
 
-/// ACC_ABI_VERSION as src/capi/types.rs defines it: the one source of the ABI number.
+/// ACCALLOC_ABI_VERSION as src/capi/types.rs defines it: the one source of the ABI number.
 fn abi_version(crate_dir: &Path) -> u32 {
     let types =
         std::fs::read_to_string(crate_dir.join("src/capi/types.rs")).expect("src/capi/types.rs");
     types
         .lines()
-        .find_map(|line| line.strip_prefix("pub const ACC_ABI_VERSION: u32 = "))
+        .find_map(|line| line.strip_prefix("pub const ACCALLOC_ABI_VERSION: u32 = "))
         .and_then(|rest| rest.trim_end_matches(';').trim().parse().ok())
-        .expect("src/capi/types.rs defines ACC_ABI_VERSION")
+        .expect("src/capi/types.rs defines ACCALLOC_ABI_VERSION")
+}
+
+/// Programs linked with `-Ltarget/<profile> -laccalloc` ask the loader for the SONAME, which cargo does
+/// not create: leave `libaccalloc.so.<ABI>` -> `libaccalloc.so` beside the library (dangling until the
+/// library is linked), so the build tree runs as an installed prefix does.
+fn link_soname_in_target_dir(crate_dir: &Path) {
+    // OUT_DIR is <profile dir>/build/accalloc-<hash>/out.
+    let out_dir = PathBuf::from(std::env::var("OUT_DIR").unwrap());
+    let Some(profile_dir) = out_dir.ancestors().nth(3) else {
+        return;
+    };
+    let link = profile_dir.join(format!("libaccalloc.so.{}", abi_version(crate_dir)));
+    if std::fs::read_link(&link).ok().as_deref() != Some(Path::new("libaccalloc.so")) {
+        let _ = std::fs::remove_file(&link);
+        #[cfg(unix)]
+        let _ = std::os::unix::fs::symlink("libaccalloc.so", &link);
+    }
 }
 
 fn differs(a: &Path, b: &Path) -> bool {

@@ -1,7 +1,7 @@
-# cmake -P script: the acc_* functions that libaccalloc.so exports must be exactly the ones accalloc.h
+# cmake -P script: the accalloc_* functions that libaccalloc.so exports must be exactly the ones accalloc.h
 # declares. Each plain function must be called by every test source named in SOURCES (test_api.c
 # exercises it, test_dlopen.c dlsyms it); each `_on` form and each function about registered backends
-# (acc_register_backend, acc_set_accelerator) by every source in ON_SOURCES; each acc_pluggable_*
+# (accalloc_register_backend, accalloc_set_accelerator) by every source in ON_SOURCES; each accalloc_pluggable_*
 # function by every source in PLUGGABLE_SOURCES. Fails when the library
 # grows a function that the tests do not cover.
 cmake_minimum_required(VERSION 3.16) # policies of this century: quoted strings are not variables
@@ -17,7 +17,7 @@ execute_process(COMMAND "${NM}" -D --defined-only "${SHARED_LIB}"
 if(NOT nm_rc EQUAL 0)
   message(FATAL_ERROR "${NM} -D --defined-only ${SHARED_LIB} failed (${nm_rc})")
 endif()
-string(REGEX MATCHALL "[0-9a-fA-F]+ T acc_[A-Za-z0-9_]+" exported_lines "${nm_out}")
+string(REGEX MATCHALL "[0-9a-fA-F]+ T accalloc_[A-Za-z0-9_]+" exported_lines "${nm_out}")
 set(exported "")
 foreach(line IN LISTS exported_lines)
   string(REGEX REPLACE ".* T " "" name "${line}")
@@ -27,12 +27,12 @@ list(REMOVE_DUPLICATES exported)
 list(SORT exported)
 list(LENGTH exported n_exported)
 if(n_exported EQUAL 0)
-  message(FATAL_ERROR "${SHARED_LIB} exports no acc_* function")
+  message(FATAL_ERROR "${SHARED_LIB} exports no accalloc_* function")
 endif()
 
 file(READ "${HEADER}" header_text)
-# A declaration looks like "<type> acc_name(" or "<type> *acc_name(" at the start of a line.
-string(REGEX MATCHALL "[ *]acc_[A-Za-z0-9_]+\\(" decl_hits "${header_text}")
+# A declaration looks like "<type> accalloc_name(" or "<type> *accalloc_name(" at the start of a line.
+string(REGEX MATCHALL "[ *]accalloc_[A-Za-z0-9_]+\\(" decl_hits "${header_text}")
 set(declared "")
 foreach(hit IN LISTS decl_hits)
   string(REGEX REPLACE "^[ *]" "" hit "${hit}")
@@ -60,9 +60,9 @@ set(plain_functions "")
 set(on_functions "")
 set(pluggable_functions "")
 foreach(fn IN LISTS exported)
-  if(fn MATCHES "_on$" OR fn STREQUAL "acc_register_backend" OR fn STREQUAL "acc_set_accelerator")
+  if(fn MATCHES "_on$" OR fn STREQUAL "accalloc_register_backend" OR fn STREQUAL "accalloc_set_accelerator")
     list(APPEND on_functions "${fn}")
-  elseif(fn MATCHES "^acc_pluggable_")
+  elseif(fn MATCHES "^accalloc_pluggable_")
     list(APPEND pluggable_functions "${fn}")
   else()
     list(APPEND plain_functions "${fn}")
@@ -81,7 +81,7 @@ foreach(group IN ITEMS SOURCES ON_SOURCES PLUGGABLE_SOURCES)
   file(READ "${src}" src_text)
   get_filename_component(src_name "${src}" NAME)
   foreach(fn IN LISTS group_functions)
-    # a call "acc_x(" in test_api.c; the symbol name in quotes "\"acc_x\"" in test_dlopen.c
+    # a call "accalloc_x(" in test_api.c; the symbol name in quotes "\"accalloc_x\"" in test_dlopen.c
     string(FIND "${src_text}" "${fn}(" call_at)
     string(FIND "${src_text}" "\"${fn}\"" name_at)
     if(call_at EQUAL -1 AND name_at EQUAL -1)
@@ -91,7 +91,7 @@ foreach(group IN ITEMS SOURCES ON_SOURCES PLUGGABLE_SOURCES)
  endforeach()
 endforeach()
 
-message(STATUS "${n_exported} exported acc_* functions: ${exported}")
+message(STATUS "${n_exported} exported accalloc_* functions: ${exported}")
 if(NOT problems STREQUAL "")
   message(FATAL_ERROR "export coverage problems:\n${problems}")
 endif()

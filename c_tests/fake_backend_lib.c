@@ -9,16 +9,16 @@
 
 static size_t used[2];
 
-static int32_t device_count(void *ctx, int32_t *out) { (void)ctx; *out = 2; return ACC_BACKEND_OK; }
+static int32_t device_count(void *ctx, int32_t *out) { (void)ctx; *out = 2; return ACCALLOC_BACKEND_OK; }
 
 static int32_t raw_alloc(void *ctx, int32_t device, size_t size, void *stream, void **out)
 {
     (void)ctx;
     (void)stream;
     if (used[device] + size > CAPACITY || posix_memalign(out, 512, size) != 0)
-        return ACC_BACKEND_OUT_OF_MEMORY;
+        return ACCALLOC_BACKEND_OUT_OF_MEMORY;
     used[device] += size;
-    return ACC_BACKEND_OK;
+    return ACCALLOC_BACKEND_OK;
 }
 
 static int32_t raw_free(void *ctx, int32_t device, void *ptr, size_t size)
@@ -26,7 +26,7 @@ static int32_t raw_free(void *ctx, int32_t device, void *ptr, size_t size)
     (void)ctx;
     used[device] -= size;
     free(ptr);
-    return ACC_BACKEND_OK;
+    return ACCALLOC_BACKEND_OK;
 }
 
 static int32_t mem_get_info(void *ctx, int32_t device, uint64_t *free_bytes, uint64_t *total)
@@ -34,10 +34,10 @@ static int32_t mem_get_info(void *ctx, int32_t device, uint64_t *free_bytes, uin
     (void)ctx;
     *total = CAPACITY;
     *free_bytes = CAPACITY - used[device];
-    return ACC_BACKEND_OK;
+    return ACCALLOC_BACKEND_OK;
 }
 
-int32_t acc_backend_entry(AccBackendVTable *table, const char **name)
+int32_t accalloc_backend_entry(AccallocBackendVTable *table, const char **name)
 {
     size_t size = table->struct_size;
     memset(table, 0, size);

@@ -1,4 +1,4 @@
-/* A program built against a header of another ABI (ACC_ABI_VERSION 99, made by CMake from the real
+/* A program built against a header of another ABI (ACCALLOC_ABI_VERSION 99, made by CMake from the real
  * header) must be refused at start-up with a clear message. */
 #include <stdio.h>
 #include <string.h>
@@ -7,15 +7,15 @@
 
 int main(void)
 {
-    AccStatus status = ACC_CHECK_ABI();
-    const char *message = acc_last_error_message();
-    if (ACC_ABI_VERSION != 99) {
+    AccallocStatus status = ACCALLOC_CHECK_ABI();
+    const char *message = accalloc_last_error_message();
+    if (ACCALLOC_ABI_VERSION != 99) {
         fprintf(stderr, "this test must be built against the ABI 99 header\n");
         return 1;
     }
-    if (status != ACC_ERROR_NOT_SUPPORTED || !strstr(message, "built against accalloc ABI 99") ||
+    if (status != ACCALLOC_ERROR_NOT_SUPPORTED || !strstr(message, "built against accalloc ABI 99") ||
         !strstr(message, "provides ABI 1")) {
-        fprintf(stderr, "expected a refusal, got %s: \"%s\"\n", acc_status_name(status), message);
+        fprintf(stderr, "expected a refusal, got %s: \"%s\"\n", accalloc_status_name(status), message);
         return 1;
     }
     printf("refused as expected: %s\n", message);

@@ -1,27 +1,27 @@
 /* api_shared / api_static: every exported accalloc function, every error status a caller can trigger,
  * and exact statistics worked out by hand from shared/docs/REFERENCE.md (PyTorch's CUDACachingAllocator
- * rules). Run with ACC_HOST_CAPACITY=1GiB and ACC_HOST_DEVICES=2 (two host devices of 1073741824 bytes),
+ * rules). Run with ACCALLOC_HOST_CAPACITY=1GiB and ACCALLOC_HOST_DEVICES=2 (two host devices of 1073741824 bytes),
  * in a fresh process: every figure below assumes the statistics start at zero.
  *
- * Every check after a step compares the whole AccDeviceStats (all 122 figures) with the expected one,
- * then checks that acc_memory_stat agrees with acc_get_device_stats for each flat key and that the four
+ * Every check after a step compares the whole AccallocDeviceStats (all 122 figures) with the expected one,
+ * then checks that accalloc_memory_stat agrees with accalloc_get_device_stats for each flat key and that the four
  * convenience getters agree with the struct. */
 #include "accalloc.h"
 
-#include "acc_test_util.h"
+#include "accalloc_test_util.h"
 
 #include <math.h>
 #include <pthread.h>
 
-#define CHECK_STATUS(call, want) CHECK_STATUS_WITH(call, want, acc_status_name, acc_last_error_message)
+#define CHECK_STATUS(call, want) CHECK_STATUS_WITH(call, want, accalloc_status_name, accalloc_last_error_message)
 
 #define KiB ((int64_t)1024)
 #define MiB ((int64_t)1048576)
 #define GiB ((int64_t)1073741824)
 
-enum { ALL = ACC_STAT_ALL, SMALL = ACC_STAT_SMALL_POOL, LARGE = ACC_STAT_LARGE_POOL };
+enum { ALL = ACCALLOC_STAT_ALL, SMALL = ACCALLOC_STAT_SMALL_POOL, LARGE = ACCALLOC_STAT_LARGE_POOL };
 
-static void set_stat(AccStat *s, int64_t current, int64_t peak, int64_t allocated, int64_t freed)
+static void set_stat(AccallocStat *s, int64_t current, int64_t peak, int64_t allocated, int64_t freed)
 {
     s->current = current;
     s->peak = peak;
@@ -37,44 +37,44 @@ static void set_stat(AccStat *s, int64_t current, int64_t peak, int64_t allocate
     } while (0)
 
 /* A fresh device: every figure 0, max_split_size -1 (unset). */
-static void fresh_expected(AccDeviceStats *e)
+static void fresh_expected(AccallocDeviceStats *e)
 {
     memset(e, 0, sizeof *e);
     e->struct_size = sizeof *e;
     e->max_split_size = -1;
 }
 
-static int get_stats(int32_t device, AccDeviceStats *out)
+static int get_stats(int32_t device, AccallocDeviceStats *out)
 {
     memset(out, 0, sizeof *out);
     out->struct_size = sizeof *out;
-    return (int)acc_get_device_stats(device, out);
+    return (int)accalloc_get_device_stats(device, out);
 }
 
 static int is_host(void)
 {
-    return acc_current_accelerator() == ACC_DEVICE_HOST;
+    return accalloc_current_accelerator() == ACCALLOC_DEVICE_HOST;
 }
 
 /* Compares all 122 figures of `device` with *want; `step` names the step in failure messages. */
-static void expect_device(int32_t device, const AccDeviceStats *want, const char *step)
+static void expect_device(int32_t device, const AccallocDeviceStats *want, const char *step)
 {
-    AccDeviceStats got, want_copy = *want;
+    AccallocDeviceStats got, want_copy = *want;
     int k, st;
     int64_t v;
-    char name[ACC_KEY_MAX];
+    char name[ACCALLOC_KEY_MAX];
 
     st = get_stats(device, &got);
     ++g_checks;
-    if (st != ACC_OK) {
+    if (st != ACCALLOC_OK) {
         ++g_failures;
-        fprintf(stderr, "FAIL [%s] acc_get_device_stats(%d) returned %s: %s\n", step, (int)device,
-                acc_status_name((AccStatus)st), acc_last_error_message());
+        fprintf(stderr, "FAIL [%s] accalloc_get_device_stats(%d) returned %s: %s\n", step, (int)device,
+                accalloc_status_name((AccallocStatus)st), accalloc_last_error_message());
         return;
     }
-    for (k = 0; k < ACC_N_KEYS; ++k) {
-        int64_t w = *acc_key(&want_copy, k, name);
-        int64_t g = *acc_key(&got, k, name);
+    for (k = 0; k < ACCALLOC_N_KEYS; ++k) {
+        int64_t w = *accalloc_key(&want_copy, k, name);
+        int64_t g = *accalloc_key(&got, k, name);
         ++g_checks;
         if (w != g) {
             ++g_failures;
@@ -83,37 +83,37 @@ static void expect_device(int32_t device, const AccDeviceStats *want, const char
         }
     }
     /* The flat keys read the same figures as the struct. */
-    for (k = 0; k < ACC_N_KEYS; ++k) {
-        int64_t g = *acc_key(&got, k, name);
+    for (k = 0; k < ACCALLOC_N_KEYS; ++k) {
+        int64_t g = *accalloc_key(&got, k, name);
         v = INT64_MIN;
-        st = (int)acc_memory_stat(device, name, &v);
+        st = (int)accalloc_memory_stat(device, name, &v);
         ++g_checks;
-        if (st != ACC_OK || v != g) {
+        if (st != ACCALLOC_OK || v != g) {
             ++g_failures;
-            fprintf(stderr, "FAIL [%s] device %d acc_memory_stat(\"%s\") -> %s, %" PRId64
-                            " but acc_get_device_stats has %" PRId64 "\n",
-                    step, (int)device, name, acc_status_name((AccStatus)st), v, g);
+            fprintf(stderr, "FAIL [%s] device %d accalloc_memory_stat(\"%s\") -> %s, %" PRId64
+                            " but accalloc_get_device_stats has %" PRId64 "\n",
+                    step, (int)device, name, accalloc_status_name((AccallocStatus)st), v, g);
         }
     }
     /* torch.accelerator.memory_allocated & co. */
     v = -7;
-    CHECK_STATUS(acc_memory_allocated(device, &v), ACC_OK);
+    CHECK_STATUS(accalloc_memory_allocated(device, &v), ACCALLOC_OK);
     CHECK_EQ(v, want->allocated_bytes[ALL].current);
     v = -7;
-    CHECK_STATUS(acc_max_memory_allocated(device, &v), ACC_OK);
+    CHECK_STATUS(accalloc_max_memory_allocated(device, &v), ACCALLOC_OK);
     CHECK_EQ(v, want->allocated_bytes[ALL].peak);
     v = -7;
-    CHECK_STATUS(acc_memory_reserved(device, &v), ACC_OK);
+    CHECK_STATUS(accalloc_memory_reserved(device, &v), ACCALLOC_OK);
     CHECK_EQ(v, want->reserved_bytes[ALL].current);
     v = -7;
-    CHECK_STATUS(acc_max_memory_reserved(device, &v), ACC_OK);
+    CHECK_STATUS(accalloc_max_memory_reserved(device, &v), ACCALLOC_OK);
     CHECK_EQ(v, want->reserved_bytes[ALL].peak);
 }
 
 static void expect_mem_info(int32_t device, uint64_t want_free, uint64_t want_total)
 {
     uint64_t free_b = 1, total_b = 1;
-    CHECK_STATUS(acc_mem_get_info(device, &free_b, &total_b), ACC_OK);
+    CHECK_STATUS(accalloc_mem_get_info(device, &free_b, &total_b), ACCALLOC_OK);
     CHECK_EQ(free_b, want_free);
     CHECK_EQ(total_b, want_total);
 }
@@ -124,83 +124,83 @@ static void touch(void *p, size_t n, int byte)
         memset(p, byte, n);
 }
 
-static AccDeviceStats e0, e1; /* what devices 0 and 1 should show */
+static AccallocDeviceStats e0, e1; /* what devices 0 and 1 should show */
 
 /* ------------------------------------------------------------------------------------------------ */
 static void section_metadata(void)
 {
     int32_t n = -1, cur = -1;
     /* No failure yet on this thread: the message is "" (never NULL). */
-    CHECK(acc_last_error_message() != NULL);
-    CHECK_STR(acc_last_error_message(), "");
+    CHECK(accalloc_last_error_message() != NULL);
+    CHECK_STR(accalloc_last_error_message(), "");
 
-    CHECK_STR(acc_version(), "0.1.0");
+    CHECK_STR(accalloc_version(), "0.1.0");
     {
         char v[32];
-        snprintf(v, sizeof v, "%d.%d.%d", ACC_VERSION_MAJOR, ACC_VERSION_MINOR, ACC_VERSION_PATCH);
-        CHECK_STR(acc_version(), v); /* the header's version macros match the library */
+        snprintf(v, sizeof v, "%d.%d.%d", ACCALLOC_VERSION_MAJOR, ACCALLOC_VERSION_MINOR, ACCALLOC_VERSION_PATCH);
+        CHECK_STR(accalloc_version(), v); /* the header's version macros match the library */
     }
-    CHECK_EQ(acc_abi_version(), ACC_ABI_VERSION);
-    CHECK_EQ(ACC_ABI_VERSION, 1);
-    CHECK_EQ(ACC_CHECK_ABI(), ACC_OK);
-    CHECK_EQ(acc_check_abi(ACC_ABI_VERSION), ACC_OK);
-    CHECK_STR(ACC_VERSION_STRING, acc_version());
+    CHECK_EQ(accalloc_abi_version(), ACCALLOC_ABI_VERSION);
+    CHECK_EQ(ACCALLOC_ABI_VERSION, 1);
+    CHECK_EQ(ACCALLOC_CHECK_ABI(), ACCALLOC_OK);
+    CHECK_EQ(accalloc_check_abi(ACCALLOC_ABI_VERSION), ACCALLOC_OK);
+    CHECK_STR(ACCALLOC_VERSION_STRING, accalloc_version());
     /* (the refusal of another ABI is test_abi_mismatch.c's) */
 
-    CHECK_STR(acc_status_name(ACC_OK), "ACC_OK");
-    CHECK_STR(acc_status_name(ACC_ERROR_INVALID_ARGUMENT), "ACC_ERROR_INVALID_ARGUMENT");
-    CHECK_STR(acc_status_name(ACC_ERROR_INVALID_DEVICE), "ACC_ERROR_INVALID_DEVICE");
-    CHECK_STR(acc_status_name(ACC_ERROR_INVALID_POINTER), "ACC_ERROR_INVALID_POINTER");
-    CHECK_STR(acc_status_name(ACC_ERROR_OUT_OF_MEMORY), "ACC_ERROR_OUT_OF_MEMORY");
-    CHECK_STR(acc_status_name(ACC_ERROR_BACKEND), "ACC_ERROR_BACKEND");
-    CHECK_STR(acc_status_name(ACC_ERROR_NOT_SUPPORTED), "ACC_ERROR_NOT_SUPPORTED");
-    CHECK_STR(acc_status_name(ACC_ERROR_CONFIG), "ACC_ERROR_CONFIG");
-    CHECK_STR(acc_status_name(ACC_ERROR_BUFFER_TOO_SMALL), "ACC_ERROR_BUFFER_TOO_SMALL");
-    CHECK_STR(acc_status_name(ACC_ERROR_INTERNAL), "ACC_ERROR_INTERNAL");
-    CHECK_STR(acc_status_name(10), "ACC_ERROR_UNKNOWN");
-    CHECK_STR(acc_status_name(-1), "ACC_ERROR_UNKNOWN");
-    CHECK_STR(acc_status_name(1000), "ACC_ERROR_UNKNOWN");
-    CHECK_EQ(ACC_OK, 0);
-    CHECK_EQ(ACC_ERROR_INVALID_ARGUMENT, 1);
-    CHECK_EQ(ACC_ERROR_INVALID_DEVICE, 2);
-    CHECK_EQ(ACC_ERROR_INVALID_POINTER, 3);
-    CHECK_EQ(ACC_ERROR_OUT_OF_MEMORY, 4);
-    CHECK_EQ(ACC_ERROR_BACKEND, 5);
-    CHECK_EQ(ACC_ERROR_NOT_SUPPORTED, 6);
-    CHECK_EQ(ACC_ERROR_CONFIG, 7);
-    CHECK_EQ(ACC_ERROR_BUFFER_TOO_SMALL, 8);
-    CHECK_EQ(ACC_ERROR_INTERNAL, 9);
+    CHECK_STR(accalloc_status_name(ACCALLOC_OK), "ACCALLOC_OK");
+    CHECK_STR(accalloc_status_name(ACCALLOC_ERROR_INVALID_ARGUMENT), "ACCALLOC_ERROR_INVALID_ARGUMENT");
+    CHECK_STR(accalloc_status_name(ACCALLOC_ERROR_INVALID_DEVICE), "ACCALLOC_ERROR_INVALID_DEVICE");
+    CHECK_STR(accalloc_status_name(ACCALLOC_ERROR_INVALID_POINTER), "ACCALLOC_ERROR_INVALID_POINTER");
+    CHECK_STR(accalloc_status_name(ACCALLOC_ERROR_OUT_OF_MEMORY), "ACCALLOC_ERROR_OUT_OF_MEMORY");
+    CHECK_STR(accalloc_status_name(ACCALLOC_ERROR_BACKEND), "ACCALLOC_ERROR_BACKEND");
+    CHECK_STR(accalloc_status_name(ACCALLOC_ERROR_NOT_SUPPORTED), "ACCALLOC_ERROR_NOT_SUPPORTED");
+    CHECK_STR(accalloc_status_name(ACCALLOC_ERROR_CONFIG), "ACCALLOC_ERROR_CONFIG");
+    CHECK_STR(accalloc_status_name(ACCALLOC_ERROR_BUFFER_TOO_SMALL), "ACCALLOC_ERROR_BUFFER_TOO_SMALL");
+    CHECK_STR(accalloc_status_name(ACCALLOC_ERROR_INTERNAL), "ACCALLOC_ERROR_INTERNAL");
+    CHECK_STR(accalloc_status_name(10), "ACCALLOC_ERROR_UNKNOWN");
+    CHECK_STR(accalloc_status_name(-1), "ACCALLOC_ERROR_UNKNOWN");
+    CHECK_STR(accalloc_status_name(1000), "ACCALLOC_ERROR_UNKNOWN");
+    CHECK_EQ(ACCALLOC_OK, 0);
+    CHECK_EQ(ACCALLOC_ERROR_INVALID_ARGUMENT, 1);
+    CHECK_EQ(ACCALLOC_ERROR_INVALID_DEVICE, 2);
+    CHECK_EQ(ACCALLOC_ERROR_INVALID_POINTER, 3);
+    CHECK_EQ(ACCALLOC_ERROR_OUT_OF_MEMORY, 4);
+    CHECK_EQ(ACCALLOC_ERROR_BACKEND, 5);
+    CHECK_EQ(ACCALLOC_ERROR_NOT_SUPPORTED, 6);
+    CHECK_EQ(ACCALLOC_ERROR_CONFIG, 7);
+    CHECK_EQ(ACCALLOC_ERROR_BUFFER_TOO_SMALL, 8);
+    CHECK_EQ(ACCALLOC_ERROR_INTERNAL, 9);
 
-    CHECK_EQ(ACC_DEVICE_HOST, 0);
-    CHECK_EQ(ACC_DEVICE_CUDA, 1);
-    CHECK_STR(acc_device_type_name(ACC_DEVICE_HOST), "host");
-    CHECK_STR(acc_device_type_name(ACC_DEVICE_CUDA), "cuda");
-    CHECK_STR(acc_device_type_name((AccDeviceType)7), "unknown");
-    CHECK_STR(acc_device_type_name((AccDeviceType)-1), "unknown");
-    /* These tests run on the host backend (ACC_HOST_DEVICES=2). */
-    CHECK_EQ(acc_current_accelerator(), ACC_DEVICE_HOST);
+    CHECK_EQ(ACCALLOC_DEVICE_HOST, 0);
+    CHECK_EQ(ACCALLOC_DEVICE_CUDA, 1);
+    CHECK_STR(accalloc_device_type_name(ACCALLOC_DEVICE_HOST), "host");
+    CHECK_STR(accalloc_device_type_name(ACCALLOC_DEVICE_CUDA), "cuda");
+    CHECK_STR(accalloc_device_type_name((AccallocDeviceType)7), "unknown");
+    CHECK_STR(accalloc_device_type_name((AccallocDeviceType)-1), "unknown");
+    /* These tests run on the host backend (ACCALLOC_HOST_DEVICES=2). */
+    CHECK_EQ(accalloc_current_accelerator(), ACCALLOC_DEVICE_HOST);
 
-    CHECK_EQ(ACC_STAT_ALL, 0);
-    CHECK_EQ(ACC_STAT_SMALL_POOL, 1);
-    CHECK_EQ(ACC_STAT_LARGE_POOL, 2);
+    CHECK_EQ(ACCALLOC_STAT_ALL, 0);
+    CHECK_EQ(ACCALLOC_STAT_SMALL_POOL, 1);
+    CHECK_EQ(ACCALLOC_STAT_LARGE_POOL, 2);
 
-    CHECK_STATUS(acc_device_count(&n), ACC_OK);
+    CHECK_STATUS(accalloc_device_count(&n), ACCALLOC_OK);
     CHECK_EQ(n, 2);
-    CHECK_STATUS(acc_current_device(&cur), ACC_OK);
+    CHECK_STATUS(accalloc_current_device(&cur), ACCALLOC_OK);
     CHECK_EQ(cur, 0);
     /* None of that failed, so still no message. */
-    CHECK_STR(acc_last_error_message(), "");
+    CHECK_STR(accalloc_last_error_message(), "");
 }
 
 /* ------------------------------------------------------------------------------------------------ */
 static void section_initial(void)
 {
-    AccDeviceStats s;
+    AccallocDeviceStats s;
     struct {
-        AccDeviceStats s;
+        AccallocDeviceStats s;
         unsigned char tail[64];
     } big;
-    size_t i, cut = offsetof(AccDeviceStats, segment);
+    size_t i, cut = offsetof(AccallocDeviceStats, segment);
     int untouched;
 
     fresh_expected(&e0);
@@ -214,13 +214,13 @@ static void section_initial(void)
 
     /* struct_size 0: the caller did not say how big its struct is. */
     memset(&s, 0, sizeof s);
-    CHECK_STATUS(acc_get_device_stats(0, &s), ACC_ERROR_INVALID_ARGUMENT);
-    CHECK(strlen(acc_last_error_message()) > 0);
+    CHECK_STATUS(accalloc_get_device_stats(0, &s), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    CHECK(strlen(accalloc_last_error_message()) > 0);
 
     /* An older caller with a shorter struct: only struct_size bytes are written. */
     memset(&s, 0xAB, sizeof s);
     s.struct_size = cut;
-    CHECK_STATUS(acc_get_device_stats(0, &s), ACC_OK);
+    CHECK_STATUS(accalloc_get_device_stats(0, &s), ACCALLOC_OK);
     CHECK_EQ(s.struct_size, cut); /* rewritten with the bytes filled */
     for (i = 0; i < 3; ++i) {
         CHECK_EQ(s.allocation[i].current, 0);
@@ -237,8 +237,8 @@ static void section_initial(void)
     /* A newer caller with a longer struct: the library fills what it knows and leaves the rest. */
     memset(&big, 0xAB, sizeof big);
     big.s.struct_size = sizeof big;
-    CHECK_STATUS(acc_get_device_stats(0, &big.s), ACC_OK);
-    CHECK_EQ(big.s.struct_size, sizeof(AccDeviceStats)); /* the bytes the library filled */
+    CHECK_STATUS(accalloc_get_device_stats(0, &big.s), ACCALLOC_OK);
+    CHECK_EQ(big.s.struct_size, sizeof(AccallocDeviceStats)); /* the bytes the library filled */
     CHECK_EQ(big.s.max_split_size, -1);
     CHECK_EQ(big.s.num_device_alloc, 0);
     CHECK_EQ(big.s.requested_bytes[LARGE].freed, 0);
@@ -259,7 +259,7 @@ static void section_phase_a(void)
 
     /* A1: malloc(1000) on the current device (-1 -> 0): 1024 bytes out of a new 2 MiB small segment,
      * split; the 2096128-byte remainder is an inactive split block. */
-    CHECK_STATUS(acc_malloc(&pa1, 1000, -1, NULL), ACC_OK);
+    CHECK_STATUS(accalloc_malloc(&pa1, 1000, -1, NULL), ACCALLOC_OK);
     CHECK(pa1 != NULL);
     CHECK((uintptr_t)pa1 % 512 == 0); /* blocks are 512-byte aligned */
     touch(pa1, 1000, 0x11);
@@ -280,7 +280,7 @@ static void section_phase_a(void)
 
     /* A2: malloc(1000) on device 0 explicitly: best fit is the remainder; cut from its start, so the
      * block sits right after the first one. An already split block shrinks: inactive_split_bytes -1024. */
-    CHECK_STATUS(acc_malloc(&pa2, 1000, 0, NULL), ACC_OK);
+    CHECK_STATUS(accalloc_malloc(&pa2, 1000, 0, NULL), ACCALLOC_OK);
     CHECK((char *)pa2 == (char *)pa1 + 1024);
     touch(pa2, 1000, 0x22);
     SET2(e0, allocation, SMALL, 2, 2, 2, 0);
@@ -293,17 +293,17 @@ static void section_phase_a(void)
 
     /* Bad frees change nothing: a pointer never handed out, an interior pointer of a live block, a
      * pointer from the C heap. */
-    CHECK_STATUS(acc_free(&local), ACC_ERROR_INVALID_POINTER);
-    CHECK(strlen(acc_last_error_message()) > 0);
-    CHECK_STATUS(acc_free((char *)pa1 + 512), ACC_ERROR_INVALID_POINTER);
-    CHECK_STATUS(acc_free((char *)pa2 + 1), ACC_ERROR_INVALID_POINTER);
+    CHECK_STATUS(accalloc_free(&local), ACCALLOC_ERROR_INVALID_POINTER);
+    CHECK(strlen(accalloc_last_error_message()) > 0);
+    CHECK_STATUS(accalloc_free((char *)pa1 + 512), ACCALLOC_ERROR_INVALID_POINTER);
+    CHECK_STATUS(accalloc_free((char *)pa2 + 1), ACCALLOC_ERROR_INVALID_POINTER);
     p = malloc(64);
-    CHECK_STATUS(acc_free(p), ACC_ERROR_INVALID_POINTER);
+    CHECK_STATUS(accalloc_free(p), ACCALLOC_ERROR_INVALID_POINTER);
     free(p);
-    CHECK_STATUS(acc_free(NULL), ACC_OK);
+    CHECK_STATUS(accalloc_free(NULL), ACCALLOC_OK);
     /* size 0: no memory, NULL back, nothing counted */
     p = &local;
-    CHECK_STATUS(acc_malloc(&p, 0, 0, NULL), ACC_OK);
+    CHECK_STATUS(accalloc_malloc(&p, 0, 0, NULL), ACCALLOC_OK);
     CHECK(p == NULL);
     expect_device(0, &e0, "A2 after invalid frees and malloc(0)");
     if (is_host()) {
@@ -312,7 +312,7 @@ static void section_phase_a(void)
     }
 
     /* A3: free(pa1): its neighbour pa2 is allocated, so no merge; a new inactive split block of 1024. */
-    CHECK_STATUS(acc_free(pa1), ACC_OK);
+    CHECK_STATUS(accalloc_free(pa1), ACCALLOC_OK);
     SET2(e0, allocation, SMALL, 1, 2, 2, 1);
     SET2(e0, active, SMALL, 1, 2, 2, 1);
     SET2(e0, allocated_bytes, SMALL, 1024, 2048, 2048, 1024);
@@ -323,12 +323,12 @@ static void section_phase_a(void)
     expect_device(0, &e0, "A3 free first block");
 
     /* Double free: reported, nothing changes. */
-    CHECK_STATUS(acc_free(pa1), ACC_ERROR_INVALID_POINTER);
+    CHECK_STATUS(accalloc_free(pa1), ACCALLOC_ERROR_INVALID_POINTER);
     expect_device(0, &e0, "A3 after double free");
 
     /* A4: free(pa2): merges with both free neighbours into the whole segment: inactive_split -2,
      * inactive_split_bytes -(1024 + 2095104). */
-    CHECK_STATUS(acc_free(pa2), ACC_OK);
+    CHECK_STATUS(accalloc_free(pa2), ACCALLOC_OK);
     SET2(e0, allocation, SMALL, 0, 2, 2, 2);
     SET2(e0, active, SMALL, 0, 2, 2, 2);
     SET2(e0, allocated_bytes, SMALL, 0, 2048, 2048, 2048);
@@ -338,12 +338,12 @@ static void section_phase_a(void)
     SET2(e0, inactive_split_bytes, SMALL, 0, 2096128, 2097152, 2097152);
     expect_device(0, &e0, "A4 free second block (segment cached)");
     expect_mem_info(0, (uint64_t)(GiB - 2097152), (uint64_t)GiB);
-    CHECK_STATUS(acc_free(pa2), ACC_ERROR_INVALID_POINTER);
+    CHECK_STATUS(accalloc_free(pa2), ACCALLOC_ERROR_INVALID_POINTER);
     expect_device(0, &e0, "A4 after double free");
 
     /* A5: empty_cache releases the cached segment; it synchronizes every device (num_sync_all_streams
      * +1 on device 1 too, as PyTorch's emptyCache runs on each device allocator). */
-    CHECK_STATUS(acc_empty_cache(), ACC_OK);
+    CHECK_STATUS(accalloc_empty_cache(), ACCALLOC_OK);
     SET2(e0, segment, SMALL, 0, 1, 1, 1);
     SET2(e0, reserved_bytes, SMALL, 0, 2097152, 2097152, 2097152);
     e0.num_device_free = 1;
@@ -361,7 +361,7 @@ static void section_phase_b(void)
     void *p3 = NULL, *p4 = NULL, *p5 = (void *)&e0;
 
     /* B1: 3 MiB -> large pool, new 20 MiB segment, split (remainder 17825792 > 1 MiB). */
-    CHECK_STATUS(acc_malloc(&p3, (size_t)(3 * MiB), 0, NULL), ACC_OK);
+    CHECK_STATUS(accalloc_malloc(&p3, (size_t)(3 * MiB), 0, NULL), ACCALLOC_OK);
     touch(p3, (size_t)(3 * MiB), 0x33);
     SET(e0, allocation, ALL, 1, 2, 3, 2);
     SET(e0, allocation, LARGE, 1, 1, 1, 0);
@@ -385,7 +385,7 @@ static void section_phase_b(void)
     expect_device(0, &e0, "B1 malloc(3 MiB)");
 
     /* B2: reset_peak_memory_stats: peak = current everywhere, nothing else moves. */
-    CHECK_STATUS(acc_reset_peak_memory_stats(0), ACC_OK);
+    CHECK_STATUS(accalloc_reset_peak_memory_stats(0), ACCALLOC_OK);
     SET(e0, allocation, ALL, 1, 1, 3, 2);
     SET(e0, allocation, SMALL, 0, 0, 2, 2);
     SET(e0, active, ALL, 1, 1, 3, 2);
@@ -402,7 +402,7 @@ static void section_phase_b(void)
     expect_device(1, &e1, "B2 device 1 not reset");
 
     /* B3: reset_accumulated_memory_stats: allocated and freed = 0 everywhere, the five counters = 0. */
-    CHECK_STATUS(acc_reset_accumulated_memory_stats(0), ACC_OK);
+    CHECK_STATUS(accalloc_reset_accumulated_memory_stats(0), ACCALLOC_OK);
     fresh_expected(&e0);
     SET2(e0, allocation, LARGE, 1, 1, 0, 0);
     SET2(e0, active, LARGE, 1, 1, 0, 0);
@@ -418,7 +418,7 @@ static void section_phase_b(void)
 
     /* B4: 19.5 MiB: the 17 MiB free block is too small; >= 10 MiB gets a segment rounded to 2 MiB
      * (20 MiB); the 512 KiB remainder is not > 1 MiB, so no split: the caller gets the whole 20 MiB. */
-    CHECK_STATUS(acc_malloc(&p4, (size_t)20447232, 0, NULL), ACC_OK);
+    CHECK_STATUS(accalloc_malloc(&p4, (size_t)20447232, 0, NULL), ACCALLOC_OK);
     touch(p4, (size_t)20447232, 0x44);
     CHECK((uintptr_t)p3 % 512 == 0);
     CHECK((uintptr_t)p4 % 512 == 0);
@@ -434,7 +434,7 @@ static void section_phase_b(void)
     expect_mem_info(0, (uint64_t)(GiB - 41943040), (uint64_t)GiB);
 
     /* B5: free the 3 MiB block: merges with its free remainder, the segment is whole again. */
-    CHECK_STATUS(acc_free(p3), ACC_OK);
+    CHECK_STATUS(accalloc_free(p3), ACCALLOC_OK);
     SET2(e0, allocation, LARGE, 1, 2, 1, 1);
     SET2(e0, active, LARGE, 1, 2, 1, 1);
     SET2(e0, allocated_bytes, LARGE, 20971520, 24117248, 20971520, 3145728);
@@ -445,7 +445,7 @@ static void section_phase_b(void)
     expect_device(0, &e0, "B5 free(3 MiB)");
 
     /* B6: free the 19.5 MiB block (a whole segment: no inactive_split change). */
-    CHECK_STATUS(acc_free(p4), ACC_OK);
+    CHECK_STATUS(accalloc_free(p4), ACCALLOC_OK);
     SET2(e0, allocation, LARGE, 0, 2, 1, 2);
     SET2(e0, active, LARGE, 0, 2, 1, 2);
     SET2(e0, allocated_bytes, LARGE, 0, 24117248, 20971520, 24117248);
@@ -453,19 +453,20 @@ static void section_phase_b(void)
     SET2(e0, requested_bytes, LARGE, 0, 23592960, 20447232, 23592960);
     expect_device(0, &e0, "B6 free(19.5 MiB)");
 
-    /* B7a: 1 TiB is more than the device has at all: refused as out of memory up front, and nothing
-     * changes (accalloc's rule for a request no device can hold; PyTorch would still release the cache,
-     * retry and count num_ooms). The message has PyTorch's shape. */
-    CHECK_STATUS(acc_malloc(&p5, (size_t)1 << 40, 0, NULL), ACC_ERROR_OUT_OF_MEMORY);
+    /* B7a: 1 TiB is more than the device has at all: refused as out of memory up front. It counts in
+     * num_ooms, as in PyTorch, and nothing else changes (accalloc's rule for a request no device can
+     * hold; PyTorch would still release the cache and count a retry). The message has PyTorch's shape. */
+    CHECK_STATUS(accalloc_malloc(&p5, (size_t)1 << 40, 0, NULL), ACCALLOC_ERROR_OUT_OF_MEMORY);
     CHECK(p5 == (void *)&e0); /* on error *out is not touched */
-    CHECK_CONTAINS(acc_last_error_message(), "out of memory");
-    CHECK_CONTAINS(acc_last_error_message(), "Tried to allocate 1024.00 GiB");
-    CHECK_CONTAINS(acc_last_error_message(), "Device 0");
-    expect_device(0, &e0, "B7a malloc(1 TiB): refused, nothing changes");
+    CHECK_CONTAINS(accalloc_last_error_message(), "out of memory");
+    CHECK_CONTAINS(accalloc_last_error_message(), "Tried to allocate 1024.00 GiB");
+    CHECK_CONTAINS(accalloc_last_error_message(), "Device 0");
+    e0.num_ooms = 1;
+    expect_device(0, &e0, "B7a malloc(1 TiB): refused, counted as an OOM, nothing else changes");
     expect_device(1, &e1, "B7a device 1 untouched");
 
     /* B7b: 600 MiB live next to the two cached 20 MiB segments (640 MiB reserved). */
-    CHECK_STATUS(acc_malloc(&p4, (size_t)(600 * MiB), 0, NULL), ACC_OK);
+    CHECK_STATUS(accalloc_malloc(&p4, (size_t)(600 * MiB), 0, NULL), ACCALLOC_OK);
     SET2(e0, allocation, LARGE, 1, 2, 2, 2);
     SET2(e0, active, LARGE, 1, 2, 2, 2);
     SET2(e0, allocated_bytes, LARGE, 629145600, 629145600, 650117120, 24117248);
@@ -479,30 +480,30 @@ static void section_phase_b(void)
 
     /* B7c: 500 MiB would fit an empty device but not this one: the device says no, every cached whole
      * segment is released (num_sync_all_streams +1, the two 20 MiB segments freed), one retry
-     * (num_alloc_retries +1) fails too (600 + 500 MiB > 1 GiB), then num_ooms +1. */
+     * (num_alloc_retries +1) fails too (600 + 500 MiB > 1 GiB), then num_ooms +1 (2 with B7a). */
     p5 = (void *)&e0;
-    CHECK_STATUS(acc_malloc(&p5, (size_t)(500 * MiB), 0, NULL), ACC_ERROR_OUT_OF_MEMORY);
+    CHECK_STATUS(accalloc_malloc(&p5, (size_t)(500 * MiB), 0, NULL), ACCALLOC_ERROR_OUT_OF_MEMORY);
     CHECK(p5 == (void *)&e0);
-    CHECK_CONTAINS(acc_last_error_message(), "Tried to allocate 500.00 MiB");
+    CHECK_CONTAINS(accalloc_last_error_message(), "Tried to allocate 500.00 MiB");
     SET2(e0, segment, LARGE, 1, 3, 2, 2);
     SET2(e0, reserved_bytes, LARGE, 629145600, 671088640, 650117120, 41943040);
     e0.num_device_free = 2;
     e0.num_sync_all_streams = 1;
     e0.num_alloc_retries = 1;
-    e0.num_ooms = 1;
+    e0.num_ooms = 2;
     expect_device(0, &e0, "B7c malloc(500 MiB) out of memory after releasing the cache");
     expect_device(1, &e1, "B7c device 1 untouched");
     expect_mem_info(0, (uint64_t)(GiB - 629145600), (uint64_t)GiB);
 
     /* B7d: free the 600 MiB block (cached), then empty_cache releases it (and syncs device 1 too). */
-    CHECK_STATUS(acc_free(p4), ACC_OK);
+    CHECK_STATUS(accalloc_free(p4), ACCALLOC_OK);
     SET2(e0, allocation, LARGE, 0, 2, 2, 3);
     SET2(e0, active, LARGE, 0, 2, 2, 3);
     SET2(e0, allocated_bytes, LARGE, 0, 629145600, 650117120, 653262848);
     SET2(e0, active_bytes, LARGE, 0, 629145600, 650117120, 653262848);
     SET2(e0, requested_bytes, LARGE, 0, 629145600, 649592832, 652738560);
     expect_device(0, &e0, "B7d free(600 MiB)");
-    CHECK_STATUS(acc_empty_cache(), ACC_OK);
+    CHECK_STATUS(accalloc_empty_cache(), ACCALLOC_OK);
     SET2(e0, segment, LARGE, 0, 3, 2, 3);
     SET2(e0, reserved_bytes, LARGE, 0, 671088640, 650117120, 671088640);
     e0.num_device_free = 3;
@@ -513,8 +514,8 @@ static void section_phase_b(void)
     expect_mem_info(0, (uint64_t)GiB, (uint64_t)GiB);
 
     /* Both resets together bring the device back to a fresh one (nothing is live or cached). */
-    CHECK_STATUS(acc_reset_accumulated_memory_stats(-1), ACC_OK);
-    CHECK_STATUS(acc_reset_peak_memory_stats(-1), ACC_OK);
+    CHECK_STATUS(accalloc_reset_accumulated_memory_stats(-1), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_reset_peak_memory_stats(-1), ACCALLOC_OK);
     fresh_expected(&e0);
     expect_device(0, &e0, "B8 both resets on the current device");
 }
@@ -526,7 +527,7 @@ static void section_phase_c(void)
     void *big = NULL, *p = NULL, *q = NULL;
 
     /* C1: 1 GiB: a segment of exactly the device's capacity (no split). */
-    CHECK_STATUS(acc_malloc(&big, (size_t)GiB, 0, NULL), ACC_OK);
+    CHECK_STATUS(accalloc_malloc(&big, (size_t)GiB, 0, NULL), ACCALLOC_OK);
     CHECK(big != NULL);
     SET2(e0, allocation, LARGE, 1, 1, 1, 0);
     SET2(e0, active, LARGE, 1, 1, 1, 0);
@@ -541,34 +542,34 @@ static void section_phase_c(void)
 
     /* C2: 1000 bytes need a new 2 MiB small segment: the device is full, nothing cached to release;
      * the retry fails too. The message names the segment size, not the request. */
-    CHECK_STATUS(acc_malloc(&p, 1000, 0, NULL), ACC_ERROR_OUT_OF_MEMORY);
-    CHECK_CONTAINS(acc_last_error_message(), "Tried to allocate 2.00 MiB");
+    CHECK_STATUS(accalloc_malloc(&p, 1000, 0, NULL), ACCALLOC_ERROR_OUT_OF_MEMORY);
+    CHECK_CONTAINS(accalloc_last_error_message(), "Tried to allocate 2.00 MiB");
     e0.num_sync_all_streams = 1;
     e0.num_alloc_retries = 1;
     e0.num_ooms = 1;
     expect_device(0, &e0, "C2 malloc(1000) with the device full");
 
     /* Device 1 is a separate 1 GiB device: the same request works there. */
-    CHECK_STATUS(acc_malloc(&q, 1000, 1, NULL), ACC_OK);
-    CHECK_STATUS(acc_free(q), ACC_OK);
+    CHECK_STATUS(accalloc_malloc(&q, 1000, 1, NULL), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_free(q), ACCALLOC_OK);
     {
         int64_t v = -1;
-        CHECK_STATUS(acc_memory_stat(1, "allocation.all.allocated", &v), ACC_OK);
+        CHECK_STATUS(accalloc_memory_stat(1, "allocation.all.allocated", &v), ACCALLOC_OK);
         CHECK_EQ(v, 1);
-        CHECK_STATUS(acc_memory_stat(1, "reserved_bytes.small_pool.current", &v), ACC_OK);
+        CHECK_STATUS(accalloc_memory_stat(1, "reserved_bytes.small_pool.current", &v), ACCALLOC_OK);
         CHECK_EQ(v, 2097152);
     }
     /* Undo device 1's figures so that phase D starts from a known state. */
-    CHECK_STATUS(acc_empty_cache(), ACC_OK); /* also syncs device 0 */
-    CHECK_STATUS(acc_reset_accumulated_memory_stats(1), ACC_OK);
-    CHECK_STATUS(acc_reset_peak_memory_stats(1), ACC_OK);
+    CHECK_STATUS(accalloc_empty_cache(), ACCALLOC_OK); /* also syncs device 0 */
+    CHECK_STATUS(accalloc_reset_accumulated_memory_stats(1), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_reset_peak_memory_stats(1), ACCALLOC_OK);
     fresh_expected(&e1);
     expect_device(1, &e1, "C2 device 1 back to fresh");
     e0.num_sync_all_streams = 2; /* that empty_cache synchronized device 0 too; its 1 GiB is in use */
     expect_device(0, &e0, "C2 empty_cache with the 1 GiB block live");
 
     /* C3: free the 1 GiB block: cached, still reserved. */
-    CHECK_STATUS(acc_free(big), ACC_OK);
+    CHECK_STATUS(accalloc_free(big), ACCALLOC_OK);
     SET2(e0, allocation, LARGE, 0, 1, 1, 1);
     SET2(e0, active, LARGE, 0, 1, 1, 1);
     SET2(e0, allocated_bytes, LARGE, 0, GiB, GiB, GiB);
@@ -580,7 +581,7 @@ static void section_phase_c(void)
     /* C4: malloc(1000): the new 2 MiB segment fails (1 GiB cached), the cached 1 GiB segment is
      * released (num_sync_all_streams +1, num_device_free +1), the retry succeeds (num_alloc_retries +1,
      * no OOM). */
-    CHECK_STATUS(acc_malloc(&p, 1000, 0, NULL), ACC_OK);
+    CHECK_STATUS(accalloc_malloc(&p, 1000, 0, NULL), ACCALLOC_OK);
     touch(p, 1000, 0x55);
     SET(e0, segment, ALL, 1, 1, 2, 1);
     SET(e0, segment, LARGE, 0, 1, 1, 1);
@@ -609,7 +610,7 @@ static void section_phase_c(void)
     expect_mem_info(0, (uint64_t)(GiB - 2097152), (uint64_t)GiB);
 
     /* C5: free it; C6: empty_cache. */
-    CHECK_STATUS(acc_free(p), ACC_OK);
+    CHECK_STATUS(accalloc_free(p), ACCALLOC_OK);
     SET(e0, allocation, ALL, 0, 1, 2, 2);
     SET(e0, allocation, SMALL, 0, 1, 1, 1);
     SET(e0, active, ALL, 0, 1, 2, 2);
@@ -624,7 +625,7 @@ static void section_phase_c(void)
     SET2(e0, inactive_split_bytes, SMALL, 0, 2096128, 2096128, 2096128);
     expect_device(0, &e0, "C5 free(1000)");
 
-    CHECK_STATUS(acc_empty_cache(), ACC_OK);
+    CHECK_STATUS(accalloc_empty_cache(), ACCALLOC_OK);
     SET(e0, segment, ALL, 0, 1, 2, 2);
     SET(e0, segment, SMALL, 0, 1, 1, 1);
     SET(e0, reserved_bytes, ALL, 0, GiB, GiB + 2097152, GiB + 2097152);
@@ -643,14 +644,14 @@ static void section_phase_e(void)
 {
     void *p1 = NULL, *p2 = NULL, *p3 = NULL;
 
-    CHECK_STATUS(acc_reset_accumulated_memory_stats(0), ACC_OK);
-    CHECK_STATUS(acc_reset_peak_memory_stats(0), ACC_OK);
+    CHECK_STATUS(accalloc_reset_accumulated_memory_stats(0), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_reset_peak_memory_stats(0), ACCALLOC_OK);
     fresh_expected(&e0);
     expect_device(0, &e0, "E0 resets after phase C");
 
     /* E1: 19 MiB: >= 10 MiB, segment rounded up to 2 MiB = 20 MiB; the remainder is exactly 1 MiB, which
      * is not > 1 MiB: no split, the caller gets all 20 MiB. */
-    CHECK_STATUS(acc_malloc(&p1, (size_t)(19 * MiB), 0, NULL), ACC_OK);
+    CHECK_STATUS(accalloc_malloc(&p1, (size_t)(19 * MiB), 0, NULL), ACCALLOC_OK);
     SET2(e0, allocation, LARGE, 1, 1, 1, 0);
     SET2(e0, active, LARGE, 1, 1, 1, 0);
     SET2(e0, allocated_bytes, LARGE, 20971520, 20971520, 20971520, 0);
@@ -662,7 +663,7 @@ static void section_phase_e(void)
     expect_device(0, &e0, "E1 malloc(19 MiB): 1 MiB remainder is not split");
 
     /* E2: exactly 10 MiB, nothing free: a segment of exactly 10 MiB. */
-    CHECK_STATUS(acc_malloc(&p2, (size_t)(10 * MiB), 0, NULL), ACC_OK);
+    CHECK_STATUS(accalloc_malloc(&p2, (size_t)(10 * MiB), 0, NULL), ACCALLOC_OK);
     SET2(e0, allocation, LARGE, 2, 2, 2, 0);
     SET2(e0, active, LARGE, 2, 2, 2, 0);
     SET2(e0, allocated_bytes, LARGE, 31457280, 31457280, 31457280, 0);
@@ -674,7 +675,7 @@ static void section_phase_e(void)
     expect_device(0, &e0, "E2 malloc(10 MiB): a 10 MiB segment");
 
     /* E3: 10 MiB - 512 is under 10 MiB: a 20 MiB segment, split (10486272 left). */
-    CHECK_STATUS(acc_malloc(&p3, (size_t)(10 * MiB - 512), 0, NULL), ACC_OK);
+    CHECK_STATUS(accalloc_malloc(&p3, (size_t)(10 * MiB - 512), 0, NULL), ACCALLOC_OK);
     SET2(e0, allocation, LARGE, 3, 3, 3, 0);
     SET2(e0, active, LARGE, 3, 3, 3, 0);
     SET2(e0, allocated_bytes, LARGE, 41942528, 41942528, 41942528, 0);
@@ -689,9 +690,9 @@ static void section_phase_e(void)
     expect_mem_info(0, (uint64_t)(GiB - 52428800), (uint64_t)GiB);
 
     /* E4: free all three; E5: empty_cache. */
-    CHECK_STATUS(acc_free(p1), ACC_OK);
-    CHECK_STATUS(acc_free(p2), ACC_OK);
-    CHECK_STATUS(acc_free(p3), ACC_OK);
+    CHECK_STATUS(accalloc_free(p1), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_free(p2), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_free(p3), ACCALLOC_OK);
     SET2(e0, allocation, LARGE, 0, 3, 3, 3);
     SET2(e0, active, LARGE, 0, 3, 3, 3);
     SET2(e0, allocated_bytes, LARGE, 0, 41942528, 41942528, 41942528);
@@ -700,7 +701,7 @@ static void section_phase_e(void)
     SET2(e0, inactive_split, LARGE, 0, 1, 1, 1);
     SET2(e0, inactive_split_bytes, LARGE, 0, 10486272, 10486272, 10486272);
     expect_device(0, &e0, "E4 frees");
-    CHECK_STATUS(acc_empty_cache(), ACC_OK);
+    CHECK_STATUS(accalloc_empty_cache(), ACCALLOC_OK);
     SET2(e0, segment, LARGE, 0, 3, 3, 3);
     SET2(e0, reserved_bytes, LARGE, 0, 52428800, 52428800, 52428800);
     e0.num_device_free = 3;
@@ -715,39 +716,39 @@ static void section_phase_e(void)
     {
         void *q1 = NULL, *q2 = NULL, *q3 = NULL, *q4 = NULL, *q = NULL;
         int64_t v = -1;
-        CHECK_STATUS(acc_malloc(&q1, 4096, 0, NULL), ACC_OK);
-        CHECK_STATUS(acc_malloc(&q2, 1000, 0, NULL), ACC_OK);
-        CHECK_STATUS(acc_malloc(&q3, 1000, 0, NULL), ACC_OK);
-        CHECK_STATUS(acc_malloc(&q4, 1000, 0, NULL), ACC_OK);
+        CHECK_STATUS(accalloc_malloc(&q1, 4096, 0, NULL), ACCALLOC_OK);
+        CHECK_STATUS(accalloc_malloc(&q2, 1000, 0, NULL), ACCALLOC_OK);
+        CHECK_STATUS(accalloc_malloc(&q3, 1000, 0, NULL), ACCALLOC_OK);
+        CHECK_STATUS(accalloc_malloc(&q4, 1000, 0, NULL), ACCALLOC_OK);
         CHECK((char *)q2 == (char *)q1 + 4096);
         CHECK((char *)q3 == (char *)q1 + 5120);
         CHECK((char *)q4 == (char *)q1 + 6144);
-        CHECK_STATUS(acc_free(q1), ACC_OK);
-        CHECK_STATUS(acc_free(q3), ACC_OK);
-        CHECK_STATUS(acc_memory_stat(0, "inactive_split.small_pool.current", &v), ACC_OK);
+        CHECK_STATUS(accalloc_free(q1), ACCALLOC_OK);
+        CHECK_STATUS(accalloc_free(q3), ACCALLOC_OK);
+        CHECK_STATUS(accalloc_memory_stat(0, "inactive_split.small_pool.current", &v), ACCALLOC_OK);
         CHECK_EQ(v, 3);
-        CHECK_STATUS(acc_memory_stat(0, "inactive_split_bytes.small_pool.current", &v), ACC_OK);
+        CHECK_STATUS(accalloc_memory_stat(0, "inactive_split_bytes.small_pool.current", &v), ACCALLOC_OK);
         CHECK_EQ(v, 4096 + 1024 + (2097152 - 7168));
-        CHECK_STATUS(acc_malloc(&q, 1000, 0, NULL), ACC_OK);
+        CHECK_STATUS(accalloc_malloc(&q, 1000, 0, NULL), ACCALLOC_OK);
         CHECK(q == q3);
-        CHECK_STATUS(acc_memory_stat(0, "inactive_split.small_pool.current", &v), ACC_OK);
+        CHECK_STATUS(accalloc_memory_stat(0, "inactive_split.small_pool.current", &v), ACCALLOC_OK);
         CHECK_EQ(v, 2);
-        CHECK_STATUS(acc_memory_stat(0, "inactive_split_bytes.small_pool.current", &v), ACC_OK);
+        CHECK_STATUS(accalloc_memory_stat(0, "inactive_split_bytes.small_pool.current", &v), ACCALLOC_OK);
         CHECK_EQ(v, 4096 + (2097152 - 7168));
-        CHECK_STATUS(acc_memory_stat(0, "allocated_bytes.small_pool.current", &v), ACC_OK);
+        CHECK_STATUS(accalloc_memory_stat(0, "allocated_bytes.small_pool.current", &v), ACCALLOC_OK);
         CHECK_EQ(v, 3072);
-        CHECK_STATUS(acc_memory_stat(0, "segment.small_pool.current", &v), ACC_OK);
+        CHECK_STATUS(accalloc_memory_stat(0, "segment.small_pool.current", &v), ACCALLOC_OK);
         CHECK_EQ(v, 1);
-        CHECK_STATUS(acc_free(q), ACC_OK);
-        CHECK_STATUS(acc_free(q2), ACC_OK);
-        CHECK_STATUS(acc_free(q4), ACC_OK);
-        CHECK_STATUS(acc_memory_stat(0, "inactive_split.small_pool.current", &v), ACC_OK);
+        CHECK_STATUS(accalloc_free(q), ACCALLOC_OK);
+        CHECK_STATUS(accalloc_free(q2), ACCALLOC_OK);
+        CHECK_STATUS(accalloc_free(q4), ACCALLOC_OK);
+        CHECK_STATUS(accalloc_memory_stat(0, "inactive_split.small_pool.current", &v), ACCALLOC_OK);
         CHECK_EQ(v, 0);
-        CHECK_STATUS(acc_memory_stat(0, "inactive_split_bytes.small_pool.current", &v), ACC_OK);
+        CHECK_STATUS(accalloc_memory_stat(0, "inactive_split_bytes.small_pool.current", &v), ACCALLOC_OK);
         CHECK_EQ(v, 0);
-        CHECK_STATUS(acc_empty_cache(), ACC_OK);
-        CHECK_STATUS(acc_reset_accumulated_memory_stats(0), ACC_OK);
-        CHECK_STATUS(acc_reset_peak_memory_stats(0), ACC_OK);
+        CHECK_STATUS(accalloc_empty_cache(), ACCALLOC_OK);
+        CHECK_STATUS(accalloc_reset_accumulated_memory_stats(0), ACCALLOC_OK);
+        CHECK_STATUS(accalloc_reset_peak_memory_stats(0), ACCALLOC_OK);
         fresh_expected(&e0);
         e1.num_sync_all_streams = 3;
         expect_device(0, &e0, "E6 best fit, then everything released and reset");
@@ -758,31 +759,31 @@ static void section_phase_e(void)
 /* ------------------------------------------------------------------------------------------------ */
 static void check_json(int32_t device, const char *step)
 {
-    static char want_keys[ACC_N_KEYS][ACC_KEY_MAX];
-    static char got_keys[ACC_N_KEYS + 1][ACC_KEY_MAX];
-    int64_t values[ACC_N_KEYS + 1];
-    AccDeviceStats s;
+    static char want_keys[ACCALLOC_N_KEYS][ACCALLOC_KEY_MAX];
+    static char got_keys[ACCALLOC_N_KEYS + 1][ACCALLOC_KEY_MAX];
+    int64_t values[ACCALLOC_N_KEYS + 1];
+    AccallocDeviceStats s;
     size_t len = 0, need, i;
     char *buf;
     const char *why = "";
     int n, k, untouched;
 
-    CHECK_STATUS(acc_memory_stats_json(device, NULL, 0, NULL), ACC_ERROR_INVALID_ARGUMENT);
-    CHECK_STATUS(acc_memory_stats_json(device, NULL, 0, &len), ACC_OK);
+    CHECK_STATUS(accalloc_memory_stats_json(device, NULL, 0, NULL), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(accalloc_memory_stats_json(device, NULL, 0, &len), ACCALLOC_OK);
     need = len;
     CHECK(need > 122 * 10);
     buf = (char *)malloc(need + 64);
     if (buf == NULL)
         return;
 
-    /* too small by one byte: ACC_ERROR_BUFFER_TOO_SMALL, the size still reported, buf untouched */
+    /* too small by one byte: ACCALLOC_ERROR_BUFFER_TOO_SMALL, the size still reported, buf untouched */
     memset(buf, 'Z', need + 64);
     len = 0;
-    CHECK_STATUS(acc_memory_stats_json(device, buf, need - 1, &len), ACC_ERROR_BUFFER_TOO_SMALL);
+    CHECK_STATUS(accalloc_memory_stats_json(device, buf, need - 1, &len), ACCALLOC_ERROR_BUFFER_TOO_SMALL);
     CHECK_EQ(len, need);
-    CHECK(strlen(acc_last_error_message()) > 0);
+    CHECK(strlen(accalloc_last_error_message()) > 0);
     len = 0;
-    CHECK_STATUS(acc_memory_stats_json(device, buf, 0, &len), ACC_ERROR_BUFFER_TOO_SMALL);
+    CHECK_STATUS(accalloc_memory_stats_json(device, buf, 0, &len), ACCALLOC_ERROR_BUFFER_TOO_SMALL);
     CHECK_EQ(len, need);
     untouched = 1;
     for (i = 0; i < need + 64; ++i)
@@ -792,21 +793,21 @@ static void check_json(int32_t device, const char *step)
 
     /* exactly the size: OK, NUL-terminated, len = strlen + 1 */
     len = 0;
-    CHECK_STATUS(acc_memory_stats_json(device, buf, need, &len), ACC_OK);
+    CHECK_STATUS(accalloc_memory_stats_json(device, buf, need, &len), ACCALLOC_OK);
     CHECK_EQ(len, need);
     CHECK_EQ(strlen(buf) + 1, need);
     CHECK(buf[need] == 'Z');
 
-    CHECK_STATUS(get_stats(device, &s), ACC_OK);
-    acc_sorted_keys(want_keys);
-    n = acc_parse_flat_json(buf, got_keys, values, ACC_N_KEYS + 1, &why);
+    CHECK_STATUS(get_stats(device, &s), ACCALLOC_OK);
+    accalloc_sorted_keys(want_keys);
+    n = accalloc_parse_flat_json(buf, got_keys, values, ACCALLOC_N_KEYS + 1, &why);
     ++g_checks;
-    if (n != ACC_N_KEYS) {
+    if (n != ACCALLOC_N_KEYS) {
         ++g_failures;
         fprintf(stderr, "FAIL [%s] memory_stats_json: %d keys (%s); text: %s\n", step, n, n < 0 ? why : "", buf);
     } else {
-        for (k = 0; k < ACC_N_KEYS; ++k) {
-            char name[ACC_KEY_MAX];
+        for (k = 0; k < ACCALLOC_N_KEYS; ++k) {
+            char name[ACCALLOC_KEY_MAX];
             int j, found = 0;
             ++g_checks;
             if (strcmp(got_keys[k], want_keys[k]) != 0) {
@@ -815,14 +816,14 @@ static void check_json(int32_t device, const char *step)
                         k, want_keys[k], got_keys[k]);
                 continue;
             }
-            for (j = 0; j < ACC_N_KEYS; ++j) {
-                int64_t v = *acc_key(&s, j, name);
+            for (j = 0; j < ACCALLOC_N_KEYS; ++j) {
+                int64_t v = *accalloc_key(&s, j, name);
                 if (strcmp(name, got_keys[k]) == 0) {
                     found = 1;
                     ++g_checks;
                     if (v != values[k]) {
                         ++g_failures;
-                        fprintf(stderr, "FAIL [%s] memory_stats_json %s = %" PRId64 ", acc_get_device_stats has %" PRId64 "\n",
+                        fprintf(stderr, "FAIL [%s] memory_stats_json %s = %" PRId64 ", accalloc_get_device_stats has %" PRId64 "\n",
                                 step, name, values[k], v);
                     }
                 }
@@ -832,25 +833,25 @@ static void check_json(int32_t device, const char *step)
     }
     /* a roomier buffer: same answer */
     len = 0;
-    CHECK_STATUS(acc_memory_stats_json(device, buf, need + 64, &len), ACC_OK);
+    CHECK_STATUS(accalloc_memory_stats_json(device, buf, need + 64, &len), ACCALLOC_OK);
     CHECK_EQ(len, need);
     free(buf);
 }
 
 /* ------------------------------------------------------------------------------------------------ */
-/* Phase D, device 1 through acc_set_device: best fit, merges that leave a split block, size classes. */
+/* Phase D, device 1 through accalloc_set_device: best fit, merges that leave a split block, size classes. */
 static void section_phase_d(void)
 {
     void *a = NULL, *b = NULL, *c = NULL, *x = NULL, *y = NULL, *z = NULL, *w = NULL;
     int32_t cur = -1;
 
-    CHECK_STATUS(acc_set_device(1), ACC_OK);
-    CHECK_STATUS(acc_current_device(&cur), ACC_OK);
+    CHECK_STATUS(accalloc_set_device(1), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_current_device(&cur), ACCALLOC_OK);
     CHECK_EQ(cur, 1);
 
     /* D1, D2: two malloc(1000) on the current device (-1 -> 1): as A1, A2 but on device 1. */
-    CHECK_STATUS(acc_malloc(&a, 1000, -1, NULL), ACC_OK);
-    CHECK_STATUS(acc_malloc(&b, 1000, -1, NULL), ACC_OK);
+    CHECK_STATUS(accalloc_malloc(&a, 1000, -1, NULL), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_malloc(&b, 1000, -1, NULL), ACCALLOC_OK);
     CHECK((char *)b == (char *)a + 1024);
     SET2(e1, allocation, SMALL, 2, 2, 2, 0);
     SET2(e1, active, SMALL, 2, 2, 2, 0);
@@ -867,7 +868,7 @@ static void section_phase_d(void)
     expect_device(0, &e0, "D2 device 0 untouched");
 
     /* D3: free(a): no merge (b is live): inactive_split +1, +1024. */
-    CHECK_STATUS(acc_free(a), ACC_OK);
+    CHECK_STATUS(accalloc_free(a), ACCALLOC_OK);
     SET2(e1, allocation, SMALL, 1, 2, 2, 1);
     SET2(e1, active, SMALL, 1, 2, 2, 1);
     SET2(e1, allocated_bytes, SMALL, 1024, 2048, 2048, 1024);
@@ -879,7 +880,7 @@ static void section_phase_d(void)
 
     /* D4: malloc(500) rounds to 512; best fit is a's 1024-byte hole (smaller than the 2095104 tail),
      * so it lands at a; split (remainder 512): inactive_split_bytes -512. */
-    CHECK_STATUS(acc_malloc(&c, 500, -1, NULL), ACC_OK);
+    CHECK_STATUS(accalloc_malloc(&c, 500, -1, NULL), ACCALLOC_OK);
     CHECK(c == a);
     SET2(e1, allocation, SMALL, 2, 2, 3, 1);
     SET2(e1, active, SMALL, 2, 2, 3, 1);
@@ -894,7 +895,7 @@ static void section_phase_d(void)
      * free_block applies it: inactive_split -1 (two merged, one new), inactive_split_bytes +1024
      * (-512 -2095104 +2096640). PyTorch nets the change before touching the Stat, so allocated/freed
      * move by the net amount only. */
-    CHECK_STATUS(acc_free(b), ACC_OK);
+    CHECK_STATUS(accalloc_free(b), ACCALLOC_OK);
     SET2(e1, allocation, SMALL, 1, 2, 3, 2);
     SET2(e1, active, SMALL, 1, 2, 3, 2);
     SET2(e1, allocated_bytes, SMALL, 512, 2048, 2560, 2048);
@@ -905,7 +906,7 @@ static void section_phase_d(void)
     expect_device(1, &e1, "D5 free(b) merges both sides, still split (PyTorch nets the change)");
 
     /* D6: free(c): merges into the whole segment: net -1, -2096640. */
-    CHECK_STATUS(acc_free(c), ACC_OK);
+    CHECK_STATUS(accalloc_free(c), ACCALLOC_OK);
     SET2(e1, allocation, SMALL, 0, 2, 3, 3);
     SET2(e1, active, SMALL, 0, 2, 3, 3);
     SET2(e1, allocated_bytes, SMALL, 0, 2048, 2560, 2560);
@@ -916,8 +917,8 @@ static void section_phase_d(void)
     expect_device(1, &e1, "D6 free(c) whole segment again");
 
     /* D7: both resets on device 1 (by number while it is current): only the cached segment remains. */
-    CHECK_STATUS(acc_reset_accumulated_memory_stats(1), ACC_OK);
-    CHECK_STATUS(acc_reset_peak_memory_stats(1), ACC_OK);
+    CHECK_STATUS(accalloc_reset_accumulated_memory_stats(1), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_reset_peak_memory_stats(1), ACCALLOC_OK);
     fresh_expected(&e1);
     SET2(e1, segment, SMALL, 1, 1, 0, 0);
     SET2(e1, reserved_bytes, SMALL, 2097152, 2097152, 0, 0);
@@ -925,7 +926,7 @@ static void section_phase_d(void)
 
     /* D8: exactly 1 MiB is still a small request: it reuses the cached 2 MiB segment (at its start),
      * which splits in two 1 MiB halves. */
-    CHECK_STATUS(acc_malloc(&x, (size_t)MiB, -1, NULL), ACC_OK);
+    CHECK_STATUS(accalloc_malloc(&x, (size_t)MiB, -1, NULL), ACCALLOC_OK);
     CHECK(x == a);
     touch(x, (size_t)MiB, 0x66);
     SET2(e1, allocation, SMALL, 1, 1, 1, 0);
@@ -938,7 +939,7 @@ static void section_phase_d(void)
     expect_device(1, &e1, "D8 malloc(1 MiB) small pool, cached segment reused");
 
     /* D9: 1 MiB + 1 rounds to 1049088: large pool, new 20 MiB segment, split (19922432 left). */
-    CHECK_STATUS(acc_malloc(&y, (size_t)(MiB + 1), -1, NULL), ACC_OK);
+    CHECK_STATUS(accalloc_malloc(&y, (size_t)(MiB + 1), -1, NULL), ACCALLOC_OK);
     touch(y, (size_t)(MiB + 1), 0x77);
     SET(e1, allocation, ALL, 2, 2, 2, 0);
     SET(e1, allocation, LARGE, 1, 1, 1, 0);
@@ -963,7 +964,7 @@ static void section_phase_d(void)
 
     /* D10: 10 MiB fits in the 19922432-byte free block (best fit, no max_split_size): it is cut from it
      * right after y; 9436672 left, still split: inactive_split_bytes -10485760. */
-    CHECK_STATUS(acc_malloc(&z, (size_t)(10 * MiB), -1, NULL), ACC_OK);
+    CHECK_STATUS(accalloc_malloc(&z, (size_t)(10 * MiB), -1, NULL), ACCALLOC_OK);
     CHECK((char *)z == (char *)y + 1049088);
     touch(z, (size_t)(10 * MiB), 0x78);
     SET(e1, allocation, ALL, 3, 3, 3, 0);
@@ -982,7 +983,7 @@ static void section_phase_d(void)
 
     /* D11: 10 MiB + 1 rounds to 10486272: nothing free fits; >= 10 MiB -> segment rounded up to 2 MiB =
      * 12582912; remainder 2096640 > 1 MiB -> split. */
-    CHECK_STATUS(acc_malloc(&w, (size_t)(10 * MiB + 1), 1, NULL), ACC_OK);
+    CHECK_STATUS(accalloc_malloc(&w, (size_t)(10 * MiB + 1), 1, NULL), ACCALLOC_OK);
     touch(w, (size_t)(10 * MiB + 1), 0x79);
     CHECK((uintptr_t)y % 512 == 0 && (uintptr_t)z % 512 == 0 && (uintptr_t)w % 512 == 0);
     SET(e1, allocation, ALL, 4, 4, 4, 0);
@@ -1018,10 +1019,10 @@ static void section_phase_d(void)
     }
 
     /* D12: free x (merges: whole small segment), y (z live: +1), z (merges both sides: whole), w (whole). */
-    CHECK_STATUS(acc_free(x), ACC_OK);
-    CHECK_STATUS(acc_free(y), ACC_OK);
-    CHECK_STATUS(acc_free(z), ACC_OK);
-    CHECK_STATUS(acc_free(w), ACC_OK);
+    CHECK_STATUS(accalloc_free(x), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_free(y), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_free(z), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_free(w), ACCALLOC_OK);
     SET(e1, allocation, ALL, 0, 4, 4, 4);
     SET(e1, allocation, SMALL, 0, 1, 1, 1);
     SET(e1, allocation, LARGE, 0, 3, 3, 3);
@@ -1045,8 +1046,8 @@ static void section_phase_d(void)
     SET(e1, inactive_split_bytes, LARGE, 0, 19922432, 23068160, 23068160);
     expect_device(1, &e1, "D12 all freed, three segments cached");
 
-    CHECK_STATUS(acc_reset_accumulated_memory_stats(1), ACC_OK);
-    CHECK_STATUS(acc_reset_peak_memory_stats(1), ACC_OK);
+    CHECK_STATUS(accalloc_reset_accumulated_memory_stats(1), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_reset_peak_memory_stats(1), ACCALLOC_OK);
     fresh_expected(&e1);
     SET(e1, segment, ALL, 3, 3, 0, 0);
     SET(e1, segment, SMALL, 1, 1, 0, 0);
@@ -1064,24 +1065,24 @@ static void section_fraction(void)
     void *f2 = NULL, *f4 = NULL, *p = NULL;
 
     /* Out of range or not a number: refused, nothing changes. */
-    CHECK_STATUS(acc_set_memory_fraction(-0.1, 1), ACC_ERROR_INVALID_ARGUMENT);
-    CHECK(strlen(acc_last_error_message()) > 0);
-    CHECK_STATUS(acc_set_memory_fraction(1.0000001, 1), ACC_ERROR_INVALID_ARGUMENT);
-    CHECK_STATUS(acc_set_memory_fraction(2.0, 1), ACC_ERROR_INVALID_ARGUMENT);
-    CHECK_STATUS(acc_set_memory_fraction(NAN, 1), ACC_ERROR_INVALID_ARGUMENT);
-    CHECK_STATUS(acc_set_memory_fraction(INFINITY, 1), ACC_ERROR_INVALID_ARGUMENT);
-    CHECK_STATUS(acc_set_memory_fraction(-INFINITY, 1), ACC_ERROR_INVALID_ARGUMENT);
-    CHECK_STATUS(acc_set_memory_fraction(0.5, 2), ACC_ERROR_INVALID_DEVICE);
-    CHECK_STATUS(acc_set_memory_fraction(0.5, -2), ACC_ERROR_INVALID_DEVICE);
+    CHECK_STATUS(accalloc_set_memory_fraction(-0.1, 1), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    CHECK(strlen(accalloc_last_error_message()) > 0);
+    CHECK_STATUS(accalloc_set_memory_fraction(1.0000001, 1), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(accalloc_set_memory_fraction(2.0, 1), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(accalloc_set_memory_fraction(NAN, 1), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(accalloc_set_memory_fraction(INFINITY, 1), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(accalloc_set_memory_fraction(-INFINITY, 1), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(accalloc_set_memory_fraction(0.5, 2), ACCALLOC_ERROR_INVALID_DEVICE);
+    CHECK_STATUS(accalloc_set_memory_fraction(0.5, -2), ACCALLOC_ERROR_INVALID_DEVICE);
     expect_device(1, &e1, "F0 after refused fractions");
 
     /* F1: fraction 0.5 -> 536870912 allowed. 600 MiB would pass it: refused without asking the device;
      * the cache is released (3 segments), the retry is refused too, OOM. */
-    CHECK_STATUS(acc_set_memory_fraction(0.5, 1), ACC_OK);
+    CHECK_STATUS(accalloc_set_memory_fraction(0.5, 1), ACCALLOC_OK);
     expect_device(1, &e1, "F1 setting the fraction changes no figure");
-    CHECK_STATUS(acc_malloc(&p, (size_t)(600 * MiB), 1, NULL), ACC_ERROR_OUT_OF_MEMORY);
-    CHECK_CONTAINS(acc_last_error_message(), "Tried to allocate 600.00 MiB");
-    CHECK_CONTAINS(acc_last_error_message(), "Device 1");
+    CHECK_STATUS(accalloc_malloc(&p, (size_t)(600 * MiB), 1, NULL), ACCALLOC_ERROR_OUT_OF_MEMORY);
+    CHECK_CONTAINS(accalloc_last_error_message(), "Tried to allocate 600.00 MiB");
+    CHECK_CONTAINS(accalloc_last_error_message(), "Device 1");
     SET(e1, segment, ALL, 0, 3, 0, 3);
     SET(e1, segment, SMALL, 0, 1, 0, 1);
     SET(e1, segment, LARGE, 0, 2, 0, 2);
@@ -1095,7 +1096,7 @@ static void section_fraction(void)
     expect_device(1, &e1, "F1 malloc(600 MiB) over the fraction");
 
     /* F2: 400 MiB is within it (a segment of exactly 400 MiB, no split). */
-    CHECK_STATUS(acc_malloc(&f2, (size_t)(400 * MiB), 1, NULL), ACC_OK);
+    CHECK_STATUS(accalloc_malloc(&f2, (size_t)(400 * MiB), 1, NULL), ACCALLOC_OK);
     SET2(e1, allocation, LARGE, 1, 1, 1, 0);
     SET2(e1, active, LARGE, 1, 1, 1, 0);
     SET2(e1, allocated_bytes, LARGE, 419430400, 419430400, 419430400, 0);
@@ -1111,16 +1112,16 @@ static void section_fraction(void)
     expect_mem_info(1, (uint64_t)(GiB - 419430400), (uint64_t)GiB);
 
     /* F3: 400 + 200 MiB > 512 MiB: OOM; nothing cached to release. */
-    CHECK_STATUS(acc_malloc(&p, (size_t)(200 * MiB), 1, NULL), ACC_ERROR_OUT_OF_MEMORY);
-    CHECK_CONTAINS(acc_last_error_message(), "Tried to allocate 200.00 MiB");
+    CHECK_STATUS(accalloc_malloc(&p, (size_t)(200 * MiB), 1, NULL), ACCALLOC_ERROR_OUT_OF_MEMORY);
+    CHECK_CONTAINS(accalloc_last_error_message(), "Tried to allocate 200.00 MiB");
     e1.num_sync_all_streams = 2;
     e1.num_alloc_retries = 2;
     e1.num_ooms = 2;
     expect_device(1, &e1, "F3 malloc(200 MiB) over the fraction");
 
     /* F4: fraction 1.0 (through device -1, the current one): 200 MiB fits now. */
-    CHECK_STATUS(acc_set_memory_fraction(1.0, -1), ACC_OK);
-    CHECK_STATUS(acc_malloc(&f4, (size_t)(200 * MiB), 1, NULL), ACC_OK);
+    CHECK_STATUS(accalloc_set_memory_fraction(1.0, -1), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_malloc(&f4, (size_t)(200 * MiB), 1, NULL), ACCALLOC_OK);
     SET2(e1, allocation, LARGE, 2, 2, 2, 0);
     SET2(e1, active, LARGE, 2, 2, 2, 0);
     SET2(e1, allocated_bytes, LARGE, 629145600, 629145600, 629145600, 0);
@@ -1134,8 +1135,8 @@ static void section_fraction(void)
     expect_device(1, &e1, "F4 fraction 1.0, malloc(200 MiB)");
 
     /* F5: free both (whole segments: cached). */
-    CHECK_STATUS(acc_free(f2), ACC_OK);
-    CHECK_STATUS(acc_free(f4), ACC_OK);
+    CHECK_STATUS(accalloc_free(f2), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_free(f4), ACCALLOC_OK);
     SET2(e1, allocation, LARGE, 0, 2, 2, 2);
     SET2(e1, active, LARGE, 0, 2, 2, 2);
     SET2(e1, allocated_bytes, LARGE, 0, 629145600, 629145600, 629145600);
@@ -1144,9 +1145,9 @@ static void section_fraction(void)
     expect_device(1, &e1, "F5 frees");
 
     /* F6: fraction 0: not even a 2 MiB segment; both cached segments are released first. */
-    CHECK_STATUS(acc_set_memory_fraction(0.0, 1), ACC_OK);
-    CHECK_STATUS(acc_malloc(&p, 1000, 1, NULL), ACC_ERROR_OUT_OF_MEMORY);
-    CHECK_CONTAINS(acc_last_error_message(), "Tried to allocate 2.00 MiB");
+    CHECK_STATUS(accalloc_set_memory_fraction(0.0, 1), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_malloc(&p, 1000, 1, NULL), ACCALLOC_ERROR_OUT_OF_MEMORY);
+    CHECK_CONTAINS(accalloc_last_error_message(), "Tried to allocate 2.00 MiB");
     SET(e1, segment, ALL, 0, 3, 2, 5);
     SET(e1, segment, LARGE, 0, 2, 2, 4);
     SET(e1, reserved_bytes, ALL, 0, 629145600, 629145600, 664797184);
@@ -1158,8 +1159,8 @@ static void section_fraction(void)
     expect_device(1, &e1, "F6 fraction 0.0");
     expect_device(0, &e0, "F6 device 0 untouched by device 1's fraction");
 
-    CHECK_STATUS(acc_set_memory_fraction(1.0, 1), ACC_OK);
-    CHECK_STATUS(acc_set_device(0), ACC_OK);
+    CHECK_STATUS(accalloc_set_memory_fraction(1.0, 1), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_set_device(0), ACCALLOC_OK);
 }
 
 /* ------------------------------------------------------------------------------------------------ */
@@ -1171,39 +1172,39 @@ static void section_streams(void)
     void *pa = NULL, *pd = NULL, *pa2 = NULL, *pb = NULL;
     int64_t v = -1, alloc0 = -1;
 
-    CHECK_STATUS(acc_memory_stat(1, "num_device_alloc", &alloc0), ACC_OK);
-    CHECK_STATUS(acc_memory_reserved(1, &v), ACC_OK);
+    CHECK_STATUS(accalloc_memory_stat(1, "num_device_alloc", &alloc0), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_memory_reserved(1, &v), ACCALLOC_OK);
     CHECK_EQ(v, 0);
 
-    CHECK_STATUS(acc_malloc(&pa, 1000, 1, stream_a), ACC_OK);
-    CHECK_STATUS(acc_free(pa), ACC_OK); /* cached: a whole 2 MiB segment of stream A */
+    CHECK_STATUS(accalloc_malloc(&pa, 1000, 1, stream_a), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_free(pa), ACCALLOC_OK); /* cached: a whole 2 MiB segment of stream A */
     /* the default stream does not take stream A's cached segment: a new one */
-    CHECK_STATUS(acc_malloc(&pd, 1000, 1, NULL), ACC_OK);
+    CHECK_STATUS(accalloc_malloc(&pd, 1000, 1, NULL), ACCALLOC_OK);
     CHECK(pd != pa);
-    CHECK_STATUS(acc_memory_stat(1, "num_device_alloc", &v), ACC_OK);
+    CHECK_STATUS(accalloc_memory_stat(1, "num_device_alloc", &v), ACCALLOC_OK);
     CHECK_EQ(v - alloc0, 2);
-    CHECK_STATUS(acc_memory_stat(1, "segment.small_pool.current", &v), ACC_OK);
+    CHECK_STATUS(accalloc_memory_stat(1, "segment.small_pool.current", &v), ACCALLOC_OK);
     CHECK_EQ(v, 2);
     /* stream A gets its own cached block back */
-    CHECK_STATUS(acc_malloc(&pa2, 1000, 1, stream_a), ACC_OK);
+    CHECK_STATUS(accalloc_malloc(&pa2, 1000, 1, stream_a), ACCALLOC_OK);
     CHECK(pa2 == pa);
-    CHECK_STATUS(acc_memory_stat(1, "num_device_alloc", &v), ACC_OK);
+    CHECK_STATUS(accalloc_memory_stat(1, "num_device_alloc", &v), ACCALLOC_OK);
     CHECK_EQ(v - alloc0, 2);
     /* a third stream: a third segment, even though both others have room left */
-    CHECK_STATUS(acc_malloc(&pb, 1000, 1, stream_b), ACC_OK);
-    CHECK_STATUS(acc_memory_stat(1, "segment.small_pool.current", &v), ACC_OK);
+    CHECK_STATUS(accalloc_malloc(&pb, 1000, 1, stream_b), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_memory_stat(1, "segment.small_pool.current", &v), ACCALLOC_OK);
     CHECK_EQ(v, 3);
-    CHECK_STATUS(acc_memory_stat(1, "allocated_bytes.all.current", &v), ACC_OK);
+    CHECK_STATUS(accalloc_memory_stat(1, "allocated_bytes.all.current", &v), ACCALLOC_OK);
     CHECK_EQ(v, 3072);
-    CHECK_STATUS(acc_free(pd), ACC_OK);
-    CHECK_STATUS(acc_free(pa2), ACC_OK);
-    CHECK_STATUS(acc_free(pb), ACC_OK);
+    CHECK_STATUS(accalloc_free(pd), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_free(pa2), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_free(pb), ACCALLOC_OK);
 
-    CHECK_STATUS(acc_empty_cache(), ACC_OK);
-    CHECK_STATUS(acc_memory_reserved(1, &v), ACC_OK);
+    CHECK_STATUS(accalloc_empty_cache(), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_memory_reserved(1, &v), ACCALLOC_OK);
     CHECK_EQ(v, 0);
-    CHECK_STATUS(acc_reset_accumulated_memory_stats(1), ACC_OK);
-    CHECK_STATUS(acc_reset_peak_memory_stats(1), ACC_OK);
+    CHECK_STATUS(accalloc_reset_accumulated_memory_stats(1), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_reset_peak_memory_stats(1), ACCALLOC_OK);
     fresh_expected(&e1);
     e0.num_sync_all_streams += 1; /* that empty_cache synchronized device 0 as well */
     expect_device(1, &e1, "streams: device 1 released and reset");
@@ -1222,7 +1223,7 @@ static void section_record_stream(void)
     int st;
 
     /* R1: malloc(1000) on device 1, as A1. */
-    CHECK_STATUS(acc_malloc(&p, 1000, 1, NULL), ACC_OK);
+    CHECK_STATUS(accalloc_malloc(&p, 1000, 1, NULL), ACCALLOC_OK);
     SET2(e1, allocation, SMALL, 1, 1, 1, 0);
     SET2(e1, segment, SMALL, 1, 1, 1, 0);
     SET2(e1, active, SMALL, 1, 1, 1, 0);
@@ -1236,27 +1237,27 @@ static void section_record_stream(void)
     expect_device(1, &e1, "R1 malloc(1000)");
 
     /* R2: record uses; errors for pointers that are not live allocations. Nothing moves. */
-    CHECK_STATUS(acc_record_stream(p, other), ACC_OK);
-    CHECK_STATUS(acc_record_stream(p, NULL), ACC_OK); /* its own stream: ignored */
-    CHECK_STATUS(acc_record_stream(&local, other), ACC_ERROR_INVALID_POINTER);
-    CHECK(strlen(acc_last_error_message()) > 0);
-    CHECK_STATUS(acc_record_stream((char *)p + 512, other), ACC_ERROR_INVALID_POINTER);
-    st = (int)acc_record_stream(NULL, other);
-    CHECK(st == ACC_ERROR_INVALID_POINTER || st == ACC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(accalloc_record_stream(p, other), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_record_stream(p, NULL), ACCALLOC_OK); /* its own stream: ignored */
+    CHECK_STATUS(accalloc_record_stream(&local, other), ACCALLOC_ERROR_INVALID_POINTER);
+    CHECK(strlen(accalloc_last_error_message()) > 0);
+    CHECK_STATUS(accalloc_record_stream((char *)p + 512, other), ACCALLOC_ERROR_INVALID_POINTER);
+    st = (int)accalloc_record_stream(NULL, other);
+    CHECK(st == ACCALLOC_ERROR_INVALID_POINTER || st == ACCALLOC_ERROR_INVALID_ARGUMENT);
     expect_device(1, &e1, "R2 record_stream changes no figure");
 
     /* R3: free: allocation and allocated_bytes drop at once; the block waits for the other stream, so it
      * stays active (active, active_bytes, requested_bytes unchanged) and is not merged yet. */
-    CHECK_STATUS(acc_free(p), ACC_OK);
+    CHECK_STATUS(accalloc_free(p), ACCALLOC_OK);
     SET2(e1, allocation, SMALL, 0, 1, 1, 1);
     SET2(e1, allocated_bytes, SMALL, 0, 1024, 1024, 1024);
     expect_device(1, &e1, "R3 free with a recorded stream: pending");
-    CHECK_STATUS(acc_free(p), ACC_ERROR_INVALID_POINTER);          /* already freed */
-    CHECK_STATUS(acc_record_stream(p, other), ACC_ERROR_INVALID_POINTER); /* not live any more */
+    CHECK_STATUS(accalloc_free(p), ACCALLOC_ERROR_INVALID_POINTER);          /* already freed */
+    CHECK_STATUS(accalloc_record_stream(p, other), ACCALLOC_ERROR_INVALID_POINTER); /* not live any more */
     expect_device(1, &e1, "R3 after refused calls on the pending block");
 
     /* R4: empty_cache synchronizes: the block returns (merges: whole segment), then the segment goes. */
-    CHECK_STATUS(acc_empty_cache(), ACC_OK);
+    CHECK_STATUS(accalloc_empty_cache(), ACCALLOC_OK);
     SET2(e1, active, SMALL, 0, 1, 1, 1);
     SET2(e1, active_bytes, SMALL, 0, 1024, 1024, 1024);
     SET2(e1, requested_bytes, SMALL, 0, 1000, 1000, 1000);
@@ -1272,30 +1273,30 @@ static void section_record_stream(void)
 
     /* R5: the next malloc checks pending frees first: the returned block is found again (same address,
      * no new segment). Own-stream uses are ignored: that free is immediate. */
-    CHECK_STATUS(acc_malloc(&p2, 1000, 1, NULL), ACC_OK);
-    CHECK_STATUS(acc_record_stream(p2, other), ACC_OK);
-    CHECK_STATUS(acc_free(p2), ACC_OK);
-    CHECK_STATUS(acc_memory_stat(1, "active.all.current", &v), ACC_OK);
+    CHECK_STATUS(accalloc_malloc(&p2, 1000, 1, NULL), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_record_stream(p2, other), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_free(p2), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_memory_stat(1, "active.all.current", &v), ACCALLOC_OK);
     CHECK_EQ(v, 1); /* pending */
-    CHECK_STATUS(acc_malloc(&q, 1000, 1, NULL), ACC_OK);
+    CHECK_STATUS(accalloc_malloc(&q, 1000, 1, NULL), ACCALLOC_OK);
     CHECK(q == p2);
-    CHECK_STATUS(acc_memory_stat(1, "num_device_alloc", &v), ACC_OK);
+    CHECK_STATUS(accalloc_memory_stat(1, "num_device_alloc", &v), ACCALLOC_OK);
     CHECK_EQ(v, 2);
-    CHECK_STATUS(acc_memory_stat(1, "active.all.current", &v), ACC_OK);
+    CHECK_STATUS(accalloc_memory_stat(1, "active.all.current", &v), ACCALLOC_OK);
     CHECK_EQ(v, 1);
-    CHECK_STATUS(acc_memory_stat(1, "allocation.all.current", &v), ACC_OK);
+    CHECK_STATUS(accalloc_memory_stat(1, "allocation.all.current", &v), ACCALLOC_OK);
     CHECK_EQ(v, 1);
-    CHECK_STATUS(acc_record_stream(q, NULL), ACC_OK);
-    CHECK_STATUS(acc_free(q), ACC_OK);
-    CHECK_STATUS(acc_memory_stat(1, "active.all.current", &v), ACC_OK);
+    CHECK_STATUS(accalloc_record_stream(q, NULL), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_free(q), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_memory_stat(1, "active.all.current", &v), ACCALLOC_OK);
     CHECK_EQ(v, 0); /* no other stream recorded: back in the cache at once */
-    CHECK_STATUS(acc_memory_stat(1, "inactive_split.all.current", &v), ACC_OK);
+    CHECK_STATUS(accalloc_memory_stat(1, "inactive_split.all.current", &v), ACCALLOC_OK);
     CHECK_EQ(v, 0);
 
-    CHECK_STATUS(acc_empty_cache(), ACC_OK);
+    CHECK_STATUS(accalloc_empty_cache(), ACCALLOC_OK);
     e0.num_sync_all_streams += 1;
-    CHECK_STATUS(acc_reset_accumulated_memory_stats(1), ACC_OK);
-    CHECK_STATUS(acc_reset_peak_memory_stats(1), ACC_OK);
+    CHECK_STATUS(accalloc_reset_accumulated_memory_stats(1), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_reset_peak_memory_stats(1), ACCALLOC_OK);
     fresh_expected(&e1);
     expect_device(1, &e1, "R6 device 1 released and reset");
     expect_device(0, &e0, "R6 device 0");
@@ -1308,20 +1309,20 @@ static char *text_call_summary(int32_t device, int32_t abbreviated)
     size_t len = 0, need, i;
     char *buf;
     int untouched = 1;
-    CHECK_STATUS(acc_memory_summary(device, abbreviated, NULL, 0, &len), ACC_OK);
+    CHECK_STATUS(accalloc_memory_summary(device, abbreviated, NULL, 0, &len), ACCALLOC_OK);
     need = len;
     buf = (char *)malloc(need + 16);
     if (buf == NULL || need < 2)
         return buf;
     memset(buf, 'Z', need + 16);
     len = 0;
-    CHECK_STATUS(acc_memory_summary(device, abbreviated, buf, need - 1, &len), ACC_ERROR_BUFFER_TOO_SMALL);
+    CHECK_STATUS(accalloc_memory_summary(device, abbreviated, buf, need - 1, &len), ACCALLOC_ERROR_BUFFER_TOO_SMALL);
     CHECK_EQ(len, need);
     for (i = 0; i < need + 16; ++i)
         if (buf[i] != 'Z')
             untouched = 0;
     CHECK(untouched);
-    CHECK_STATUS(acc_memory_summary(device, abbreviated, buf, need, &len), ACC_OK);
+    CHECK_STATUS(accalloc_memory_summary(device, abbreviated, buf, need, &len), ACCALLOC_OK);
     CHECK_EQ(strlen(buf) + 1, need);
     return buf;
 }
@@ -1369,11 +1370,11 @@ static void section_summary_snapshot(void)
     int untouched;
 
     /* one counted OOM on device 1 (fraction 0), then 1000 B (small) and 3 MiB (large) live */
-    CHECK_STATUS(acc_set_memory_fraction(0.0, 1), ACC_OK);
-    CHECK_STATUS(acc_malloc(&p, 1000, 1, NULL), ACC_ERROR_OUT_OF_MEMORY);
-    CHECK_STATUS(acc_set_memory_fraction(1.0, 1), ACC_OK);
-    CHECK_STATUS(acc_malloc(&a, 1000, 1, NULL), ACC_OK);
-    CHECK_STATUS(acc_malloc(&b, (size_t)(3 * MiB), 1, NULL), ACC_OK);
+    CHECK_STATUS(accalloc_set_memory_fraction(0.0, 1), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_malloc(&p, 1000, 1, NULL), ACCALLOC_ERROR_OUT_OF_MEMORY);
+    CHECK_STATUS(accalloc_set_memory_fraction(1.0, 1), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_malloc(&a, 1000, 1, NULL), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_malloc(&b, (size_t)(3 * MiB), 1, NULL), ACCALLOC_OK);
 
     text = text_call_summary(1, 0);
     if (text != NULL) {
@@ -1409,25 +1410,25 @@ static void section_summary_snapshot(void)
         CHECK_EQ(count_lines_containing(text, "from small pool"), 0);
         free(text);
     }
-    CHECK_STATUS(acc_memory_summary(1, 0, NULL, 0, NULL), ACC_ERROR_INVALID_ARGUMENT);
-    CHECK_STATUS(acc_memory_summary(2, 0, NULL, 0, &len), ACC_ERROR_INVALID_DEVICE);
-    CHECK_STATUS(acc_memory_summary(-2, 1, NULL, 0, &len), ACC_ERROR_INVALID_DEVICE);
+    CHECK_STATUS(accalloc_memory_summary(1, 0, NULL, 0, NULL), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(accalloc_memory_summary(2, 0, NULL, 0, &len), ACCALLOC_ERROR_INVALID_DEVICE);
+    CHECK_STATUS(accalloc_memory_summary(-2, 1, NULL, 0, &len), ACCALLOC_ERROR_INVALID_DEVICE);
 
     /* snapshot: the same calling convention as memory_stats_json */
-    CHECK_STATUS(acc_memory_snapshot_json(NULL, 0, NULL), ACC_ERROR_INVALID_ARGUMENT);
-    CHECK_STATUS(acc_memory_snapshot_json(NULL, 0, &len), ACC_OK);
+    CHECK_STATUS(accalloc_memory_snapshot_json(NULL, 0, NULL), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(accalloc_memory_snapshot_json(NULL, 0, &len), ACCALLOC_OK);
     need = len;
     text = (char *)malloc(need + 16);
     if (text != NULL) {
         memset(text, 'Z', need + 16);
-        CHECK_STATUS(acc_memory_snapshot_json(text, need - 1, &len), ACC_ERROR_BUFFER_TOO_SMALL);
+        CHECK_STATUS(accalloc_memory_snapshot_json(text, need - 1, &len), ACCALLOC_ERROR_BUFFER_TOO_SMALL);
         CHECK_EQ(len, need);
         untouched = 1;
         for (i = 0; i < need + 16; ++i)
             if (text[i] != 'Z')
                 untouched = 0;
         CHECK(untouched);
-        CHECK_STATUS(acc_memory_snapshot_json(text, need, &len), ACC_OK);
+        CHECK_STATUS(accalloc_memory_snapshot_json(text, need, &len), ACCALLOC_OK);
         CHECK_EQ(strlen(text) + 1, need);
         CHECK(text[0] == '{' && text[need - 2] == '}');
         CHECK_CONTAINS(text, "\"segments\"");
@@ -1440,26 +1441,26 @@ static void section_summary_snapshot(void)
     }
 
     /* history: enabling with no room is refused; a malloc/free pair shows up as events */
-    CHECK_STATUS(acc_record_memory_history(1, 0), ACC_ERROR_INVALID_ARGUMENT);
-    CHECK_STATUS(acc_record_memory_history(1, 64), ACC_OK);
-    CHECK_STATUS(acc_free(a), ACC_OK);
-    CHECK_STATUS(acc_memory_snapshot_json(NULL, 0, &len), ACC_OK);
+    CHECK_STATUS(accalloc_record_memory_history(1, 0), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(accalloc_record_memory_history(1, 64), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_free(a), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_memory_snapshot_json(NULL, 0, &len), ACCALLOC_OK);
     text = (char *)malloc(len);
     if (text != NULL) {
-        CHECK_STATUS(acc_memory_snapshot_json(text, len, &len), ACC_OK);
+        CHECK_STATUS(accalloc_memory_snapshot_json(text, len, &len), ACCALLOC_OK);
         CHECK_CONTAINS(text, "free_requested");
         CHECK_CONTAINS(text, "free_completed");
         CHECK(strstr(text, "\"segment_alloc\"") == NULL); /* nothing else happened since it started */
         free(text);
     }
-    CHECK_STATUS(acc_record_memory_history(0, 0), ACC_OK);
-    CHECK_STATUS(acc_free(b), ACC_OK);
+    CHECK_STATUS(accalloc_record_memory_history(0, 0), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_free(b), ACCALLOC_OK);
     expect_device(0, &e0, "summary/snapshot: device 0 untouched");
 
-    CHECK_STATUS(acc_empty_cache(), ACC_OK);
+    CHECK_STATUS(accalloc_empty_cache(), ACCALLOC_OK);
     e0.num_sync_all_streams += 1;
-    CHECK_STATUS(acc_reset_accumulated_memory_stats(1), ACC_OK);
-    CHECK_STATUS(acc_reset_peak_memory_stats(1), ACC_OK);
+    CHECK_STATUS(accalloc_reset_accumulated_memory_stats(1), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_reset_peak_memory_stats(1), ACCALLOC_OK);
     fresh_expected(&e1);
     expect_device(1, &e1, "summary/snapshot: device 1 released and reset");
 }
@@ -1468,7 +1469,7 @@ static void section_summary_snapshot(void)
 /* Every argument error of every function: the right status, a message, and no figure moves. */
 static void section_errors(void)
 {
-    AccDeviceStats s;
+    AccallocDeviceStats s;
     int64_t v = 0;
     uint64_t fr = 0, tot = 0;
     int32_t n = 0, cur = -1;
@@ -1484,74 +1485,74 @@ static void section_errors(void)
     };
     size_t i;
 
-    /* acc_malloc */
-    CHECK_STATUS(acc_malloc(NULL, 1000, 0, NULL), ACC_ERROR_INVALID_ARGUMENT);
+    /* accalloc_malloc */
+    CHECK_STATUS(accalloc_malloc(NULL, 1000, 0, NULL), ACCALLOC_ERROR_INVALID_ARGUMENT);
     p = &local;
-    CHECK_STATUS(acc_malloc(&p, 1000, 2, NULL), ACC_ERROR_INVALID_DEVICE);
+    CHECK_STATUS(accalloc_malloc(&p, 1000, 2, NULL), ACCALLOC_ERROR_INVALID_DEVICE);
     CHECK(p == (void *)&local); /* on error *out is not touched */
-    CHECK_CONTAINS(acc_last_error_message(), "2");
-    CHECK_STATUS(acc_malloc(&p, 1000, -2, NULL), ACC_ERROR_INVALID_DEVICE);
-    CHECK_STATUS(acc_malloc(&p, 1000, INT32_MAX, NULL), ACC_ERROR_INVALID_DEVICE);
-    CHECK_STATUS(acc_malloc(&p, 1000, INT32_MIN, NULL), ACC_ERROR_INVALID_DEVICE);
-    /* acc_free */
-    CHECK_STATUS(acc_free(&local), ACC_ERROR_INVALID_POINTER);
-    CHECK_STATUS(acc_free((void *)(uintptr_t)0x1000), ACC_ERROR_INVALID_POINTER);
-    /* acc_get_device_stats */
+    CHECK_CONTAINS(accalloc_last_error_message(), "2");
+    CHECK_STATUS(accalloc_malloc(&p, 1000, -2, NULL), ACCALLOC_ERROR_INVALID_DEVICE);
+    CHECK_STATUS(accalloc_malloc(&p, 1000, INT32_MAX, NULL), ACCALLOC_ERROR_INVALID_DEVICE);
+    CHECK_STATUS(accalloc_malloc(&p, 1000, INT32_MIN, NULL), ACCALLOC_ERROR_INVALID_DEVICE);
+    /* accalloc_free */
+    CHECK_STATUS(accalloc_free(&local), ACCALLOC_ERROR_INVALID_POINTER);
+    CHECK_STATUS(accalloc_free((void *)(uintptr_t)0x1000), ACCALLOC_ERROR_INVALID_POINTER);
+    /* accalloc_get_device_stats */
     memset(&s, 0, sizeof s);
     s.struct_size = sizeof s;
-    CHECK_STATUS(acc_get_device_stats(0, NULL), ACC_ERROR_INVALID_ARGUMENT);
-    CHECK_STATUS(acc_get_device_stats(2, &s), ACC_ERROR_INVALID_DEVICE);
-    CHECK_STATUS(acc_get_device_stats(-2, &s), ACC_ERROR_INVALID_DEVICE);
+    CHECK_STATUS(accalloc_get_device_stats(0, NULL), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(accalloc_get_device_stats(2, &s), ACCALLOC_ERROR_INVALID_DEVICE);
+    CHECK_STATUS(accalloc_get_device_stats(-2, &s), ACCALLOC_ERROR_INVALID_DEVICE);
     /* the four getters */
-    CHECK_STATUS(acc_memory_allocated(0, NULL), ACC_ERROR_INVALID_ARGUMENT);
-    CHECK_STATUS(acc_memory_allocated(2, &v), ACC_ERROR_INVALID_DEVICE);
-    CHECK_STATUS(acc_max_memory_allocated(0, NULL), ACC_ERROR_INVALID_ARGUMENT);
-    CHECK_STATUS(acc_max_memory_allocated(2, &v), ACC_ERROR_INVALID_DEVICE);
-    CHECK_STATUS(acc_memory_reserved(0, NULL), ACC_ERROR_INVALID_ARGUMENT);
-    CHECK_STATUS(acc_memory_reserved(-2, &v), ACC_ERROR_INVALID_DEVICE);
-    CHECK_STATUS(acc_max_memory_reserved(0, NULL), ACC_ERROR_INVALID_ARGUMENT);
-    CHECK_STATUS(acc_max_memory_reserved(2, &v), ACC_ERROR_INVALID_DEVICE);
+    CHECK_STATUS(accalloc_memory_allocated(0, NULL), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(accalloc_memory_allocated(2, &v), ACCALLOC_ERROR_INVALID_DEVICE);
+    CHECK_STATUS(accalloc_max_memory_allocated(0, NULL), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(accalloc_max_memory_allocated(2, &v), ACCALLOC_ERROR_INVALID_DEVICE);
+    CHECK_STATUS(accalloc_memory_reserved(0, NULL), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(accalloc_memory_reserved(-2, &v), ACCALLOC_ERROR_INVALID_DEVICE);
+    CHECK_STATUS(accalloc_max_memory_reserved(0, NULL), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(accalloc_max_memory_reserved(2, &v), ACCALLOC_ERROR_INVALID_DEVICE);
     /* resets */
-    CHECK_STATUS(acc_reset_accumulated_memory_stats(2), ACC_ERROR_INVALID_DEVICE);
-    CHECK_STATUS(acc_reset_accumulated_memory_stats(-2), ACC_ERROR_INVALID_DEVICE);
-    CHECK_STATUS(acc_reset_peak_memory_stats(2), ACC_ERROR_INVALID_DEVICE);
-    CHECK_STATUS(acc_reset_peak_memory_stats(-2), ACC_ERROR_INVALID_DEVICE);
-    /* acc_memory_stat */
-    CHECK_STATUS(acc_memory_stat(0, NULL, &v), ACC_ERROR_INVALID_ARGUMENT);
-    CHECK_STATUS(acc_memory_stat(0, "allocated_bytes.all.current", NULL), ACC_ERROR_INVALID_ARGUMENT);
-    CHECK_STATUS(acc_memory_stat(2, "allocated_bytes.all.current", &v), ACC_ERROR_INVALID_DEVICE);
+    CHECK_STATUS(accalloc_reset_accumulated_memory_stats(2), ACCALLOC_ERROR_INVALID_DEVICE);
+    CHECK_STATUS(accalloc_reset_accumulated_memory_stats(-2), ACCALLOC_ERROR_INVALID_DEVICE);
+    CHECK_STATUS(accalloc_reset_peak_memory_stats(2), ACCALLOC_ERROR_INVALID_DEVICE);
+    CHECK_STATUS(accalloc_reset_peak_memory_stats(-2), ACCALLOC_ERROR_INVALID_DEVICE);
+    /* accalloc_memory_stat */
+    CHECK_STATUS(accalloc_memory_stat(0, NULL, &v), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(accalloc_memory_stat(0, "allocated_bytes.all.current", NULL), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(accalloc_memory_stat(2, "allocated_bytes.all.current", &v), ACCALLOC_ERROR_INVALID_DEVICE);
     for (i = 0; i < sizeof bad_keys / sizeof bad_keys[0]; ++i) {
-        int st = (int)acc_memory_stat(0, bad_keys[i], &v);
+        int st = (int)accalloc_memory_stat(0, bad_keys[i], &v);
         ++g_checks;
-        if (st != ACC_ERROR_INVALID_ARGUMENT) {
+        if (st != ACCALLOC_ERROR_INVALID_ARGUMENT) {
             ++g_failures;
-            fprintf(stderr, "FAIL acc_memory_stat(0, \"%s\") returned %s, expected ACC_ERROR_INVALID_ARGUMENT\n",
-                    bad_keys[i], acc_status_name((AccStatus)st));
+            fprintf(stderr, "FAIL accalloc_memory_stat(0, \"%s\") returned %s, expected ACCALLOC_ERROR_INVALID_ARGUMENT\n",
+                    bad_keys[i], accalloc_status_name((AccallocStatus)st));
         }
     }
-    CHECK_STATUS(acc_memory_stat(0, "bogus.key", &v), ACC_ERROR_INVALID_ARGUMENT);
-    CHECK_CONTAINS(acc_last_error_message(), "bogus.key"); /* the message names the key */
-    /* acc_memory_stats_json */
-    CHECK_STATUS(acc_memory_stats_json(0, buf, sizeof buf, NULL), ACC_ERROR_INVALID_ARGUMENT);
-    CHECK_STATUS(acc_memory_stats_json(2, NULL, 0, &len), ACC_ERROR_INVALID_DEVICE);
-    CHECK_STATUS(acc_memory_stats_json(0, buf, sizeof buf, &len), ACC_ERROR_BUFFER_TOO_SMALL);
-    /* acc_mem_get_info */
-    CHECK_STATUS(acc_mem_get_info(0, NULL, &tot), ACC_ERROR_INVALID_ARGUMENT);
-    CHECK_STATUS(acc_mem_get_info(0, &fr, NULL), ACC_ERROR_INVALID_ARGUMENT);
-    CHECK_STATUS(acc_mem_get_info(2, &fr, &tot), ACC_ERROR_INVALID_DEVICE);
-    /* acc_set_memory_fraction */
-    CHECK_STATUS(acc_set_memory_fraction(-1.0, 0), ACC_ERROR_INVALID_ARGUMENT);
-    CHECK_STATUS(acc_set_memory_fraction(0.5, 2), ACC_ERROR_INVALID_DEVICE);
+    CHECK_STATUS(accalloc_memory_stat(0, "bogus.key", &v), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(accalloc_last_error_message(), "bogus.key"); /* the message names the key */
+    /* accalloc_memory_stats_json */
+    CHECK_STATUS(accalloc_memory_stats_json(0, buf, sizeof buf, NULL), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(accalloc_memory_stats_json(2, NULL, 0, &len), ACCALLOC_ERROR_INVALID_DEVICE);
+    CHECK_STATUS(accalloc_memory_stats_json(0, buf, sizeof buf, &len), ACCALLOC_ERROR_BUFFER_TOO_SMALL);
+    /* accalloc_mem_get_info */
+    CHECK_STATUS(accalloc_mem_get_info(0, NULL, &tot), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(accalloc_mem_get_info(0, &fr, NULL), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(accalloc_mem_get_info(2, &fr, &tot), ACCALLOC_ERROR_INVALID_DEVICE);
+    /* accalloc_set_memory_fraction */
+    CHECK_STATUS(accalloc_set_memory_fraction(-1.0, 0), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(accalloc_set_memory_fraction(0.5, 2), ACCALLOC_ERROR_INVALID_DEVICE);
     /* device functions */
-    CHECK_STATUS(acc_device_count(NULL), ACC_ERROR_INVALID_ARGUMENT);
-    CHECK_STATUS(acc_current_device(NULL), ACC_ERROR_INVALID_ARGUMENT);
-    CHECK_STATUS(acc_set_device(2), ACC_ERROR_INVALID_DEVICE);
-    CHECK_STATUS(acc_set_device(7), ACC_ERROR_INVALID_DEVICE);
-    CHECK_CONTAINS(acc_last_error_message(), "7"); /* the message names the device */
-    CHECK_STATUS(acc_set_device(-2), ACC_ERROR_INVALID_DEVICE);
-    CHECK_STATUS(acc_current_device(&cur), ACC_OK);
+    CHECK_STATUS(accalloc_device_count(NULL), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(accalloc_current_device(NULL), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(accalloc_set_device(2), ACCALLOC_ERROR_INVALID_DEVICE);
+    CHECK_STATUS(accalloc_set_device(7), ACCALLOC_ERROR_INVALID_DEVICE);
+    CHECK_CONTAINS(accalloc_last_error_message(), "7"); /* the message names the device */
+    CHECK_STATUS(accalloc_set_device(-2), ACCALLOC_ERROR_INVALID_DEVICE);
+    CHECK_STATUS(accalloc_current_device(&cur), ACCALLOC_OK);
     CHECK_EQ(cur, 0); /* a refused set_device leaves the current device alone */
-    CHECK_STATUS(acc_device_count(&n), ACC_OK);
+    CHECK_STATUS(accalloc_device_count(&n), ACCALLOC_OK);
     CHECK_EQ(n, 2);
 
     expect_device(0, &e0, "after the argument errors, device 0");
@@ -1560,15 +1561,15 @@ static void section_errors(void)
     /* A size whose rounding would overflow: refused (out of memory or invalid argument), never a crash;
      * no block is handed out. */
     {
-        int st = (int)acc_malloc(&p, SIZE_MAX, 0, NULL);
-        CHECK(st == ACC_ERROR_OUT_OF_MEMORY || st == ACC_ERROR_INVALID_ARGUMENT);
-        CHECK_STATUS(acc_memory_stat(0, "allocation.all.allocated", &v), ACC_OK);
+        int st = (int)accalloc_malloc(&p, SIZE_MAX, 0, NULL);
+        CHECK(st == ACCALLOC_ERROR_OUT_OF_MEMORY || st == ACCALLOC_ERROR_INVALID_ARGUMENT);
+        CHECK_STATUS(accalloc_memory_stat(0, "allocation.all.allocated", &v), ACCALLOC_OK);
         CHECK_EQ(v, e0.allocation[ALL].allocated);
-        CHECK_STATUS(acc_memory_stat(0, "reserved_bytes.all.current", &v), ACC_OK);
+        CHECK_STATUS(accalloc_memory_stat(0, "reserved_bytes.all.current", &v), ACCALLOC_OK);
         CHECK_EQ(v, 0);
-        st = (int)acc_malloc(&p, SIZE_MAX - 100, 0, NULL);
-        CHECK(st == ACC_ERROR_OUT_OF_MEMORY || st == ACC_ERROR_INVALID_ARGUMENT);
-        CHECK_STATUS(acc_memory_stat(0, "allocated_bytes.all.current", &v), ACC_OK);
+        st = (int)accalloc_malloc(&p, SIZE_MAX - 100, 0, NULL);
+        CHECK(st == ACCALLOC_ERROR_OUT_OF_MEMORY || st == ACCALLOC_ERROR_INVALID_ARGUMENT);
+        CHECK_STATUS(accalloc_memory_stat(0, "allocated_bytes.all.current", &v), ACCALLOC_OK);
         CHECK_EQ(v, 0);
     }
 }
@@ -1589,15 +1590,15 @@ static void *thread_body(void *arg)
 {
     struct thread_report *r = (struct thread_report *)arg;
     void *p = NULL;
-    snprintf(r->initial_message, sizeof r->initial_message, "%s", acc_last_error_message());
+    snprintf(r->initial_message, sizeof r->initial_message, "%s", accalloc_last_error_message());
     r->device_at_start = -1;
-    (void)acc_current_device(&r->device_at_start);
-    if (acc_set_device(1) == ACC_OK)
-        (void)acc_current_device(&r->device_after_set);
-    r->malloc_status = (int)acc_malloc(&p, 4096, -1, NULL); /* device -1: this thread's device 1 */
-    r->free_status = (int)acc_free(p);
-    r->bad_set_status = (int)acc_set_device(9);
-    snprintf(r->error_message, sizeof r->error_message, "%s", acc_last_error_message());
+    (void)accalloc_current_device(&r->device_at_start);
+    if (accalloc_set_device(1) == ACCALLOC_OK)
+        (void)accalloc_current_device(&r->device_after_set);
+    r->malloc_status = (int)accalloc_malloc(&p, 4096, -1, NULL); /* device -1: this thread's device 1 */
+    r->free_status = (int)accalloc_free(p);
+    r->bad_set_status = (int)accalloc_set_device(9);
+    snprintf(r->error_message, sizeof r->error_message, "%s", accalloc_last_error_message());
     return NULL;
 }
 
@@ -1605,7 +1606,7 @@ static void *thread_device_only(void *arg)
 {
     int32_t *d = (int32_t *)arg;
     *d = -1;
-    (void)acc_current_device(d);
+    (void)accalloc_current_device(d);
     return NULL;
 }
 
@@ -1618,12 +1619,12 @@ static void section_threads(void)
     int32_t cur = -1, seen = 7;
 
     memset(&r, 0, sizeof r);
-    CHECK_STATUS(acc_set_device(0), ACC_OK);
-    CHECK_STATUS(acc_memory_stat(0, "no.such.key", &v), ACC_ERROR_INVALID_ARGUMENT);
-    snprintf(main_message, sizeof main_message, "%s", acc_last_error_message());
+    CHECK_STATUS(accalloc_set_device(0), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_memory_stat(0, "no.such.key", &v), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    snprintf(main_message, sizeof main_message, "%s", accalloc_last_error_message());
     CHECK(strlen(main_message) > 0);
-    CHECK_STATUS(acc_memory_stat(0, "allocation.all.allocated", &before0), ACC_OK);
-    CHECK_STATUS(acc_memory_stat(1, "allocation.all.allocated", &before1), ACC_OK);
+    CHECK_STATUS(accalloc_memory_stat(0, "allocation.all.allocated", &before0), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_memory_stat(1, "allocation.all.allocated", &before1), ACCALLOC_OK);
 
     CHECK(pthread_create(&t, NULL, thread_body, &r) == 0);
     CHECK(pthread_join(t, NULL) == 0);
@@ -1631,25 +1632,25 @@ static void section_threads(void)
     CHECK_STR(r.initial_message, ""); /* a new thread has had no failure */
     CHECK_EQ(r.device_at_start, 0);   /* and starts on device 0, whatever other threads chose */
     CHECK_EQ(r.device_after_set, 1);
-    CHECK_EQ(r.malloc_status, ACC_OK);
-    CHECK_EQ(r.free_status, ACC_OK);
-    CHECK_EQ(r.bad_set_status, ACC_ERROR_INVALID_DEVICE);
+    CHECK_EQ(r.malloc_status, ACCALLOC_OK);
+    CHECK_EQ(r.free_status, ACCALLOC_OK);
+    CHECK_EQ(r.bad_set_status, ACCALLOC_ERROR_INVALID_DEVICE);
     CHECK(strlen(r.error_message) > 0);
     CHECK(strcmp(r.error_message, main_message) != 0);
-    CHECK_STR(acc_last_error_message(), main_message); /* the thread's failure is not ours */
-    CHECK_STATUS(acc_current_device(&cur), ACC_OK);
-    CHECK_EQ(cur, 0); /* the thread's acc_set_device(1) is not ours */
-    CHECK_STATUS(acc_memory_stat(0, "allocation.all.allocated", &after0), ACC_OK);
-    CHECK_STATUS(acc_memory_stat(1, "allocation.all.allocated", &after1), ACC_OK);
+    CHECK_STR(accalloc_last_error_message(), main_message); /* the thread's failure is not ours */
+    CHECK_STATUS(accalloc_current_device(&cur), ACCALLOC_OK);
+    CHECK_EQ(cur, 0); /* the thread's accalloc_set_device(1) is not ours */
+    CHECK_STATUS(accalloc_memory_stat(0, "allocation.all.allocated", &after0), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_memory_stat(1, "allocation.all.allocated", &after1), ACCALLOC_OK);
     CHECK_EQ(after0 - before0, 0);
     CHECK_EQ(after1 - before1, 1); /* the thread's malloc(-1) went to its device 1 */
 
     /* and the other way: our device does not leak into a new thread */
-    CHECK_STATUS(acc_set_device(1), ACC_OK);
+    CHECK_STATUS(accalloc_set_device(1), ACCALLOC_OK);
     CHECK(pthread_create(&t, NULL, thread_device_only, &seen) == 0);
     CHECK(pthread_join(t, NULL) == 0);
     CHECK_EQ(seen, 0);
-    CHECK_STATUS(acc_set_device(0), ACC_OK);
+    CHECK_STATUS(accalloc_set_device(0), ACCALLOC_OK);
 }
 
 
@@ -1659,7 +1660,7 @@ static void get_settings(char *buf, size_t cap)
 {
     size_t len = 0;
     buf[0] = '\0';
-    CHECK_STATUS(acc_get_allocator_settings(buf, cap, &len), ACC_OK);
+    CHECK_STATUS(accalloc_get_allocator_settings(buf, cap, &len), ACCALLOC_OK);
     CHECK_EQ(len, strlen(buf) + 1);
 }
 
@@ -1668,11 +1669,11 @@ static int64_t rounded_by_library(size_t size)
 {
     void *p = NULL;
     int64_t before = -1, after = -1;
-    CHECK_STATUS(acc_memory_allocated(0, &before), ACC_OK);
-    CHECK_STATUS(acc_malloc(&p, size, 0, NULL), ACC_OK);
-    CHECK_STATUS(acc_memory_allocated(0, &after), ACC_OK);
-    CHECK_STATUS(acc_free(p), ACC_OK);
-    CHECK_STATUS(acc_empty_cache(), ACC_OK);
+    CHECK_STATUS(accalloc_memory_allocated(0, &before), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_malloc(&p, size, 0, NULL), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_memory_allocated(0, &after), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_free(p), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_empty_cache(), ACCALLOC_OK);
     return after - before;
 }
 
@@ -1696,41 +1697,41 @@ static void section_settings(void)
     size_t i;
 
     /* Start from clean devices. */
-    CHECK_STATUS(acc_empty_cache(), ACC_OK);
-    CHECK_STATUS(acc_reset_accumulated_memory_stats(0), ACC_OK);
-    CHECK_STATUS(acc_reset_peak_memory_stats(0), ACC_OK);
-    CHECK_STATUS(acc_reset_accumulated_memory_stats(1), ACC_OK);
-    CHECK_STATUS(acc_reset_peak_memory_stats(1), ACC_OK);
+    CHECK_STATUS(accalloc_empty_cache(), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_reset_accumulated_memory_stats(0), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_reset_peak_memory_stats(0), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_reset_accumulated_memory_stats(1), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_reset_peak_memory_stats(1), ACCALLOC_OK);
     fresh_expected(&e0);
     fresh_expected(&e1);
     expect_device(0, &e0, "G0 settings: clean device 0");
     expect_device(1, &e1, "G0 settings: clean device 1");
 
     /* The defaults read as "". Size query, too small, NULL len. */
-    CHECK_STATUS(acc_get_allocator_settings(NULL, 0, &len), ACC_OK);
+    CHECK_STATUS(accalloc_get_allocator_settings(NULL, 0, &len), ACCALLOC_OK);
     CHECK_EQ(len, 1);
     get_settings(buf, sizeof buf);
     CHECK_STR(buf, "");
-    CHECK_STATUS(acc_get_allocator_settings(buf, sizeof buf, NULL), ACC_ERROR_INVALID_ARGUMENT);
-    CHECK_STATUS(acc_set_allocator_settings(NULL), ACC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(accalloc_get_allocator_settings(buf, sizeof buf, NULL), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(accalloc_set_allocator_settings(NULL), ACCALLOC_ERROR_INVALID_ARGUMENT);
 
-    /* Refused settings: ACC_ERROR_CONFIG naming the key; the settings in force stay as they were. */
+    /* Refused settings: ACCALLOC_ERROR_CONFIG naming the key; the settings in force stay as they were. */
     for (i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
-        int st = (int)acc_set_allocator_settings(bad[i][0]);
+        int st = (int)accalloc_set_allocator_settings(bad[i][0]);
         ++g_checks;
-        if (st != ACC_ERROR_CONFIG) {
+        if (st != ACCALLOC_ERROR_CONFIG) {
             ++g_failures;
-            fprintf(stderr, "FAIL acc_set_allocator_settings(\"%s\") returned %s, expected ACC_ERROR_CONFIG\n",
-                    bad[i][0], acc_status_name(st));
+            fprintf(stderr, "FAIL accalloc_set_allocator_settings(\"%s\") returned %s, expected ACCALLOC_ERROR_CONFIG\n",
+                    bad[i][0], accalloc_status_name(st));
         }
-        CHECK_CONTAINS(acc_last_error_message(), bad[i][1]);
+        CHECK_CONTAINS(accalloc_last_error_message(), bad[i][1]);
     }
     get_settings(buf, sizeof buf);
     CHECK_STR(buf, "");
     expect_device(1, &e1, "G0 refused settings change nothing");
 
     /* max_split_size_mb:40 -> max_split_size 41943040 on every device. */
-    CHECK_STATUS(acc_set_allocator_settings("max_split_size_mb:40"), ACC_OK);
+    CHECK_STATUS(accalloc_set_allocator_settings("max_split_size_mb:40"), ACCALLOC_OK);
     e0.max_split_size = 41943040;
     e1.max_split_size = 41943040;
     expect_device(0, &e0, "G0 max_split_size_mb:40, device 0");
@@ -1738,20 +1739,20 @@ static void section_settings(void)
     get_settings(buf, sizeof buf);
     CHECK_CONTAINS(buf, "max_split_size_mb:40");
     len = 0;
-    CHECK_STATUS(acc_get_allocator_settings(tiny, sizeof tiny, &len), ACC_ERROR_BUFFER_TOO_SMALL);
+    CHECK_STATUS(accalloc_get_allocator_settings(tiny, sizeof tiny, &len), ACCALLOC_ERROR_BUFFER_TOO_SMALL);
     CHECK_EQ(len, strlen(buf) + 1);
     /* what get returns, set accepts, and it reads back the same */
     snprintf(saved, sizeof saved, "%s", buf);
-    CHECK_STATUS(acc_set_allocator_settings(saved), ACC_OK);
+    CHECK_STATUS(accalloc_set_allocator_settings(saved), ACCALLOC_OK);
     get_settings(buf, sizeof buf);
     CHECK_STR(buf, saved);
     /* a refused string leaves max_split_size_mb:40 in force */
-    CHECK_STATUS(acc_set_allocator_settings("max_split_size_mb:10"), ACC_ERROR_CONFIG);
+    CHECK_STATUS(accalloc_set_allocator_settings("max_split_size_mb:10"), ACCALLOC_ERROR_CONFIG);
     get_settings(buf, sizeof buf);
     CHECK_STR(buf, saved);
 
     /* G1: 920 MiB on device 1: >= max_split_size: an oversize allocation in an oversize segment. */
-    CHECK_STATUS(acc_malloc(&big, (size_t)(920 * MiB), 1, NULL), ACC_OK);
+    CHECK_STATUS(accalloc_malloc(&big, (size_t)(920 * MiB), 1, NULL), ACCALLOC_OK);
     SET2(e1, allocation, LARGE, 1, 1, 1, 0);
     SET2(e1, active, LARGE, 1, 1, 1, 0);
     SET2(e1, allocated_bytes, LARGE, 964689920, 964689920, 964689920, 0);
@@ -1765,8 +1766,8 @@ static void section_settings(void)
     expect_device(1, &e1, "G1 malloc(920 MiB) oversize");
 
     /* G2, G3: 50 MiB, oversize too; freed: a cached oversize segment. */
-    CHECK_STATUS(acc_malloc(&c1, (size_t)(50 * MiB), 1, NULL), ACC_OK);
-    CHECK_STATUS(acc_free(c1), ACC_OK);
+    CHECK_STATUS(accalloc_malloc(&c1, (size_t)(50 * MiB), 1, NULL), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_free(c1), ACCALLOC_OK);
     SET2(e1, allocation, LARGE, 1, 2, 2, 1);
     SET2(e1, active, LARGE, 1, 2, 2, 1);
     SET2(e1, allocated_bytes, LARGE, 964689920, 1017118720, 1017118720, 52428800);
@@ -1781,9 +1782,9 @@ static void section_settings(void)
 
     /* G4, G5: 30 MiB is below max_split_size, so it may not take the cached 50 MiB block (>= 40 MiB):
      * a new 30 MiB segment (not oversize); freed: cached. */
-    CHECK_STATUS(acc_malloc(&c2, (size_t)(30 * MiB), 1, NULL), ACC_OK);
+    CHECK_STATUS(accalloc_malloc(&c2, (size_t)(30 * MiB), 1, NULL), ACCALLOC_OK);
     CHECK(c2 != c1);
-    CHECK_STATUS(acc_free(c2), ACC_OK);
+    CHECK_STATUS(accalloc_free(c2), ACCALLOC_OK);
     SET2(e1, allocation, LARGE, 1, 2, 3, 2);
     SET2(e1, active, LARGE, 1, 2, 3, 2);
     SET2(e1, allocated_bytes, LARGE, 964689920, 1017118720, 1048576000, 83886080);
@@ -1798,7 +1799,7 @@ static void section_settings(void)
      * not fit (1000 + 36 MiB > 1 GiB). Before any retry, the smallest cached oversize block of at least
      * max(36, 40) MiB is released (the 50 MiB one) and the device is asked again: it fits. That is not a
      * retry: no sync, num_alloc_retries stays 0, the cached 30 MiB segment stays. */
-    CHECK_STATUS(acc_malloc(&r, (size_t)(36 * MiB), 1, NULL), ACC_OK);
+    CHECK_STATUS(accalloc_malloc(&r, (size_t)(36 * MiB), 1, NULL), ACCALLOC_OK);
     SET2(e1, allocation, LARGE, 2, 2, 4, 2);
     SET2(e1, active, LARGE, 2, 2, 4, 2);
     SET2(e1, allocated_bytes, LARGE, 1002438656, 1017118720, 1086324736, 83886080);
@@ -1813,8 +1814,8 @@ static void section_settings(void)
     expect_mem_info(1, (uint64_t)(GiB - 1033895936), (uint64_t)GiB);
 
     /* G7, G8: free both, empty_cache. */
-    CHECK_STATUS(acc_free(r), ACC_OK);
-    CHECK_STATUS(acc_free(big), ACC_OK);
+    CHECK_STATUS(accalloc_free(r), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_free(big), ACCALLOC_OK);
     SET2(e1, allocation, LARGE, 0, 2, 4, 4);
     SET2(e1, active, LARGE, 0, 2, 4, 4);
     SET2(e1, allocated_bytes, LARGE, 0, 1017118720, 1086324736, 1086324736);
@@ -1822,7 +1823,7 @@ static void section_settings(void)
     SET2(e1, requested_bytes, LARGE, 0, 1017118720, 1086324736, 1086324736);
     set_stat(&e1.oversize_allocations, 0, 2, 2, 2);
     expect_device(1, &e1, "G7 frees");
-    CHECK_STATUS(acc_empty_cache(), ACC_OK);
+    CHECK_STATUS(accalloc_empty_cache(), ACCALLOC_OK);
     SET2(e1, segment, LARGE, 0, 3, 4, 4);
     SET2(e1, reserved_bytes, LARGE, 0, 1048576000, 1086324736, 1086324736);
     set_stat(&e1.oversize_segments, 0, 2, 2, 2);
@@ -1834,34 +1835,34 @@ static void section_settings(void)
 
     /* H: a request >= max_split_size does not take a cached block >= request + 20 MiB
      * (max_non_split_rounding), and takes a smaller one whole (device 0). */
-    CHECK_STATUS(acc_malloc(&h1, (size_t)(66 * MiB), 0, NULL), ACC_OK);
-    CHECK_STATUS(acc_free(h1), ACC_OK);
-    CHECK_STATUS(acc_memory_stat(0, "num_device_alloc", &alloc0), ACC_OK);
-    CHECK_STATUS(acc_malloc(&h2, (size_t)(40 * MiB), 0, NULL), ACC_OK); /* 66 >= 40 + 20: a new segment */
+    CHECK_STATUS(accalloc_malloc(&h1, (size_t)(66 * MiB), 0, NULL), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_free(h1), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_memory_stat(0, "num_device_alloc", &alloc0), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_malloc(&h2, (size_t)(40 * MiB), 0, NULL), ACCALLOC_OK); /* 66 >= 40 + 20: a new segment */
     CHECK(h2 != h1);
-    CHECK_STATUS(acc_memory_stat(0, "num_device_alloc", &v), ACC_OK);
+    CHECK_STATUS(accalloc_memory_stat(0, "num_device_alloc", &v), ACCALLOC_OK);
     CHECK_EQ(v - alloc0, 1);
-    CHECK_STATUS(acc_free(h2), ACC_OK);
-    CHECK_STATUS(acc_malloc(&h3, (size_t)(48 * MiB), 0, NULL), ACC_OK); /* 66 < 48 + 20: takes it whole */
+    CHECK_STATUS(accalloc_free(h2), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_malloc(&h3, (size_t)(48 * MiB), 0, NULL), ACCALLOC_OK); /* 66 < 48 + 20: takes it whole */
     CHECK(h3 == h1);
-    CHECK_STATUS(acc_memory_stat(0, "num_device_alloc", &v), ACC_OK);
+    CHECK_STATUS(accalloc_memory_stat(0, "num_device_alloc", &v), ACCALLOC_OK);
     CHECK_EQ(v - alloc0, 1);
-    CHECK_STATUS(acc_memory_allocated(0, &v), ACC_OK);
+    CHECK_STATUS(accalloc_memory_allocated(0, &v), ACCALLOC_OK);
     CHECK_EQ(v, 69206016);
-    CHECK_STATUS(acc_memory_stat(0, "requested_bytes.all.current", &v), ACC_OK);
+    CHECK_STATUS(accalloc_memory_stat(0, "requested_bytes.all.current", &v), ACCALLOC_OK);
     CHECK_EQ(v, 50331648);
-    CHECK_STATUS(acc_memory_stat(0, "oversize_allocations.current", &v), ACC_OK);
+    CHECK_STATUS(accalloc_memory_stat(0, "oversize_allocations.current", &v), ACCALLOC_OK);
     CHECK_EQ(v, 1);
-    CHECK_STATUS(acc_memory_stat(0, "inactive_split.all.current", &v), ACC_OK);
+    CHECK_STATUS(accalloc_memory_stat(0, "inactive_split.all.current", &v), ACCALLOC_OK);
     CHECK_EQ(v, 0); /* not split */
-    CHECK_STATUS(acc_free(h3), ACC_OK);
-    CHECK_STATUS(acc_empty_cache(), ACC_OK);
+    CHECK_STATUS(accalloc_free(h3), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_empty_cache(), ACCALLOC_OK);
 
     /* roundup_power2_divisions:4 (every bucket); max_split_size_mb returns to its default (unset). */
-    CHECK_STATUS(acc_set_allocator_settings("roundup_power2_divisions:4"), ACC_OK);
-    CHECK_STATUS(acc_memory_stat(0, "max_split_size", &v), ACC_OK);
+    CHECK_STATUS(accalloc_set_allocator_settings("roundup_power2_divisions:4"), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_memory_stat(0, "max_split_size", &v), ACCALLOC_OK);
     CHECK_EQ(v, -1);
-    CHECK_STATUS(acc_memory_stat(1, "max_split_size", &v), ACC_OK);
+    CHECK_STATUS(accalloc_memory_stat(1, "max_split_size", &v), ACCALLOC_OK);
     CHECK_EQ(v, -1);
     get_settings(buf, sizeof buf);
     CHECK_CONTAINS(buf, "roundup_power2_divisions");
@@ -1873,7 +1874,7 @@ static void section_settings(void)
     /* the list form: [64:8,256:4,>:2]: buckets up to 64-128 MiB get 8 (the first entry also sets those
      * below it), 128-256 MiB keeps 0, 256-512 MiB gets 4, from 512 MiB on 2. (D = 1 is left out on purpose:
      * current PyTorch rounds to 512 with it, REFERENCE.md's wording would round to a power of two.) */
-    CHECK_STATUS(acc_set_allocator_settings("roundup_power2_divisions:[64:8,256:4,>:2]"), ACC_OK);
+    CHECK_STATUS(accalloc_set_allocator_settings("roundup_power2_divisions:[64:8,256:4,>:2]"), ACCALLOC_OK);
     CHECK_EQ(rounded_by_library(3145729), 3407872);     /* 3 MiB + 1, D 8: next multiple of 256 KiB */
     CHECK_EQ(rounded_by_library(100 * MiB + 1), 109051904); /* 100 MiB + 1, D 8: next multiple of 8 MiB */
     CHECK_EQ(rounded_by_library(157286401), 157286912); /* 150 MiB + 1, D 0: 512 rounding */
@@ -1881,24 +1882,24 @@ static void section_settings(void)
     CHECK_EQ(rounded_by_library(545259521), 805306368); /* 520 MiB + 1, D 2: next multiple of 256 MiB */
 
     /* "" brings the defaults back */
-    CHECK_STATUS(acc_set_allocator_settings(""), ACC_OK);
+    CHECK_STATUS(accalloc_set_allocator_settings(""), ACCALLOC_OK);
     get_settings(buf, sizeof buf);
     CHECK_STR(buf, "");
     CHECK_EQ(rounded_by_library(4100), 4608);
-    CHECK_STATUS(acc_memory_stat(0, "max_split_size", &v), ACC_OK);
+    CHECK_STATUS(accalloc_memory_stat(0, "max_split_size", &v), ACCALLOC_OK);
     CHECK_EQ(v, -1);
 }
 
 /* Run outside ctest without the test environment, the figures below cannot match: say so up front. */
 static void require_test_env(void)
 {
-    const char *cap = getenv("ACC_HOST_CAPACITY"), *devs = getenv("ACC_HOST_DEVICES");
+    const char *cap = getenv("ACCALLOC_HOST_CAPACITY"), *devs = getenv("ACCALLOC_HOST_DEVICES");
     if (cap == NULL || strcmp(cap, "1GiB") != 0 || devs == NULL || strcmp(devs, "2") != 0)
-        fprintf(stderr, "note: these checks assume ACC_HOST_CAPACITY=1GiB ACC_HOST_DEVICES=2 (ctest sets them); "
-                        "got ACC_HOST_CAPACITY=%s ACC_HOST_DEVICES=%s\n", cap ? cap : "(unset)", devs ? devs : "(unset)");
-    if (getenv("ACC_ALLOC_CONF") != NULL)
-        fprintf(stderr, "note: ACC_ALLOC_CONF=%s is set; these figures assume the default policy (unset it)\n",
-                getenv("ACC_ALLOC_CONF"));
+        fprintf(stderr, "note: these checks assume ACCALLOC_HOST_CAPACITY=1GiB ACCALLOC_HOST_DEVICES=2 (ctest sets them); "
+                        "got ACCALLOC_HOST_CAPACITY=%s ACCALLOC_HOST_DEVICES=%s\n", cap ? cap : "(unset)", devs ? devs : "(unset)");
+    if (getenv("ACCALLOC_CONF") != NULL)
+        fprintf(stderr, "note: ACCALLOC_CONF=%s is set; these figures assume the default policy (unset it)\n",
+                getenv("ACCALLOC_CONF"));
 }
 
 int main(void)
@@ -1921,12 +1922,12 @@ int main(void)
     section_threads();
     section_settings();
 
-    CHECK_STATUS(acc_empty_cache(), ACC_OK);
+    CHECK_STATUS(accalloc_empty_cache(), ACCALLOC_OK);
     {
         int64_t v = -1;
-        CHECK_STATUS(acc_memory_reserved(0, &v), ACC_OK);
+        CHECK_STATUS(accalloc_memory_reserved(0, &v), ACCALLOC_OK);
         CHECK_EQ(v, 0);
-        CHECK_STATUS(acc_memory_reserved(1, &v), ACC_OK);
+        CHECK_STATUS(accalloc_memory_reserved(1, &v), ACCALLOC_OK);
         CHECK_EQ(v, 0);
     }
 

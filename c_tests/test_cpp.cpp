@@ -2,7 +2,7 @@
 // C++-mangled and unresolved), a small RAII wrapper, and 4 threads x 2000 malloc/free of varying sizes
 // at once, two threads per device. Afterwards every figure must add up: nothing allocated, every
 // allocation freed, the counts and byte totals equal to what the threads did.
-// Run with ACC_HOST_CAPACITY=1GiB and ACC_HOST_DEVICES=2.
+// Run with ACCALLOC_HOST_CAPACITY=1GiB and ACCALLOC_HOST_DEVICES=2.
 #include "accalloc.h"
 
 #include <array>
@@ -30,7 +30,7 @@ void check(bool ok, const char* what, int line) {
     ++g_checks;
     if (!ok) {
         ++g_failures;
-        std::fprintf(stderr, "FAIL test_cpp.cpp:%d: %s (last error: \"%s\")\n", line, what, acc_last_error_message());
+        std::fprintf(stderr, "FAIL test_cpp.cpp:%d: %s (last error: \"%s\")\n", line, what, accalloc_last_error_message());
     }
 }
 #define CHECK(cond) check((cond), #cond, __LINE__)
@@ -45,8 +45,8 @@ void check_eq(int64_t got, int64_t want, const char* what, int line) {
 #define CHECK_EQ(got, want) check_eq(static_cast<int64_t>(got), static_cast<int64_t>(want), #got, __LINE__)
 
 // The error type a C++ framework would wrap a failed status in.
-struct AccError {
-    AccStatus status;
+struct AccallocError {
+    AccallocStatus status;
     std::string message;
 };
 
@@ -55,8 +55,8 @@ class DeviceBuffer {
   public:
     DeviceBuffer() = default;
     DeviceBuffer(size_t size, int32_t device) : size_(size) {
-        AccStatus st = acc_malloc(&ptr_, size, device, nullptr);
-        if (st != ACC_OK) throw AccError{st, acc_last_error_message()};
+        AccallocStatus st = accalloc_malloc(&ptr_, size, device, nullptr);
+        if (st != ACCALLOC_OK) throw AccallocError{st, accalloc_last_error_message()};
     }
     DeviceBuffer(const DeviceBuffer&) = delete;
     DeviceBuffer& operator=(const DeviceBuffer&) = delete;
@@ -72,8 +72,8 @@ class DeviceBuffer {
     ~DeviceBuffer() { reset(); }
     void reset() noexcept {
         if (ptr_ != nullptr) {
-            AccStatus st = acc_free(ptr_);
-            if (st != ACC_OK) {
+            AccallocStatus st = accalloc_free(ptr_);
+            if (st != ACCALLOC_OK) {
                 ++free_failures_;
             }
             ptr_ = nullptr;
@@ -95,11 +95,11 @@ static_assert(std::is_nothrow_move_constructible<DeviceBuffer>::value, "DeviceBu
 
 int64_t mstat(int32_t device, const char* key) {
     int64_t v = INT64_MIN;
-    AccStatus st = acc_memory_stat(device, key, &v);
-    if (st != ACC_OK) {
+    AccallocStatus st = accalloc_memory_stat(device, key, &v);
+    if (st != ACCALLOC_OK) {
         ++g_failures;
-        std::fprintf(stderr, "FAIL acc_memory_stat(%d, \"%s\") returned %s: %s\n", device, key, acc_status_name(st),
-                     acc_last_error_message());
+        std::fprintf(stderr, "FAIL accalloc_memory_stat(%d, \"%s\") returned %s: %s\n", device, key, accalloc_status_name(st),
+                     accalloc_last_error_message());
     }
     return v;
 }
@@ -115,7 +115,7 @@ struct ThreadTally {
     int64_t small_rounded = 0;    // sum of sizes rounded up to 512, small pool only
     int64_t errors = 0;           // unexpected statuses or exceptions
     int64_t corrupt = 0;          // a block that did not hold what this thread wrote into it
-    int64_t device_mismatch = 0;  // acc_current_device disagreed with acc_set_device
+    int64_t device_mismatch = 0;  // accalloc_current_device disagreed with accalloc_set_device
 };
 
 constexpr int kThreads = 4;
@@ -131,7 +131,7 @@ uint64_t next_random(uint64_t& state) {  // xorshift64*: deterministic sizes per
 }
 
 void fill(const DeviceBuffer& b, unsigned char tag) {
-    if (acc_current_accelerator() != ACC_DEVICE_HOST || b.get() == nullptr) return;
+    if (accalloc_current_accelerator() != ACCALLOC_DEVICE_HOST || b.get() == nullptr) return;
     auto* p = static_cast<unsigned char*>(b.get());
     size_t n = b.size() < 64 ? b.size() : 64;
     std::memset(p, tag, n);
@@ -140,7 +140,7 @@ void fill(const DeviceBuffer& b, unsigned char tag) {
 }
 
 bool holds(const DeviceBuffer& b, unsigned char tag) {
-    if (acc_current_accelerator() != ACC_DEVICE_HOST || b.get() == nullptr) return true;
+    if (accalloc_current_accelerator() != ACCALLOC_DEVICE_HOST || b.get() == nullptr) return true;
     auto* p = static_cast<unsigned char*>(b.get());
     size_t n = b.size() < 64 ? b.size() : 64;
     for (size_t i = 0; i < n; ++i) {
@@ -152,7 +152,7 @@ bool holds(const DeviceBuffer& b, unsigned char tag) {
 void worker(int index, ThreadTally* tally) {
     const int32_t device = index % 2;
     tally->device = device;
-    if (acc_set_device(device) != ACC_OK) {
+    if (accalloc_set_device(device) != ACCALLOC_OK) {
         ++tally->errors;
         return;
     }
@@ -175,7 +175,7 @@ void worker(int index, ThreadTally* tally) {
             live[slot].reset();  // frees the block this slot held
             if ((i & 63) == 0) {
                 int32_t cur = -1;
-                if (acc_current_device(&cur) != ACC_OK || cur != device) ++tally->device_mismatch;
+                if (accalloc_current_device(&cur) != ACCALLOC_OK || cur != device) ++tally->device_mismatch;
             }
             DeviceBuffer b(size, -1);  // -1: this thread's current device
             if (size == 0) {
@@ -202,9 +202,9 @@ void worker(int index, ThreadTally* tally) {
         for (int slot = 0; slot < kLive; ++slot) {
             if (!holds(live[slot], tags[slot])) ++tally->corrupt;
         }
-    } catch (const AccError& e) {
+    } catch (const AccallocError& e) {
         ++tally->errors;
-        std::fprintf(stderr, "thread %d: %s: %s\n", index, acc_status_name(e.status), e.message.c_str());
+        std::fprintf(stderr, "thread %d: %s: %s\n", index, accalloc_status_name(e.status), e.message.c_str());
     }
     // `live` goes out of scope here: RAII frees the last blocks.
 }
@@ -234,17 +234,17 @@ int main() {
         bool threw = false;
         try {
             DeviceBuffer too_big(size_t(1) << 40, 0);
-        } catch (const AccError& e) {
+        } catch (const AccallocError& e) {
             threw = true;
-            CHECK(e.status == ACC_ERROR_OUT_OF_MEMORY);
+            CHECK(e.status == ACCALLOC_ERROR_OUT_OF_MEMORY);
             CHECK(e.message.find("out of memory") != std::string::npos);
         }
         CHECK(threw);
         CHECK_EQ(DeviceBuffer::free_failures_.load(), 0);
-        CHECK(acc_empty_cache() == ACC_OK);
+        CHECK(accalloc_empty_cache() == ACCALLOC_OK);
         for (int32_t d = 0; d < 2; ++d) {
-            CHECK(acc_reset_accumulated_memory_stats(d) == ACC_OK);
-            CHECK(acc_reset_peak_memory_stats(d) == ACC_OK);
+            CHECK(accalloc_reset_accumulated_memory_stats(d) == ACCALLOC_OK);
+            CHECK(accalloc_reset_peak_memory_stats(d) == ACCALLOC_OK);
         }
         CHECK_EQ(mstat(0, "num_ooms"), 0);
         CHECK_EQ(mstat(0, "reserved_bytes.all.current"), 0);
@@ -281,9 +281,9 @@ int main() {
         CHECK(sum.mallocs > 2 * kIterations * 9 / 10);
 
         int64_t cur_alloc = -1, reserved = -1;
-        CHECK(acc_memory_allocated(d, &cur_alloc) == ACC_OK);
+        CHECK(accalloc_memory_allocated(d, &cur_alloc) == ACCALLOC_OK);
         CHECK_EQ(cur_alloc, 0);
-        CHECK(acc_memory_reserved(d, &reserved) == ACC_OK);
+        CHECK(accalloc_memory_reserved(d, &reserved) == ACCALLOC_OK);
         CHECK_EQ(mstat(d, "reserved_bytes.all.current"), reserved);
         CHECK(reserved > 0);  // the cache kept segments
 
@@ -310,7 +310,7 @@ int main() {
     }
     CHECK_EQ(total_mallocs, mstat(0, "allocation.all.allocated") + mstat(1, "allocation.all.allocated"));
 
-    CHECK(acc_empty_cache() == ACC_OK);
+    CHECK(accalloc_empty_cache() == ACCALLOC_OK);
     for (int32_t d = 0; d < 2; ++d) {
         CHECK_EQ(mstat(d, "reserved_bytes.all.current"), 0);
         CHECK_EQ(mstat(d, "segment.all.current"), 0);

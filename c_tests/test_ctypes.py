@@ -1,33 +1,33 @@
 #!/usr/bin/env python3
 """python_ctypes: accalloc from Python through ctypes, as a Python framework without a compiler would use it.
 
-Usage: test_ctypes.py /path/to/libaccalloc.so   (run with ACC_HOST_CAPACITY=1GiB ACC_HOST_DEVICES=2)
+Usage: test_ctypes.py /path/to/libaccalloc.so   (run with ACCALLOC_HOST_CAPACITY=1GiB ACCALLOC_HOST_DEVICES=2)
 
 Checks malloc/free, that memory_stats_json is one JSON object of exactly the 122 PyTorch keys, sorted,
-each equal to acc_memory_stat and to the AccDeviceStats struct, and the error statuses.
+each equal to accalloc_memory_stat and to the AccallocDeviceStats struct, and the error statuses.
 """
 import ctypes
 import json
 import math
 import sys
 
-ACC_OK = 0
-ACC_ERROR_INVALID_ARGUMENT = 1
-ACC_ERROR_INVALID_DEVICE = 2
-ACC_ERROR_INVALID_POINTER = 3
-ACC_ERROR_OUT_OF_MEMORY = 4
-ACC_ERROR_CONFIG = 7
-ACC_ERROR_BUFFER_TOO_SMALL = 8
+ACCALLOC_OK = 0
+ACCALLOC_ERROR_INVALID_ARGUMENT = 1
+ACCALLOC_ERROR_INVALID_DEVICE = 2
+ACCALLOC_ERROR_INVALID_POINTER = 3
+ACCALLOC_ERROR_OUT_OF_MEMORY = 4
+ACCALLOC_ERROR_CONFIG = 7
+ACCALLOC_ERROR_BUFFER_TOO_SMALL = 8
 STATUS_NAMES = [
-    "ACC_OK", "ACC_ERROR_INVALID_ARGUMENT", "ACC_ERROR_INVALID_DEVICE", "ACC_ERROR_INVALID_POINTER",
-    "ACC_ERROR_OUT_OF_MEMORY", "ACC_ERROR_BACKEND", "ACC_ERROR_NOT_SUPPORTED", "ACC_ERROR_CONFIG",
-    "ACC_ERROR_BUFFER_TOO_SMALL", "ACC_ERROR_INTERNAL",
+    "ACCALLOC_OK", "ACCALLOC_ERROR_INVALID_ARGUMENT", "ACCALLOC_ERROR_INVALID_DEVICE", "ACCALLOC_ERROR_INVALID_POINTER",
+    "ACCALLOC_ERROR_OUT_OF_MEMORY", "ACCALLOC_ERROR_BACKEND", "ACCALLOC_ERROR_NOT_SUPPORTED", "ACCALLOC_ERROR_CONFIG",
+    "ACCALLOC_ERROR_BUFFER_TOO_SMALL", "ACCALLOC_ERROR_INTERNAL",
 ]
 GIB = 1 << 30
 
 FAMILIES = ["allocation", "segment", "active", "inactive_split", "allocated_bytes", "reserved_bytes",
             "active_bytes", "inactive_split_bytes", "requested_bytes"]
-POOLS = ["all", "small_pool", "large_pool"]  # ACC_STAT_ALL, ACC_STAT_SMALL_POOL, ACC_STAT_LARGE_POOL
+POOLS = ["all", "small_pool", "large_pool"]  # ACCALLOC_STAT_ALL, ACCALLOC_STAT_SMALL_POOL, ACCALLOC_STAT_LARGE_POOL
 FIELDS = ["current", "peak", "allocated", "freed"]
 SCALARS = ["num_alloc_retries", "num_ooms", "num_sync_all_streams", "num_device_alloc", "num_device_free",
            "max_split_size"]
@@ -37,14 +37,14 @@ EXPECTED_KEYS = sorted(
     + SCALARS)
 
 
-class AccStat(ctypes.Structure):
+class AccallocStat(ctypes.Structure):
     _fields_ = [(name, ctypes.c_int64) for name in FIELDS]
 
 
-class AccDeviceStats(ctypes.Structure):
+class AccallocDeviceStats(ctypes.Structure):
     _fields_ = ([("struct_size", ctypes.c_size_t)]
-                + [(fam, AccStat * 3) for fam in FAMILIES]
-                + [("oversize_allocations", AccStat), ("oversize_segments", AccStat)]
+                + [(fam, AccallocStat * 3) for fam in FAMILIES]
+                + [("oversize_allocations", AccallocStat), ("oversize_segments", AccallocStat)]
                 + [(name, ctypes.c_int64) for name in SCALARS])
 
     def flat(self):
@@ -79,39 +79,39 @@ def check_eq(got, want, what):
 
 def load(path):
     lib = ctypes.CDLL(path)
-    S = ctypes.c_int  # AccStatus: a C enum, int-sized
+    S = ctypes.c_int  # AccallocStatus: a C enum, int-sized
     sig = {
-        "acc_malloc": (S, [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t, ctypes.c_int32, ctypes.c_void_p]),
-        "acc_free": (S, [ctypes.c_void_p]),
-        "acc_empty_cache": (S, []),
-        "acc_get_device_stats": (S, [ctypes.c_int32, ctypes.POINTER(AccDeviceStats)]),
-        "acc_memory_allocated": (S, [ctypes.c_int32, ctypes.POINTER(ctypes.c_int64)]),
-        "acc_max_memory_allocated": (S, [ctypes.c_int32, ctypes.POINTER(ctypes.c_int64)]),
-        "acc_memory_reserved": (S, [ctypes.c_int32, ctypes.POINTER(ctypes.c_int64)]),
-        "acc_max_memory_reserved": (S, [ctypes.c_int32, ctypes.POINTER(ctypes.c_int64)]),
-        "acc_reset_accumulated_memory_stats": (S, [ctypes.c_int32]),
-        "acc_reset_peak_memory_stats": (S, [ctypes.c_int32]),
-        "acc_memory_stat": (S, [ctypes.c_int32, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int64)]),
-        "acc_memory_stats_json": (S, [ctypes.c_int32, ctypes.c_char_p, ctypes.c_size_t,
+        "accalloc_malloc": (S, [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t, ctypes.c_int32, ctypes.c_void_p]),
+        "accalloc_free": (S, [ctypes.c_void_p]),
+        "accalloc_empty_cache": (S, []),
+        "accalloc_get_device_stats": (S, [ctypes.c_int32, ctypes.POINTER(AccallocDeviceStats)]),
+        "accalloc_memory_allocated": (S, [ctypes.c_int32, ctypes.POINTER(ctypes.c_int64)]),
+        "accalloc_max_memory_allocated": (S, [ctypes.c_int32, ctypes.POINTER(ctypes.c_int64)]),
+        "accalloc_memory_reserved": (S, [ctypes.c_int32, ctypes.POINTER(ctypes.c_int64)]),
+        "accalloc_max_memory_reserved": (S, [ctypes.c_int32, ctypes.POINTER(ctypes.c_int64)]),
+        "accalloc_reset_accumulated_memory_stats": (S, [ctypes.c_int32]),
+        "accalloc_reset_peak_memory_stats": (S, [ctypes.c_int32]),
+        "accalloc_memory_stat": (S, [ctypes.c_int32, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int64)]),
+        "accalloc_memory_stats_json": (S, [ctypes.c_int32, ctypes.c_char_p, ctypes.c_size_t,
                                       ctypes.POINTER(ctypes.c_size_t)]),
-        "acc_mem_get_info": (S, [ctypes.c_int32, ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint64)]),
-        "acc_set_memory_fraction": (S, [ctypes.c_double, ctypes.c_int32]),
-        "acc_device_count": (S, [ctypes.POINTER(ctypes.c_int32)]),
-        "acc_current_device": (S, [ctypes.POINTER(ctypes.c_int32)]),
-        "acc_set_device": (S, [ctypes.c_int32]),
-        "acc_current_accelerator": (ctypes.c_int32, []),
-        "acc_device_type_name": (ctypes.c_char_p, [ctypes.c_int32]),
-        "acc_status_name": (ctypes.c_char_p, [S]),
-        "acc_last_error_message": (ctypes.c_char_p, []),
-        "acc_version": (ctypes.c_char_p, []),
-        "acc_abi_version": (ctypes.c_uint32, []),
-        "acc_set_allocator_settings": (S, [ctypes.c_char_p]),
-        "acc_record_stream": (S, [ctypes.c_void_p, ctypes.c_void_p]),
-        "acc_memory_summary": (S, [ctypes.c_int32, ctypes.c_int32, ctypes.c_char_p, ctypes.c_size_t,
+        "accalloc_mem_get_info": (S, [ctypes.c_int32, ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint64)]),
+        "accalloc_set_memory_fraction": (S, [ctypes.c_double, ctypes.c_int32]),
+        "accalloc_device_count": (S, [ctypes.POINTER(ctypes.c_int32)]),
+        "accalloc_current_device": (S, [ctypes.POINTER(ctypes.c_int32)]),
+        "accalloc_set_device": (S, [ctypes.c_int32]),
+        "accalloc_current_accelerator": (ctypes.c_int32, []),
+        "accalloc_device_type_name": (ctypes.c_char_p, [ctypes.c_int32]),
+        "accalloc_status_name": (ctypes.c_char_p, [S]),
+        "accalloc_last_error_message": (ctypes.c_char_p, []),
+        "accalloc_version": (ctypes.c_char_p, []),
+        "accalloc_abi_version": (ctypes.c_uint32, []),
+        "accalloc_set_allocator_settings": (S, [ctypes.c_char_p]),
+        "accalloc_record_stream": (S, [ctypes.c_void_p, ctypes.c_void_p]),
+        "accalloc_memory_summary": (S, [ctypes.c_int32, ctypes.c_int32, ctypes.c_char_p, ctypes.c_size_t,
                                    ctypes.POINTER(ctypes.c_size_t)]),
-        "acc_memory_snapshot_json": (S, [ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
-        "acc_record_memory_history": (S, [ctypes.c_int32, ctypes.c_size_t]),
-        "acc_get_allocator_settings": (S, [ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
+        "accalloc_memory_snapshot_json": (S, [ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
+        "accalloc_record_memory_history": (S, [ctypes.c_int32, ctypes.c_size_t]),
+        "accalloc_get_allocator_settings": (S, [ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
     }
     for name, (restype, argtypes) in sig.items():
         fn = getattr(lib, name)
@@ -127,31 +127,31 @@ def main():
     lib = load(sys.argv[1])
 
     def last_error():
-        return lib.acc_last_error_message().decode()
+        return lib.accalloc_last_error_message().decode()
 
     def stat(device, key):
         v = ctypes.c_int64(-12345)
-        st = lib.acc_memory_stat(device, key.encode(), ctypes.byref(v))
-        check_eq(st, ACC_OK, f"acc_memory_stat({device}, {key!r}) status ({last_error()})")
+        st = lib.accalloc_memory_stat(device, key.encode(), ctypes.byref(v))
+        check_eq(st, ACCALLOC_OK, f"accalloc_memory_stat({device}, {key!r}) status ({last_error()})")
         return v.value
 
     def device_stats(device):
-        s = AccDeviceStats()
-        s.struct_size = ctypes.sizeof(AccDeviceStats)
-        check_eq(lib.acc_get_device_stats(device, ctypes.byref(s)), ACC_OK, f"acc_get_device_stats({device})")
+        s = AccallocDeviceStats()
+        s.struct_size = ctypes.sizeof(AccallocDeviceStats)
+        check_eq(lib.accalloc_get_device_stats(device, ctypes.byref(s)), ACCALLOC_OK, f"accalloc_get_device_stats({device})")
         return s.flat()
 
     def stats_json(device):
         need = ctypes.c_size_t(0)
-        check_eq(lib.acc_memory_stats_json(device, None, 0, ctypes.byref(need)), ACC_OK, "json size query")
+        check_eq(lib.accalloc_memory_stats_json(device, None, 0, ctypes.byref(need)), ACCALLOC_OK, "json size query")
         buf = ctypes.create_string_buffer(b"Z" * (need.value + 8), need.value + 8)
         got = ctypes.c_size_t(0)
         # one byte short: refused, the size is reported, the buffer is left alone
-        check_eq(lib.acc_memory_stats_json(device, buf, need.value - 1, ctypes.byref(got)),
-                 ACC_ERROR_BUFFER_TOO_SMALL, "json with a buffer one byte short")
+        check_eq(lib.accalloc_memory_stats_json(device, buf, need.value - 1, ctypes.byref(got)),
+                 ACCALLOC_ERROR_BUFFER_TOO_SMALL, "json with a buffer one byte short")
         check_eq(got.value, need.value, "len reported with a short buffer")
         check(buf.raw == b"Z" * (need.value + 8), "short buffer left untouched")
-        check_eq(lib.acc_memory_stats_json(device, buf, need.value, ctypes.byref(got)), ACC_OK, "json")
+        check_eq(lib.accalloc_memory_stats_json(device, buf, need.value, ctypes.byref(got)), ACCALLOC_OK, "json")
         check_eq(got.value, need.value, "len = bytes written including the NUL")
         check_eq(len(buf.value) + 1, need.value, "strlen + 1 = len")
         pairs = json.loads(buf.value.decode(), object_pairs_hook=lambda kv: kv)
@@ -167,25 +167,25 @@ def main():
         flat = device_stats(device)
         for key, value in pairs:
             check(isinstance(value, int), f"[{where}] {key} is an integer in JSON")
-            check_eq(value, stat(device, key), f"[{where}] JSON {key} vs acc_memory_stat")
-            check_eq(value, flat.get(key), f"[{where}] JSON {key} vs AccDeviceStats")
+            check_eq(value, stat(device, key), f"[{where}] JSON {key} vs accalloc_memory_stat")
+            check_eq(value, flat.get(key), f"[{where}] JSON {key} vs AccallocDeviceStats")
         return dict(pairs)
 
     # --- identity ---
-    check_eq(lib.acc_version(), b"0.1.0", "acc_version")
-    check_eq(lib.acc_abi_version(), 1, "acc_abi_version")
+    check_eq(lib.accalloc_version(), b"0.1.0", "accalloc_version")
+    check_eq(lib.accalloc_abi_version(), 1, "accalloc_abi_version")
     check_eq(last_error(), "", "no error yet")
     for i, name in enumerate(STATUS_NAMES):
-        check_eq(lib.acc_status_name(i), name.encode(), f"acc_status_name({i})")
-    check_eq(lib.acc_status_name(99), b"ACC_ERROR_UNKNOWN", "acc_status_name(99)")
-    check_eq(lib.acc_current_accelerator(), 0, "acc_current_accelerator is ACC_DEVICE_HOST")
-    check_eq(lib.acc_device_type_name(0), b"host", "device type 0")
-    check_eq(lib.acc_device_type_name(1), b"cuda", "device type 1")
-    check_eq(lib.acc_device_type_name(42), b"unknown", "device type 42")
+        check_eq(lib.accalloc_status_name(i), name.encode(), f"accalloc_status_name({i})")
+    check_eq(lib.accalloc_status_name(99), b"ACCALLOC_ERROR_UNKNOWN", "accalloc_status_name(99)")
+    check_eq(lib.accalloc_current_accelerator(), 0, "accalloc_current_accelerator is ACCALLOC_DEVICE_HOST")
+    check_eq(lib.accalloc_device_type_name(0), b"host", "device type 0")
+    check_eq(lib.accalloc_device_type_name(1), b"cuda", "device type 1")
+    check_eq(lib.accalloc_device_type_name(42), b"unknown", "device type 42")
     n = ctypes.c_int32(-1)
-    check_eq(lib.acc_device_count(ctypes.byref(n)), ACC_OK, "acc_device_count")
+    check_eq(lib.accalloc_device_count(ctypes.byref(n)), ACCALLOC_OK, "accalloc_device_count")
     check_eq(n.value, 2, "device count")
-    check_eq(lib.acc_current_device(ctypes.byref(n)), ACC_OK, "acc_current_device")
+    check_eq(lib.accalloc_current_device(ctypes.byref(n)), ACCALLOC_OK, "accalloc_current_device")
     check_eq(n.value, 0, "current device")
 
     # --- fresh ---
@@ -195,7 +195,7 @@ def main():
 
     # --- malloc(1000) ---
     p = ctypes.c_void_p()
-    check_eq(lib.acc_malloc(ctypes.byref(p), 1000, -1, None), ACC_OK, "acc_malloc(1000)")
+    check_eq(lib.accalloc_malloc(ctypes.byref(p), 1000, -1, None), ACCALLOC_OK, "accalloc_malloc(1000)")
     check(p.value is not None, "pointer returned")
     ctypes.memset(p, 0x5A, 1000)  # host memory: usable
     check_eq(ctypes.string_at(p, 4), b"ZZZZ", "the block holds what was written")
@@ -211,115 +211,115 @@ def main():
     for key, want in expected.items():
         check_eq(after.get(key), want, f"after malloc(1000): {key}")
     v = ctypes.c_int64()
-    for fn, want in (("acc_memory_allocated", 1024), ("acc_max_memory_allocated", 1024),
-                     ("acc_memory_reserved", 2097152), ("acc_max_memory_reserved", 2097152)):
-        check_eq(getattr(lib, fn)(0, ctypes.byref(v)), ACC_OK, fn)
+    for fn, want in (("accalloc_memory_allocated", 1024), ("accalloc_max_memory_allocated", 1024),
+                     ("accalloc_memory_reserved", 2097152), ("accalloc_max_memory_reserved", 2097152)):
+        check_eq(getattr(lib, fn)(0, ctypes.byref(v)), ACCALLOC_OK, fn)
         check_eq(v.value, want, fn)
     free_b, total_b = ctypes.c_uint64(), ctypes.c_uint64()
-    check_eq(lib.acc_mem_get_info(0, ctypes.byref(free_b), ctypes.byref(total_b)), ACC_OK, "acc_mem_get_info")
-    check_eq(total_b.value, GIB, "total = ACC_HOST_CAPACITY")
+    check_eq(lib.accalloc_mem_get_info(0, ctypes.byref(free_b), ctypes.byref(total_b)), ACCALLOC_OK, "accalloc_mem_get_info")
+    check_eq(total_b.value, GIB, "total = ACCALLOC_HOST_CAPACITY")
     check_eq(free_b.value, GIB - 2097152, "free = total - reserved")
 
     # --- free, errors on that pointer ---
-    check_eq(lib.acc_record_stream(p, None), ACC_OK, "record_stream on its own stream (ignored)")
-    check_eq(lib.acc_free(p), ACC_OK, "acc_free")
-    check_eq(lib.acc_record_stream(p, ctypes.c_void_p(0x3000)), ACC_ERROR_INVALID_POINTER, "record_stream, freed")
-    check_eq(lib.acc_free(p), ACC_ERROR_INVALID_POINTER, "double free")
+    check_eq(lib.accalloc_record_stream(p, None), ACCALLOC_OK, "record_stream on its own stream (ignored)")
+    check_eq(lib.accalloc_free(p), ACCALLOC_OK, "accalloc_free")
+    check_eq(lib.accalloc_record_stream(p, ctypes.c_void_p(0x3000)), ACCALLOC_ERROR_INVALID_POINTER, "record_stream, freed")
+    check_eq(lib.accalloc_free(p), ACCALLOC_ERROR_INVALID_POINTER, "double free")
     check(len(last_error()) > 0, "double free has a message")
-    check_eq(lib.acc_free(ctypes.c_void_p(p.value + 512)), ACC_ERROR_INVALID_POINTER, "interior pointer")
-    check_eq(lib.acc_free(None), ACC_OK, "acc_free(NULL)")
+    check_eq(lib.accalloc_free(ctypes.c_void_p(p.value + 512)), ACCALLOC_ERROR_INVALID_POINTER, "interior pointer")
+    check_eq(lib.accalloc_free(None), ACCALLOC_OK, "accalloc_free(NULL)")
     after_free = check_consistency(0, "after free")
     check_eq(after_free["allocated_bytes.all.current"], 0, "allocated after free")
     check_eq(after_free["allocated_bytes.all.peak"], 1024, "peak after free")
     check_eq(after_free["reserved_bytes.all.current"], 2097152, "the segment stays cached")
     check_eq(after_free["inactive_split.all.current"], 0, "merged back into a whole segment")
 
-    check_eq(lib.acc_empty_cache(), ACC_OK, "acc_empty_cache")
+    check_eq(lib.accalloc_empty_cache(), ACCALLOC_OK, "accalloc_empty_cache")
     emptied = check_consistency(0, "after empty_cache")
     check_eq(emptied["reserved_bytes.all.current"], 0, "reserved after empty_cache")
     check_eq(emptied["num_device_free"], 1, "num_device_free")
     check_eq(emptied["num_sync_all_streams"], 1, "num_sync_all_streams")
 
-    check_eq(lib.acc_reset_peak_memory_stats(0), ACC_OK, "reset peak")
+    check_eq(lib.accalloc_reset_peak_memory_stats(0), ACCALLOC_OK, "reset peak")
     check_eq(stat(0, "allocated_bytes.all.peak"), 0, "peak after reset")
-    check_eq(lib.acc_reset_accumulated_memory_stats(0), ACC_OK, "reset accumulated")
+    check_eq(lib.accalloc_reset_accumulated_memory_stats(0), ACCALLOC_OK, "reset accumulated")
     check_eq(stat(0, "allocated_bytes.all.allocated"), 0, "accumulated after reset")
     check_eq(stat(0, "num_device_free"), 0, "counter after reset")
 
     # --- OOM ---
     q = ctypes.c_void_p()
     before = device_stats(0)
-    check_eq(lib.acc_malloc(ctypes.byref(q), 1 << 40, 0, None), ACC_ERROR_OUT_OF_MEMORY, "1 TiB")
+    check_eq(lib.accalloc_malloc(ctypes.byref(q), 1 << 40, 0, None), ACCALLOC_ERROR_OUT_OF_MEMORY, "1 TiB")
     check("Tried to allocate 1024.00 GiB" in last_error(), f"OOM message: {last_error()!r}")
     check_eq(device_stats(0), before, "a request larger than the device changes nothing")
     # 300 MiB is within the device, but not within a 0.25 fraction (256 MiB): a counted OOM
-    check_eq(lib.acc_set_memory_fraction(0.25, 0), ACC_OK, "fraction 0.25")
-    check_eq(lib.acc_malloc(ctypes.byref(q), 300 << 20, 0, None), ACC_ERROR_OUT_OF_MEMORY, "300 MiB over 0.25")
+    check_eq(lib.accalloc_set_memory_fraction(0.25, 0), ACCALLOC_OK, "fraction 0.25")
+    check_eq(lib.accalloc_malloc(ctypes.byref(q), 300 << 20, 0, None), ACCALLOC_ERROR_OUT_OF_MEMORY, "300 MiB over 0.25")
     check("Tried to allocate 300.00 MiB" in last_error(), f"OOM message: {last_error()!r}")
     check_eq(stat(0, "num_ooms"), 1, "num_ooms")
     check_eq(stat(0, "num_alloc_retries"), 1, "num_alloc_retries")
     check_eq(stat(0, "allocation.all.allocated"), 0, "nothing handed out by the OOM")
-    check_eq(lib.acc_set_memory_fraction(1.0, 0), ACC_OK, "fraction 1.0")
+    check_eq(lib.accalloc_set_memory_fraction(1.0, 0), ACCALLOC_OK, "fraction 1.0")
 
     # --- errors ---
-    check_eq(lib.acc_malloc(None, 16, 0, None), ACC_ERROR_INVALID_ARGUMENT, "malloc NULL out")
-    check_eq(lib.acc_malloc(ctypes.byref(q), 16, 2, None), ACC_ERROR_INVALID_DEVICE, "malloc device 2")
-    check_eq(lib.acc_malloc(ctypes.byref(q), 16, -2, None), ACC_ERROR_INVALID_DEVICE, "malloc device -2")
-    check_eq(lib.acc_memory_stat(0, b"allocated.all.current", ctypes.byref(v)), ACC_ERROR_INVALID_ARGUMENT,
+    check_eq(lib.accalloc_malloc(None, 16, 0, None), ACCALLOC_ERROR_INVALID_ARGUMENT, "malloc NULL out")
+    check_eq(lib.accalloc_malloc(ctypes.byref(q), 16, 2, None), ACCALLOC_ERROR_INVALID_DEVICE, "malloc device 2")
+    check_eq(lib.accalloc_malloc(ctypes.byref(q), 16, -2, None), ACCALLOC_ERROR_INVALID_DEVICE, "malloc device -2")
+    check_eq(lib.accalloc_memory_stat(0, b"allocated.all.current", ctypes.byref(v)), ACCALLOC_ERROR_INVALID_ARGUMENT,
              "the docstring's 'allocated' is not a key")
-    check_eq(lib.acc_memory_stat(0, None, ctypes.byref(v)), ACC_ERROR_INVALID_ARGUMENT, "NULL key")
-    check_eq(lib.acc_memory_stat(0, b"num_ooms", None), ACC_ERROR_INVALID_ARGUMENT, "NULL out")
-    check_eq(lib.acc_memory_stat(3, b"num_ooms", ctypes.byref(v)), ACC_ERROR_INVALID_DEVICE, "stat device 3")
-    check_eq(lib.acc_memory_stats_json(0, None, 0, None), ACC_ERROR_INVALID_ARGUMENT, "json NULL len")
-    check_eq(lib.acc_get_device_stats(0, None), ACC_ERROR_INVALID_ARGUMENT, "stats NULL")
-    zero = AccDeviceStats()
-    check_eq(lib.acc_get_device_stats(0, ctypes.byref(zero)), ACC_ERROR_INVALID_ARGUMENT, "struct_size 0")
+    check_eq(lib.accalloc_memory_stat(0, None, ctypes.byref(v)), ACCALLOC_ERROR_INVALID_ARGUMENT, "NULL key")
+    check_eq(lib.accalloc_memory_stat(0, b"num_ooms", None), ACCALLOC_ERROR_INVALID_ARGUMENT, "NULL out")
+    check_eq(lib.accalloc_memory_stat(3, b"num_ooms", ctypes.byref(v)), ACCALLOC_ERROR_INVALID_DEVICE, "stat device 3")
+    check_eq(lib.accalloc_memory_stats_json(0, None, 0, None), ACCALLOC_ERROR_INVALID_ARGUMENT, "json NULL len")
+    check_eq(lib.accalloc_get_device_stats(0, None), ACCALLOC_ERROR_INVALID_ARGUMENT, "stats NULL")
+    zero = AccallocDeviceStats()
+    check_eq(lib.accalloc_get_device_stats(0, ctypes.byref(zero)), ACCALLOC_ERROR_INVALID_ARGUMENT, "struct_size 0")
     for bad in (-0.5, 1.5, math.nan, math.inf):
-        check_eq(lib.acc_set_memory_fraction(bad, 0), ACC_ERROR_INVALID_ARGUMENT, f"fraction {bad}")
-    check_eq(lib.acc_set_memory_fraction(0.5, 9), ACC_ERROR_INVALID_DEVICE, "fraction device 9")
-    check_eq(lib.acc_set_device(2), ACC_ERROR_INVALID_DEVICE, "set_device(2)")
-    check_eq(lib.acc_device_count(None), ACC_ERROR_INVALID_ARGUMENT, "device_count NULL")
-    check_eq(lib.acc_mem_get_info(0, None, ctypes.byref(total_b)), ACC_ERROR_INVALID_ARGUMENT, "mem_get_info NULL")
-    check_eq(lib.acc_reset_peak_memory_stats(-5), ACC_ERROR_INVALID_DEVICE, "reset peak device -5")
+        check_eq(lib.accalloc_set_memory_fraction(bad, 0), ACCALLOC_ERROR_INVALID_ARGUMENT, f"fraction {bad}")
+    check_eq(lib.accalloc_set_memory_fraction(0.5, 9), ACCALLOC_ERROR_INVALID_DEVICE, "fraction device 9")
+    check_eq(lib.accalloc_set_device(2), ACCALLOC_ERROR_INVALID_DEVICE, "set_device(2)")
+    check_eq(lib.accalloc_device_count(None), ACCALLOC_ERROR_INVALID_ARGUMENT, "device_count NULL")
+    check_eq(lib.accalloc_mem_get_info(0, None, ctypes.byref(total_b)), ACCALLOC_ERROR_INVALID_ARGUMENT, "mem_get_info NULL")
+    check_eq(lib.accalloc_reset_peak_memory_stats(-5), ACCALLOC_ERROR_INVALID_DEVICE, "reset peak device -5")
     check_eq(stat(0, "allocation.all.allocated"), 0, "the failures allocated nothing")
     check_eq(stat(0, "num_ooms"), 1, "argument errors are not OOMs")
 
     # device 1, selected per thread
-    check_eq(lib.acc_set_device(1), ACC_OK, "set_device(1)")
-    check_eq(lib.acc_malloc(ctypes.byref(q), 3 << 20, -1, None), ACC_OK, "malloc(3 MiB) on device 1")
+    check_eq(lib.accalloc_set_device(1), ACCALLOC_OK, "set_device(1)")
+    check_eq(lib.accalloc_malloc(ctypes.byref(q), 3 << 20, -1, None), ACCALLOC_OK, "malloc(3 MiB) on device 1")
     dev1 = check_consistency(1, "device 1 with a 3 MiB block")
     check_eq(dev1["allocated_bytes.large_pool.current"], 3 << 20, "3 MiB in the large pool")
     check_eq(dev1["reserved_bytes.large_pool.current"], 20 << 20, "one 20 MiB large segment")
     check_eq(dev1["inactive_split_bytes.large_pool.current"], 17 << 20, "17 MiB left")
-    check_eq(lib.acc_free(q), ACC_OK, "free the 3 MiB block")
-    check_eq(lib.acc_set_device(0), ACC_OK, "set_device(0)")
+    check_eq(lib.accalloc_free(q), ACCALLOC_OK, "free the 3 MiB block")
+    check_eq(lib.accalloc_set_device(0), ACCALLOC_OK, "set_device(0)")
 
     # allocator settings
     def get_settings():
         need = ctypes.c_size_t(0)
-        check_eq(lib.acc_get_allocator_settings(None, 0, ctypes.byref(need)), ACC_OK, "settings size query")
+        check_eq(lib.accalloc_get_allocator_settings(None, 0, ctypes.byref(need)), ACCALLOC_OK, "settings size query")
         buf = ctypes.create_string_buffer(need.value)
-        check_eq(lib.acc_get_allocator_settings(buf, need.value, ctypes.byref(need)), ACC_OK, "settings")
+        check_eq(lib.accalloc_get_allocator_settings(buf, need.value, ctypes.byref(need)), ACCALLOC_OK, "settings")
         return buf.value.decode()
 
     check_eq(get_settings(), "", "default settings")
-    check_eq(lib.acc_set_allocator_settings(b"max_split_size_mb:128"), ACC_OK, "max_split_size_mb:128")
+    check_eq(lib.accalloc_set_allocator_settings(b"max_split_size_mb:128"), ACCALLOC_OK, "max_split_size_mb:128")
     check_eq(stat(0, "max_split_size"), 128 << 20, "max_split_size after setting it")
     check_eq(stat(1, "max_split_size"), 128 << 20, "max_split_size on device 1 too")
     check("max_split_size_mb:128" in get_settings(), f"settings read back: {get_settings()!r}")
-    check_eq(lib.acc_set_allocator_settings(b"max_split_size_mb:1"), ACC_ERROR_CONFIG, "max_split_size_mb:1")
+    check_eq(lib.accalloc_set_allocator_settings(b"max_split_size_mb:1"), ACCALLOC_ERROR_CONFIG, "max_split_size_mb:1")
     check("max_split_size_mb" in last_error(), f"config message names the key: {last_error()!r}")
     check("max_split_size_mb:128" in get_settings(), "a refused setting changes nothing")
-    check_eq(lib.acc_set_allocator_settings(b""), ACC_OK, "back to defaults")
+    check_eq(lib.accalloc_set_allocator_settings(b""), ACCALLOC_OK, "back to defaults")
     check_eq(get_settings(), "", "defaults again")
     check_eq(stat(0, "max_split_size"), -1, "max_split_size unset again")
 
     # --- snapshot: segments and blocks agree with the statistics; the event history ---
     def snapshot():
         need = ctypes.c_size_t(0)
-        check_eq(lib.acc_memory_snapshot_json(None, 0, ctypes.byref(need)), ACC_OK, "snapshot size query")
+        check_eq(lib.accalloc_memory_snapshot_json(None, 0, ctypes.byref(need)), ACCALLOC_OK, "snapshot size query")
         buf = ctypes.create_string_buffer(need.value)
-        check_eq(lib.acc_memory_snapshot_json(buf, need.value, ctypes.byref(need)), ACC_OK, "snapshot")
+        check_eq(lib.accalloc_memory_snapshot_json(buf, need.value, ctypes.byref(need)), ACCALLOC_OK, "snapshot")
         return json.loads(buf.value.decode())
 
     def check_snapshot(where):
@@ -364,17 +364,17 @@ def main():
                          f"[{where}] segment active_size")
         return snap
 
-    check_eq(lib.acc_empty_cache(), ACC_OK, "empty_cache before the snapshot checks")
-    check_eq(lib.acc_record_memory_history(1, 0), ACC_ERROR_INVALID_ARGUMENT, "history with max_entries 0")
-    check_eq(lib.acc_record_memory_history(1, 100), ACC_OK, "start the history")
+    check_eq(lib.accalloc_empty_cache(), ACCALLOC_OK, "empty_cache before the snapshot checks")
+    check_eq(lib.accalloc_record_memory_history(1, 0), ACCALLOC_ERROR_INVALID_ARGUMENT, "history with max_entries 0")
+    check_eq(lib.accalloc_record_memory_history(1, 100), ACCALLOC_OK, "start the history")
     snap = check_snapshot("empty")
     check_eq(snap["segments"], [], "no segments after empty_cache")
     check_eq(snap["device_traces"], [[], []], "history just started: empty")
 
     a, b, c = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
-    check_eq(lib.acc_malloc(ctypes.byref(a), 1000, 1, None), ACC_OK, "malloc(1000) on device 1")
-    check_eq(lib.acc_malloc(ctypes.byref(b), 3 << 20, 1, None), ACC_OK, "malloc(3 MiB) on device 1")
-    check_eq(lib.acc_malloc(ctypes.byref(c), 5000, 0, None), ACC_OK, "malloc(5000) on device 0")
+    check_eq(lib.accalloc_malloc(ctypes.byref(a), 1000, 1, None), ACCALLOC_OK, "malloc(1000) on device 1")
+    check_eq(lib.accalloc_malloc(ctypes.byref(b), 3 << 20, 1, None), ACCALLOC_OK, "malloc(3 MiB) on device 1")
+    check_eq(lib.accalloc_malloc(ctypes.byref(c), 5000, 0, None), ACCALLOC_OK, "malloc(5000) on device 0")
     snap = check_snapshot("three live blocks")
     small = [s for s in snap["segments"] if s["device"] == 1 and s["segment_type"] == "small"]
     check_eq(len(small), 1, "one small segment on device 1")
@@ -390,15 +390,15 @@ def main():
                  "small segment totals")
 
     # a freed block waiting on another stream is active_pending_free
-    check_eq(lib.acc_record_stream(b, ctypes.c_void_p(0x3000)), ACC_OK, "record_stream")
-    check_eq(lib.acc_free(b), ACC_OK, "free with a recorded stream")
+    check_eq(lib.accalloc_record_stream(b, ctypes.c_void_p(0x3000)), ACCALLOC_OK, "record_stream")
+    check_eq(lib.accalloc_free(b), ACCALLOC_OK, "free with a recorded stream")
     snap = check_snapshot("pending free")
     states = [x["state"] for s in snap["segments"] if s["device"] == 1 and s["segment_type"] == "large"
               for x in s["blocks"]]
     check_eq(states, ["active_pending_free", "inactive"], "the 3 MiB block waits on the other stream")
-    check_eq(lib.acc_free(a), ACC_OK, "free(1000)")
-    check_eq(lib.acc_free(c), ACC_OK, "free(5000)")
-    check_eq(lib.acc_empty_cache(), ACC_OK, "empty_cache")
+    check_eq(lib.accalloc_free(a), ACCALLOC_OK, "free(1000)")
+    check_eq(lib.accalloc_free(c), ACCALLOC_OK, "free(5000)")
+    check_eq(lib.accalloc_empty_cache(), ACCALLOC_OK, "empty_cache")
     snap = check_snapshot("after empty_cache")
     check_eq(snap["segments"], [], "everything released")
 
@@ -431,39 +431,39 @@ def main():
                                          "segment_free"], "device 0 trace")
 
     # an OOM is recorded too
-    check_eq(lib.acc_set_memory_fraction(0.0, 1), ACC_OK, "fraction 0")
-    check_eq(lib.acc_malloc(ctypes.byref(a), 1000, 1, None), ACC_ERROR_OUT_OF_MEMORY, "OOM under fraction 0")
-    check_eq(lib.acc_set_memory_fraction(1.0, 1), ACC_OK, "fraction 1")
+    check_eq(lib.accalloc_set_memory_fraction(0.0, 1), ACCALLOC_OK, "fraction 0")
+    check_eq(lib.accalloc_malloc(ctypes.byref(a), 1000, 1, None), ACCALLOC_ERROR_OUT_OF_MEMORY, "OOM under fraction 0")
+    check_eq(lib.accalloc_set_memory_fraction(1.0, 1), ACCALLOC_OK, "fraction 1")
     check_eq(snapshot()["device_traces"][1][-1]["action"], "oom", "the OOM is in the history")
 
     # max_entries keeps the newest entries; restarting clears; stopping stops
-    check_eq(lib.acc_record_memory_history(1, 3), ACC_OK, "restart with 3 entries")
+    check_eq(lib.accalloc_record_memory_history(1, 3), ACCALLOC_OK, "restart with 3 entries")
     check_eq(snapshot()["device_traces"], [[], []], "restarting clears the history")
     for _ in range(2):
-        check_eq(lib.acc_malloc(ctypes.byref(a), 1000, 1, None), ACC_OK, "malloc")
-        check_eq(lib.acc_free(a), ACC_OK, "free")
+        check_eq(lib.accalloc_malloc(ctypes.byref(a), 1000, 1, None), ACCALLOC_OK, "malloc")
+        check_eq(lib.accalloc_free(a), ACCALLOC_OK, "free")
     t1 = snapshot()["device_traces"][1]
     # 2 x (malloc, free) = segment_alloc, alloc, free_requested, free_completed, alloc, free_requested,
     # free_completed: the newest 3 remain
     check_eq([e["action"] for e in t1], ["alloc", "free_requested", "free_completed"],
              "only the newest 3 entries are kept, oldest first")
-    check_eq(lib.acc_record_memory_history(0, 0), ACC_OK, "stop the history")
+    check_eq(lib.accalloc_record_memory_history(0, 0), ACCALLOC_OK, "stop the history")
     n_before = [len(t) for t in snapshot()["device_traces"]]
-    check_eq(lib.acc_malloc(ctypes.byref(a), 1000, 1, None), ACC_OK, "malloc after stopping")
-    check_eq(lib.acc_free(a), ACC_OK, "free after stopping")
+    check_eq(lib.accalloc_malloc(ctypes.byref(a), 1000, 1, None), ACCALLOC_OK, "malloc after stopping")
+    check_eq(lib.accalloc_free(a), ACCALLOC_OK, "free after stopping")
     check_eq([len(t) for t in snapshot()["device_traces"]], n_before, "nothing recorded after stopping")
-    check_eq(lib.acc_empty_cache(), ACC_OK, "empty_cache")
+    check_eq(lib.accalloc_empty_cache(), ACCALLOC_OK, "empty_cache")
 
     # --- memory_summary: the PyTorch table ---
     need = ctypes.c_size_t(0)
-    check_eq(lib.acc_memory_summary(0, 0, None, 0, ctypes.byref(need)), ACC_OK, "summary size query")
+    check_eq(lib.accalloc_memory_summary(0, 0, None, 0, ctypes.byref(need)), ACCALLOC_OK, "summary size query")
     buf = ctypes.create_string_buffer(need.value)
-    check_eq(lib.acc_memory_summary(0, 0, buf, need.value, ctypes.byref(need)), ACC_OK, "summary")
+    check_eq(lib.accalloc_memory_summary(0, 0, buf, need.value, ctypes.byref(need)), ACCALLOC_OK, "summary")
     lines = buf.value.decode().splitlines()
     check(len(lines) > 40, f"summary has {len(lines)} lines")
     check(all(len(line) == 77 and line[0] == "|" and line[-1] == "|" for line in lines),
           "summary lines are 77 characters between bars")
-    check_eq(lib.acc_memory_summary(0, 0, None, 0, None), ACC_ERROR_INVALID_ARGUMENT, "summary NULL len")
+    check_eq(lib.accalloc_memory_summary(0, 0, None, 0, None), ACCALLOC_ERROR_INVALID_ARGUMENT, "summary NULL len")
 
     print(f"test_ctypes: {checks} checks, {failures} failed")
     return 0 if failures == 0 else 1

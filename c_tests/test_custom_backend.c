@@ -1,5 +1,5 @@
 /* A backend written in C: a fake accelerator backed by malloc with 64 MiB per device and events that
- * this program completes itself. Registered through acc_register_backend, it gets the whole caching
+ * this program completes itself. Registered through accalloc_register_backend, it gets the whole caching
  * allocator: caching, splitting, stream deferral, the OOM retry, statistics, summary and snapshot, all
  * through the `_on` forms of the API, side by side with the host backend. Two host devices are used
  * from two threads at once and their statistics stay separate. */
@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "accalloc.h"
-#include "acc_test_util.h"
+#include "accalloc_test_util.h"
 
 #define FAKE_DEVICES 2
 #define FAKE_CAPACITY (64u << 20)
@@ -39,7 +39,7 @@ static int32_t fake_device_count(void *ctx, int32_t *out)
 {
     (void)ctx;
     *out = FAKE_DEVICES;
-    return ACC_BACKEND_OK;
+    return ACCALLOC_BACKEND_OK;
 }
 
 static int32_t fake_raw_alloc(void *ctx, int32_t device, size_t size, void *stream, void **out)
@@ -50,13 +50,13 @@ static int32_t fake_raw_alloc(void *ctx, int32_t device, size_t size, void *stre
     if (fake->fail_with_code)
         return fake->fail_with_code;
     if (fake->used[device] + size > FAKE_CAPACITY)
-        return ACC_BACKEND_OUT_OF_MEMORY;
+        return ACCALLOC_BACKEND_OUT_OF_MEMORY;
     if (posix_memalign(&ptr, 512, size) != 0)
-        return ACC_BACKEND_OUT_OF_MEMORY;
+        return ACCALLOC_BACKEND_OUT_OF_MEMORY;
     fake->used[device] += size;
     fake->raw_allocs++;
     *out = ptr;
-    return ACC_BACKEND_OK;
+    return ACCALLOC_BACKEND_OK;
 }
 
 static int32_t fake_raw_free(void *ctx, int32_t device, void *ptr, size_t size)
@@ -65,7 +65,7 @@ static int32_t fake_raw_free(void *ctx, int32_t device, void *ptr, size_t size)
     fake->used[device] -= size;
     fake->raw_frees++;
     free(ptr);
-    return ACC_BACKEND_OK;
+    return ACCALLOC_BACKEND_OK;
 }
 
 static int32_t fake_mem_get_info(void *ctx, int32_t device, uint64_t *free_bytes, uint64_t *total)
@@ -73,7 +73,7 @@ static int32_t fake_mem_get_info(void *ctx, int32_t device, uint64_t *free_bytes
     Fake *fake = (Fake *)ctx;
     *total = FAKE_CAPACITY;
     *free_bytes = FAKE_CAPACITY - fake->used[device];
-    return ACC_BACKEND_OK;
+    return ACCALLOC_BACKEND_OK;
 }
 
 static int32_t fake_event_create(void *ctx, int32_t device, void **out)
@@ -90,7 +90,7 @@ static int32_t fake_event_create(void *ctx, int32_t device, void **out)
     }
     fake->live_events++;
     *out = event;
-    return ACC_BACKEND_OK;
+    return ACCALLOC_BACKEND_OK;
 }
 
 static int32_t fake_event_record(void *ctx, int32_t device, void *event, void *stream)
@@ -101,7 +101,7 @@ static int32_t fake_event_record(void *ctx, int32_t device, void *event, void *s
     e->stream = stream;
     e->recorded = 1;
     e->complete = 0;
-    return ACC_BACKEND_OK;
+    return ACCALLOC_BACKEND_OK;
 }
 
 static int32_t fake_event_query(void *ctx, int32_t device, void *event, int32_t *complete)
@@ -109,7 +109,7 @@ static int32_t fake_event_query(void *ctx, int32_t device, void *event, int32_t 
     (void)ctx;
     (void)device;
     *complete = ((FakeEvent *)event)->complete;
-    return ACC_BACKEND_OK;
+    return ACCALLOC_BACKEND_OK;
 }
 
 static int32_t fake_event_synchronize(void *ctx, int32_t device, void *event)
@@ -117,7 +117,7 @@ static int32_t fake_event_synchronize(void *ctx, int32_t device, void *event)
     (void)ctx;
     (void)device;
     ((FakeEvent *)event)->complete = 1;
-    return ACC_BACKEND_OK;
+    return ACCALLOC_BACKEND_OK;
 }
 
 static int32_t fake_event_destroy(void *ctx, int32_t device, void *event)
@@ -131,7 +131,7 @@ static int32_t fake_event_destroy(void *ctx, int32_t device, void *event)
     }
     fake->live_events--;
     free(event);
-    return ACC_BACKEND_OK;
+    return ACCALLOC_BACKEND_OK;
 }
 
 /* The work queued on `stream` finishes: its events complete. */
@@ -144,9 +144,9 @@ static void fake_complete_stream(void *stream)
     }
 }
 
-static AccBackendVTable fake_table(void)
+static AccallocBackendVTable fake_table(void)
 {
-    AccBackendVTable table;
+    AccallocBackendVTable table;
     memset(&table, 0, sizeof table);
     table.struct_size = sizeof table;
     table.context = &g_fake;
@@ -164,12 +164,12 @@ static AccBackendVTable fake_table(void)
 
 /* --- helpers ---------------------------------------------------------------------------------------- */
 
-#define EXPECT(call, want) CHECK_STATUS_WITH(call, want, acc_status_name, acc_last_error_message)
+#define EXPECT(call, want) CHECK_STATUS_WITH(call, want, accalloc_status_name, accalloc_last_error_message)
 
-static int64_t stat_on(AccDeviceType type, int32_t device, const char *key)
+static int64_t stat_on(AccallocDeviceType type, int32_t device, const char *key)
 {
     int64_t value = -12345;
-    EXPECT(acc_memory_stat_on(type, device, key, &value), ACC_OK);
+    EXPECT(accalloc_memory_stat_on(type, device, key, &value), ACCALLOC_OK);
     return value;
 }
 
@@ -186,11 +186,11 @@ static void *host_worker(void *arg)
 {
     Worker *w = (Worker *)arg;
     int i;
-    if (acc_set_device_on(ACC_DEVICE_HOST, w->device) != ACC_OK)
+    if (accalloc_set_device_on(ACCALLOC_DEVICE_HOST, w->device) != ACCALLOC_OK)
         w->failures++;
     for (i = 0; i < w->rounds; i++) {
         void *p = NULL;
-        if (acc_malloc_on(ACC_DEVICE_HOST, &p, w->size, -1, NULL) != ACC_OK || acc_free(p) != ACC_OK)
+        if (accalloc_malloc_on(ACCALLOC_DEVICE_HOST, &p, w->size, -1, NULL) != ACCALLOC_OK || accalloc_free(p) != ACCALLOC_OK)
             w->failures++;
     }
     return NULL;
@@ -207,210 +207,210 @@ static void test_two_host_devices_from_two_threads(void)
         pthread_join(threads[i], NULL);
         CHECK_EQ(workers[i].failures, 0);
     }
-    CHECK_EQ(stat_on(ACC_DEVICE_HOST, 0, "allocation.all.allocated"), 3000);
-    CHECK_EQ(stat_on(ACC_DEVICE_HOST, 0, "allocated_bytes.small_pool.allocated"), 3000 * 1024);
-    CHECK_EQ(stat_on(ACC_DEVICE_HOST, 0, "allocated_bytes.large_pool.allocated"), 0);
-    CHECK_EQ(stat_on(ACC_DEVICE_HOST, 1, "allocation.all.allocated"), 2000);
-    CHECK_EQ(stat_on(ACC_DEVICE_HOST, 1, "allocated_bytes.large_pool.allocated"), (int64_t)2000 * 3 * MiB);
-    CHECK_EQ(stat_on(ACC_DEVICE_HOST, 1, "allocated_bytes.small_pool.allocated"), 0);
-    EXPECT(acc_empty_cache_on(ACC_DEVICE_HOST), ACC_OK);
+    CHECK_EQ(stat_on(ACCALLOC_DEVICE_HOST, 0, "allocation.all.allocated"), 3000);
+    CHECK_EQ(stat_on(ACCALLOC_DEVICE_HOST, 0, "allocated_bytes.small_pool.allocated"), 3000 * 1024);
+    CHECK_EQ(stat_on(ACCALLOC_DEVICE_HOST, 0, "allocated_bytes.large_pool.allocated"), 0);
+    CHECK_EQ(stat_on(ACCALLOC_DEVICE_HOST, 1, "allocation.all.allocated"), 2000);
+    CHECK_EQ(stat_on(ACCALLOC_DEVICE_HOST, 1, "allocated_bytes.large_pool.allocated"), (int64_t)2000 * 3 * MiB);
+    CHECK_EQ(stat_on(ACCALLOC_DEVICE_HOST, 1, "allocated_bytes.small_pool.allocated"), 0);
+    EXPECT(accalloc_empty_cache_on(ACCALLOC_DEVICE_HOST), ACCALLOC_OK);
 }
 
 /* --- registration ----------------------------------------------------------------------------------- */
 
-static AccDeviceType test_registration(void)
+static AccallocDeviceType test_registration(void)
 {
-    AccBackendVTable table = fake_table();
-    AccDeviceType type = -1, other = -1;
+    AccallocBackendVTable table = fake_table();
+    AccallocDeviceType type = -1, other = -1;
 
-    EXPECT(acc_register_backend(NULL, &table, &type), ACC_ERROR_INVALID_ARGUMENT);
-    EXPECT(acc_register_backend("fakeacc", NULL, &type), ACC_ERROR_INVALID_ARGUMENT);
-    CHECK_CONTAINS(acc_last_error_message(), "vtable is NULL");
-    EXPECT(acc_register_backend("fakeacc", &table, NULL), ACC_ERROR_INVALID_ARGUMENT);
+    EXPECT(accalloc_register_backend(NULL, &table, &type), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    EXPECT(accalloc_register_backend("fakeacc", NULL, &type), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(accalloc_last_error_message(), "vtable is NULL");
+    EXPECT(accalloc_register_backend("fakeacc", &table, NULL), ACCALLOC_ERROR_INVALID_ARGUMENT);
     table.struct_size = 8;
-    EXPECT(acc_register_backend("fakeacc", &table, &type), ACC_ERROR_INVALID_ARGUMENT);
-    CHECK_CONTAINS(acc_last_error_message(), "struct_size is 8");
+    EXPECT(accalloc_register_backend("fakeacc", &table, &type), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(accalloc_last_error_message(), "struct_size is 8");
     table = fake_table();
     table.raw_free = NULL;
-    EXPECT(acc_register_backend("fakeacc", &table, &type), ACC_ERROR_INVALID_ARGUMENT);
-    CHECK_CONTAINS(acc_last_error_message(), "the required entry raw_free is NULL");
+    EXPECT(accalloc_register_backend("fakeacc", &table, &type), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(accalloc_last_error_message(), "the required entry raw_free is NULL");
     table = fake_table();
-    EXPECT(acc_register_backend("bad name!", &table, &type), ACC_ERROR_INVALID_ARGUMENT);
-    EXPECT(acc_register_backend("host", &table, &type), ACC_ERROR_INVALID_ARGUMENT);
+    EXPECT(accalloc_register_backend("bad name!", &table, &type), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    EXPECT(accalloc_register_backend("host", &table, &type), ACCALLOC_ERROR_INVALID_ARGUMENT);
     CHECK_EQ(type, -1);
 
-    EXPECT(acc_register_backend("fakeacc", &table, &type), ACC_OK);
+    EXPECT(accalloc_register_backend("fakeacc", &table, &type), ACCALLOC_OK);
     CHECK(type >= 2);
-    CHECK_STR(acc_device_type_name(type), "fakeacc");
-    EXPECT(acc_register_backend("fakeacc", &table, &other), ACC_ERROR_INVALID_ARGUMENT);
-    CHECK_CONTAINS(acc_last_error_message(), "registered already");
-    EXPECT(acc_set_accelerator(99), ACC_ERROR_INVALID_ARGUMENT);
+    CHECK_STR(accalloc_device_type_name(type), "fakeacc");
+    EXPECT(accalloc_register_backend("fakeacc", &table, &other), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(accalloc_last_error_message(), "registered already");
+    EXPECT(accalloc_set_accelerator(99), ACCALLOC_ERROR_INVALID_ARGUMENT);
     return type;
 }
 
 /* --- the fake accelerator through the public API ----------------------------------------------------- */
 
-static void test_caching_and_splitting(AccDeviceType type)
+static void test_caching_and_splitting(AccallocDeviceType type)
 {
     void *p = NULL, *q = NULL, *again = NULL;
     int32_t count = 0;
     uint64_t free_bytes = 0, total = 0;
 
-    EXPECT(acc_device_count_on(type, &count), ACC_OK);
+    EXPECT(accalloc_device_count_on(type, &count), ACCALLOC_OK);
     CHECK_EQ(count, FAKE_DEVICES);
-    EXPECT(acc_malloc_on(type, &p, 1000, 0, NULL), ACC_OK);
+    EXPECT(accalloc_malloc_on(type, &p, 1000, 0, NULL), ACCALLOC_OK);
     CHECK_EQ(g_fake.raw_allocs, 1);
     CHECK_EQ(g_fake.used[0], 2 * MiB); /* a small segment */
-    EXPECT(acc_malloc_on(type, &q, 1000, 0, NULL), ACC_OK);
+    EXPECT(accalloc_malloc_on(type, &q, 1000, 0, NULL), ACCALLOC_OK);
     CHECK((char *)q == (char *)p + 1024); /* split from the same segment */
     CHECK_EQ(g_fake.raw_allocs, 1);
     CHECK_EQ(stat_on(type, 0, "allocated_bytes.all.current"), 2048);
     CHECK_EQ(stat_on(type, 0, "inactive_split_bytes.small_pool.current"), 2 * MiB - 2048);
-    EXPECT(acc_mem_get_info_on(type, 0, &free_bytes, &total), ACC_OK);
+    EXPECT(accalloc_mem_get_info_on(type, 0, &free_bytes, &total), ACCALLOC_OK);
     CHECK_EQ(total, FAKE_CAPACITY);
     CHECK_EQ(free_bytes, FAKE_CAPACITY - 2 * MiB);
-    EXPECT(acc_free(p), ACC_OK);
-    EXPECT(acc_malloc_on(type, &again, 900, 0, NULL), ACC_OK);
+    EXPECT(accalloc_free(p), ACCALLOC_OK);
+    EXPECT(accalloc_malloc_on(type, &again, 900, 0, NULL), ACCALLOC_OK);
     CHECK(again == p); /* cached: the backend is not asked again */
     CHECK_EQ(g_fake.raw_allocs, 1);
-    EXPECT(acc_free(again), ACC_OK);
-    EXPECT(acc_free(q), ACC_OK);
+    EXPECT(accalloc_free(again), ACCALLOC_OK);
+    EXPECT(accalloc_free(q), ACCALLOC_OK);
     /* The host's statistics are its own. */
-    CHECK_EQ(stat_on(ACC_DEVICE_HOST, 0, "allocated_bytes.all.current"), 0);
+    CHECK_EQ(stat_on(ACCALLOC_DEVICE_HOST, 0, "allocated_bytes.all.current"), 0);
     CHECK_EQ(stat_on(type, 0, "allocation.all.allocated"), 3);
     CHECK_EQ(stat_on(type, 1, "allocation.all.allocated"), 0);
 }
 
-static void test_stream_deferral(AccDeviceType type)
+static void test_stream_deferral(AccallocDeviceType type)
 {
     void *stream_a = (void *)0x100, *stream_b = (void *)0x200;
     void *p = NULL, *q = NULL, *r = NULL;
-    EXPECT(acc_malloc_on(type, &p, 4096, 1, stream_a), ACC_OK);
-    EXPECT(acc_record_stream(p, stream_b), ACC_OK);
-    EXPECT(acc_free(p), ACC_OK);
+    EXPECT(accalloc_malloc_on(type, &p, 4096, 1, stream_a), ACCALLOC_OK);
+    EXPECT(accalloc_record_stream(p, stream_b), ACCALLOC_OK);
+    EXPECT(accalloc_free(p), ACCALLOC_OK);
     CHECK_EQ(g_fake.live_events, 1);
     CHECK_EQ(stat_on(type, 1, "active_bytes.all.current"), 4096); /* waiting on stream b */
     CHECK_EQ(stat_on(type, 1, "allocated_bytes.all.current"), 0);
-    EXPECT(acc_malloc_on(type, &q, 4096, 1, stream_a), ACC_OK);
+    EXPECT(accalloc_malloc_on(type, &q, 4096, 1, stream_a), ACCALLOC_OK);
     CHECK(q != p); /* not reusable until stream b's work is done */
-    EXPECT(acc_free(q), ACC_OK);
+    EXPECT(accalloc_free(q), ACCALLOC_OK);
     fake_complete_stream(stream_b);
-    EXPECT(acc_malloc_on(type, &r, 4096, 1, stream_a), ACC_OK);
+    EXPECT(accalloc_malloc_on(type, &r, 4096, 1, stream_a), ACCALLOC_OK);
     CHECK(r == p);
     CHECK_EQ(g_fake.live_events, 0);
-    EXPECT(acc_free(r), ACC_OK);
+    EXPECT(accalloc_free(r), ACCALLOC_OK);
     /* empty_cache synchronizes whatever is still pending. */
-    EXPECT(acc_malloc_on(type, &p, 4096, 1, stream_a), ACC_OK);
-    EXPECT(acc_record_stream(p, stream_b), ACC_OK);
-    EXPECT(acc_free(p), ACC_OK);
-    EXPECT(acc_empty_cache_on(type), ACC_OK);
+    EXPECT(accalloc_malloc_on(type, &p, 4096, 1, stream_a), ACCALLOC_OK);
+    EXPECT(accalloc_record_stream(p, stream_b), ACCALLOC_OK);
+    EXPECT(accalloc_free(p), ACCALLOC_OK);
+    EXPECT(accalloc_empty_cache_on(type), ACCALLOC_OK);
     CHECK_EQ(g_fake.live_events, 0);
     CHECK_EQ(stat_on(type, 1, "reserved_bytes.all.current"), 0);
     CHECK_EQ(stat_on(type, 1, "num_sync_all_streams"), 1);
 }
 
-static void test_out_of_memory_and_errors(AccDeviceType type)
+static void test_out_of_memory_and_errors(AccallocDeviceType type)
 {
     void *big = NULL, *bigger = NULL, *none = NULL;
-    EXPECT(acc_malloc_on(type, &big, 40 * MiB, 0, NULL), ACC_OK);
-    EXPECT(acc_free(big), ACC_OK);
+    EXPECT(accalloc_malloc_on(type, &big, 40 * MiB, 0, NULL), ACCALLOC_OK);
+    EXPECT(accalloc_free(big), ACCALLOC_OK);
     /* 40 MiB cached + 2 MiB small segment + 50 MiB > 64 MiB: the cached segments go, then it fits. */
-    EXPECT(acc_malloc_on(type, &bigger, 50 * MiB, 0, NULL), ACC_OK);
+    EXPECT(accalloc_malloc_on(type, &bigger, 50 * MiB, 0, NULL), ACCALLOC_OK);
     CHECK_EQ(stat_on(type, 0, "num_alloc_retries"), 1);
     CHECK_EQ(stat_on(type, 0, "num_ooms"), 0);
-    EXPECT(acc_malloc_on(type, &none, 30 * MiB, 0, NULL), ACC_ERROR_OUT_OF_MEMORY);
-    CHECK_CONTAINS(acc_last_error_message(), "fakeacc out of memory. Tried to allocate 30.00 MiB. Device 0 has a total capacity of 64.00 MiB");
+    EXPECT(accalloc_malloc_on(type, &none, 30 * MiB, 0, NULL), ACCALLOC_ERROR_OUT_OF_MEMORY);
+    CHECK_CONTAINS(accalloc_last_error_message(), "fakeacc out of memory. Tried to allocate 30.00 MiB. Device 0 has a total capacity of 64.00 MiB");
     CHECK(none == NULL);
     CHECK_EQ(stat_on(type, 0, "num_ooms"), 1);
-    EXPECT(acc_free(bigger), ACC_OK);
+    EXPECT(accalloc_free(bigger), ACCALLOC_OK);
 
     g_fake.fail_with_code = 77;
-    EXPECT(acc_malloc_on(type, &none, 200 * 1024 * 1024 / 8, 1, NULL), ACC_ERROR_BACKEND);
-    CHECK_CONTAINS(acc_last_error_message(), "fakeacc backend: raw_alloc on device 1 failed");
-    CHECK_CONTAINS(acc_last_error_message(), "code 77");
+    EXPECT(accalloc_malloc_on(type, &none, 200 * 1024 * 1024 / 8, 1, NULL), ACCALLOC_ERROR_BACKEND);
+    CHECK_CONTAINS(accalloc_last_error_message(), "fakeacc backend: raw_alloc on device 1 failed");
+    CHECK_CONTAINS(accalloc_last_error_message(), "code 77");
     g_fake.fail_with_code = 0;
 }
 
-static void test_every_on_form(AccDeviceType type)
+static void test_every_on_form(AccallocDeviceType type)
 {
-    AccDeviceStats stats;
+    AccallocDeviceStats stats;
     int64_t value = 0;
     int32_t device = -1;
     size_t len = 0;
     char text[8192];
     void *p = NULL;
 
-    EXPECT(acc_set_device_on(type, 1), ACC_OK);
-    EXPECT(acc_current_device_on(type, &device), ACC_OK);
+    EXPECT(accalloc_set_device_on(type, 1), ACCALLOC_OK);
+    EXPECT(accalloc_current_device_on(type, &device), ACCALLOC_OK);
     CHECK_EQ(device, 1);
-    EXPECT(acc_current_device_on(ACC_DEVICE_HOST, &device), ACC_OK);
+    EXPECT(accalloc_current_device_on(ACCALLOC_DEVICE_HOST, &device), ACCALLOC_OK);
     CHECK_EQ(device, 0); /* each accelerator has its own current device */
-    EXPECT(acc_set_allocator_settings_on(type, "max_split_size_mb:32"), ACC_OK);
-    EXPECT(acc_get_allocator_settings_on(type, text, sizeof text, &len), ACC_OK);
+    EXPECT(accalloc_set_allocator_settings_on(type, "max_split_size_mb:32"), ACCALLOC_OK);
+    EXPECT(accalloc_get_allocator_settings_on(type, text, sizeof text, &len), ACCALLOC_OK);
     CHECK_STR(text, "max_split_size_mb:32");
-    EXPECT(acc_get_allocator_settings_on(ACC_DEVICE_HOST, text, sizeof text, &len), ACC_OK);
+    EXPECT(accalloc_get_allocator_settings_on(ACCALLOC_DEVICE_HOST, text, sizeof text, &len), ACCALLOC_OK);
     CHECK_STR(text, "");
-    EXPECT(acc_record_memory_history_on(type, 1, 100), ACC_OK);
-    EXPECT(acc_set_memory_fraction_on(type, 0.5, -1), ACC_OK);
-    EXPECT(acc_malloc_on(type, &p, 33 * MiB, -1, NULL), ACC_ERROR_OUT_OF_MEMORY); /* past 32 MiB allowed */
-    CHECK_CONTAINS(acc_last_error_message(), "32.00 MiB allowed;");
-    EXPECT(acc_malloc_on(type, &p, 5 * MiB, -1, NULL), ACC_OK);
-    EXPECT(acc_max_memory_allocated_on(type, -1, &value), ACC_OK);
+    EXPECT(accalloc_record_memory_history_on(type, 1, 100), ACCALLOC_OK);
+    EXPECT(accalloc_set_memory_fraction_on(type, 0.5, -1), ACCALLOC_OK);
+    EXPECT(accalloc_malloc_on(type, &p, 33 * MiB, -1, NULL), ACCALLOC_ERROR_OUT_OF_MEMORY); /* past 32 MiB allowed */
+    CHECK_CONTAINS(accalloc_last_error_message(), "32.00 MiB allowed;");
+    EXPECT(accalloc_malloc_on(type, &p, 5 * MiB, -1, NULL), ACCALLOC_OK);
+    EXPECT(accalloc_max_memory_allocated_on(type, -1, &value), ACCALLOC_OK);
     CHECK_EQ(value, 5 * MiB);
-    EXPECT(acc_memory_allocated_on(type, -1, &value), ACC_OK);
+    EXPECT(accalloc_memory_allocated_on(type, -1, &value), ACCALLOC_OK);
     CHECK_EQ(value, 5 * MiB);
-    EXPECT(acc_memory_reserved_on(type, -1, &value), ACC_OK);
+    EXPECT(accalloc_memory_reserved_on(type, -1, &value), ACCALLOC_OK);
     CHECK_EQ(value, 20 * MiB);
-    EXPECT(acc_max_memory_reserved_on(type, -1, &value), ACC_OK);
+    EXPECT(accalloc_max_memory_reserved_on(type, -1, &value), ACCALLOC_OK);
     CHECK(value >= 20 * MiB);
     memset(&stats, 0, sizeof stats);
     stats.struct_size = sizeof stats;
-    EXPECT(acc_get_device_stats_on(type, -1, &stats), ACC_OK);
+    EXPECT(accalloc_get_device_stats_on(type, -1, &stats), ACCALLOC_OK);
     CHECK_EQ(stats.max_split_size, 32 * MiB);
-    CHECK_EQ(stats.allocation[ACC_STAT_LARGE_POOL].current, 1);
-    EXPECT(acc_memory_stats_json_on(type, -1, text, sizeof text, &len), ACC_OK);
+    CHECK_EQ(stats.allocation[ACCALLOC_STAT_LARGE_POOL].current, 1);
+    EXPECT(accalloc_memory_stats_json_on(type, -1, text, sizeof text, &len), ACCALLOC_OK);
     CHECK_CONTAINS(text, "\"allocated_bytes.all.current\":5242880");
-    EXPECT(acc_memory_summary_on(type, -1, 1, text, sizeof text, &len), ACC_OK);
+    EXPECT(accalloc_memory_summary_on(type, -1, 1, text, sizeof text, &len), ACCALLOC_OK);
     CHECK_CONTAINS(text, "accalloc fakeacc memory summary, device ID 1");
-    EXPECT(acc_memory_snapshot_json_on(type, NULL, 0, &len), ACC_OK);
+    EXPECT(accalloc_memory_snapshot_json_on(type, NULL, 0, &len), ACCALLOC_OK);
     {
         char *snapshot = (char *)malloc(len);
-        EXPECT(acc_memory_snapshot_json_on(type, snapshot, len, &len), ACC_OK);
+        EXPECT(accalloc_memory_snapshot_json_on(type, snapshot, len, &len), ACCALLOC_OK);
         CHECK_CONTAINS(snapshot, "\"segment_type\":\"large\"");
         CHECK_CONTAINS(snapshot, "\"action\":\"alloc\"");
         free(snapshot);
     }
-    EXPECT(acc_free(p), ACC_OK);
-    EXPECT(acc_reset_peak_memory_stats_on(type, -1), ACC_OK);
-    EXPECT(acc_max_memory_allocated_on(type, -1, &value), ACC_OK);
+    EXPECT(accalloc_free(p), ACCALLOC_OK);
+    EXPECT(accalloc_reset_peak_memory_stats_on(type, -1), ACCALLOC_OK);
+    EXPECT(accalloc_max_memory_allocated_on(type, -1, &value), ACCALLOC_OK);
     CHECK_EQ(value, 0);
-    EXPECT(acc_reset_accumulated_memory_stats_on(type, -1), ACC_OK);
+    EXPECT(accalloc_reset_accumulated_memory_stats_on(type, -1), ACCALLOC_OK);
     CHECK_EQ(stat_on(type, -1, "allocation.all.allocated"), 0);
-    EXPECT(acc_record_memory_history_on(type, 0, 0), ACC_OK);
-    EXPECT(acc_malloc_on(42, &p, 64, 0, NULL), ACC_ERROR_INVALID_ARGUMENT);
-    CHECK_CONTAINS(acc_last_error_message(), "device type 42 does not exist");
+    EXPECT(accalloc_record_memory_history_on(type, 0, 0), ACCALLOC_OK);
+    EXPECT(accalloc_malloc_on(42, &p, 64, 0, NULL), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(accalloc_last_error_message(), "device type 42 does not exist");
 }
 
-static void test_current_accelerator(AccDeviceType type)
+static void test_current_accelerator(AccallocDeviceType type)
 {
     void *p = NULL;
     int64_t value = 0;
-    CHECK_EQ(acc_current_accelerator(), ACC_DEVICE_HOST);
-    EXPECT(acc_set_accelerator(type), ACC_OK);
-    CHECK_EQ(acc_current_accelerator(), type);
-    EXPECT(acc_malloc(&p, 3000, 0, NULL), ACC_OK); /* plain calls now go to the fake accelerator */
-    EXPECT(acc_memory_allocated(0, &value), ACC_OK);
+    CHECK_EQ(accalloc_current_accelerator(), ACCALLOC_DEVICE_HOST);
+    EXPECT(accalloc_set_accelerator(type), ACCALLOC_OK);
+    CHECK_EQ(accalloc_current_accelerator(), type);
+    EXPECT(accalloc_malloc(&p, 3000, 0, NULL), ACCALLOC_OK); /* plain calls now go to the fake accelerator */
+    EXPECT(accalloc_memory_allocated(0, &value), ACCALLOC_OK);
     CHECK_EQ(value, 3072);
-    EXPECT(acc_free(p), ACC_OK);
-    EXPECT(acc_empty_cache(), ACC_OK);
-    EXPECT(acc_set_accelerator(ACC_DEVICE_HOST), ACC_OK);
-    EXPECT(acc_memory_allocated(0, &value), ACC_OK);
+    EXPECT(accalloc_free(p), ACCALLOC_OK);
+    EXPECT(accalloc_empty_cache(), ACCALLOC_OK);
+    EXPECT(accalloc_set_accelerator(ACCALLOC_DEVICE_HOST), ACCALLOC_OK);
+    EXPECT(accalloc_memory_allocated(0, &value), ACCALLOC_OK);
     CHECK_EQ(value, 0);
 }
 
 int main(void)
 {
-    AccDeviceType type;
+    AccallocDeviceType type;
     test_two_host_devices_from_two_threads();
     type = test_registration();
     test_caching_and_splitting(type);
@@ -418,7 +418,7 @@ int main(void)
     test_out_of_memory_and_errors(type);
     test_every_on_form(type);
     test_current_accelerator(type);
-    EXPECT(acc_empty_cache_on(type), ACC_OK);
+    EXPECT(accalloc_empty_cache_on(type), ACCALLOC_OK);
     CHECK_EQ(g_fake.used[0] + g_fake.used[1], 0); /* every segment went back to the fake device */
     CHECK_EQ(g_fake.raw_allocs, g_fake.raw_frees);
     printf("%d checks, %d failed\n", g_checks, g_failures);

@@ -29,18 +29,18 @@ def library(path=None):
     global _lib
     if _lib is None:
         _lib = ctypes.CDLL(path or os.environ.get("ACCALLOC_LIBRARY", DEFAULT_LIBRARY))
-        _lib.acc_last_error_message.restype = ctypes.c_char_p
-        _lib.acc_status_name.restype = ctypes.c_char_p
-        _lib.acc_status_name.argtypes = [ctypes.c_int32]
-        _lib.acc_device_type_name.restype = ctypes.c_char_p
-        _lib.acc_device_type_name.argtypes = [ctypes.c_int32]
-        _lib.acc_current_accelerator.restype = ctypes.c_int32
-        for name in ("acc_memory_allocated", "acc_max_memory_allocated", "acc_memory_reserved", "acc_max_memory_reserved"):
+        _lib.accalloc_last_error_message.restype = ctypes.c_char_p
+        _lib.accalloc_status_name.restype = ctypes.c_char_p
+        _lib.accalloc_status_name.argtypes = [ctypes.c_int32]
+        _lib.accalloc_device_type_name.restype = ctypes.c_char_p
+        _lib.accalloc_device_type_name.argtypes = [ctypes.c_int32]
+        _lib.accalloc_current_accelerator.restype = ctypes.c_int32
+        for name in ("accalloc_memory_allocated", "accalloc_max_memory_allocated", "accalloc_memory_reserved", "accalloc_max_memory_reserved"):
             getattr(_lib, name).argtypes = [ctypes.c_int32, ctypes.POINTER(ctypes.c_int64)]
-        _lib.acc_memory_stats_json.argtypes = [ctypes.c_int32, ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]
-        _lib.acc_memory_summary.argtypes = [ctypes.c_int32, ctypes.c_int32, ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]
-        _lib.acc_mem_get_info.argtypes = [ctypes.c_int32, ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint64)]
-        for name in ("acc_reset_accumulated_memory_stats", "acc_reset_peak_memory_stats"):
+        _lib.accalloc_memory_stats_json.argtypes = [ctypes.c_int32, ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]
+        _lib.accalloc_memory_summary.argtypes = [ctypes.c_int32, ctypes.c_int32, ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]
+        _lib.accalloc_mem_get_info.argtypes = [ctypes.c_int32, ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint64)]
+        for name in ("accalloc_reset_accumulated_memory_stats", "accalloc_reset_peak_memory_stats"):
             getattr(_lib, name).argtypes = [ctypes.c_int32]
     return _lib
 
@@ -52,7 +52,7 @@ class AccallocError(RuntimeError):
 def _check(status):
     if status != 0:
         lib = library()
-        raise AccallocError(f"{lib.acc_status_name(status).decode()}: {lib.acc_last_error_message().decode()}")
+        raise AccallocError(f"{lib.accalloc_status_name(status).decode()}: {lib.accalloc_last_error_message().decode()}")
 
 
 def _device(device):
@@ -78,46 +78,46 @@ def _text(function, *args):
 
 def memory_stats(device=None):
     """All 122 statistics, sorted by key, as torch.accelerator.memory_stats() returns them."""
-    return json.loads(_text(library().acc_memory_stats_json, _device(device)))
+    return json.loads(_text(library().accalloc_memory_stats_json, _device(device)))
 
 
 def memory_allocated(device=None):
-    return _int64("acc_memory_allocated", device)
+    return _int64("accalloc_memory_allocated", device)
 
 
 def max_memory_allocated(device=None):
-    return _int64("acc_max_memory_allocated", device)
+    return _int64("accalloc_max_memory_allocated", device)
 
 
 def memory_reserved(device=None):
-    return _int64("acc_memory_reserved", device)
+    return _int64("accalloc_memory_reserved", device)
 
 
 def max_memory_reserved(device=None):
-    return _int64("acc_max_memory_reserved", device)
+    return _int64("accalloc_max_memory_reserved", device)
 
 
 def reset_accumulated_memory_stats(device=None):
-    _check(library().acc_reset_accumulated_memory_stats(_device(device)))
+    _check(library().accalloc_reset_accumulated_memory_stats(_device(device)))
 
 
 def reset_peak_memory_stats(device=None):
-    _check(library().acc_reset_peak_memory_stats(_device(device)))
+    _check(library().accalloc_reset_peak_memory_stats(_device(device)))
 
 
 def empty_cache():
-    _check(library().acc_empty_cache())
+    _check(library().accalloc_empty_cache())
 
 
 def get_memory_info(device=None):
     """(free, total) bytes of the device."""
     free, total = ctypes.c_uint64(), ctypes.c_uint64()
-    _check(library().acc_mem_get_info(_device(device), ctypes.byref(free), ctypes.byref(total)))
+    _check(library().accalloc_mem_get_info(_device(device), ctypes.byref(free), ctypes.byref(total)))
     return free.value, total.value
 
 
 def memory_summary(device=None, abbreviated=False):
-    return _text(library().acc_memory_summary, _device(device), int(abbreviated))
+    return _text(library().accalloc_memory_summary, _device(device), int(abbreviated))
 
 
 def use_as_pytorch_allocator(path=None):
@@ -125,15 +125,15 @@ def use_as_pytorch_allocator(path=None):
     import torch
 
     path = os.path.abspath(path or os.environ.get("ACCALLOC_LIBRARY", DEFAULT_LIBRARY))
-    allocator = torch.cuda.memory.CUDAPluggableAllocator(path, "acc_pluggable_malloc", "acc_pluggable_free")
+    allocator = torch.cuda.memory.CUDAPluggableAllocator(path, "accalloc_pluggable_malloc", "accalloc_pluggable_free")
     # The optional hooks, where this PyTorch exposes them.
     native = getattr(allocator, "_allocator", None)
     lib = ctypes.CDLL(path)
     for setter, symbol in (
-        ("set_init_fn", "acc_pluggable_init"),
-        ("set_reset_fn", "acc_pluggable_empty_cache"),
-        ("set_memory_fraction_fn", "acc_pluggable_set_memory_fraction"),
-        ("set_record_stream_fn", "acc_pluggable_record_stream"),
+        ("set_init_fn", "accalloc_pluggable_init"),
+        ("set_reset_fn", "accalloc_pluggable_empty_cache"),
+        ("set_memory_fraction_fn", "accalloc_pluggable_set_memory_fraction"),
+        ("set_record_stream_fn", "accalloc_pluggable_record_stream"),
     ):
         if native is not None and hasattr(native, setter):
             getattr(native, setter)(ctypes.cast(getattr(lib, symbol), ctypes.c_void_p).value)
@@ -144,16 +144,16 @@ def use_as_pytorch_allocator(path=None):
 
 def _self_check():
     lib = library()
-    print("accalloc on", lib.acc_device_type_name(lib.acc_current_accelerator()).decode())
-    lib.acc_malloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t, ctypes.c_int32, ctypes.c_void_p]
-    lib.acc_free.argtypes = [ctypes.c_void_p]
+    print("accalloc on", lib.accalloc_device_type_name(lib.accalloc_current_accelerator()).decode())
+    lib.accalloc_malloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t, ctypes.c_int32, ctypes.c_void_p]
+    lib.accalloc_free.argtypes = [ctypes.c_void_p]
     ptr = ctypes.c_void_p()
-    _check(lib.acc_malloc(ctypes.byref(ptr), 1000, -1, None))
+    _check(lib.accalloc_malloc(ctypes.byref(ptr), 1000, -1, None))
     stats = memory_stats()
     assert len(stats) == 122 and list(stats) == sorted(stats), "122 sorted keys"
     assert memory_allocated() == stats["allocated_bytes.all.current"] == 1024
     assert memory_reserved() == 2 << 20 and max_memory_reserved() == 2 << 20
-    _check(lib.acc_free(ptr))
+    _check(lib.accalloc_free(ptr))
     assert memory_allocated() == 0 and max_memory_allocated() == 1024
     reset_peak_memory_stats()
     assert max_memory_allocated() == 0

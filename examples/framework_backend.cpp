@@ -1,7 +1,7 @@
 // A framework-shaped use of accalloc for an accelerator it has never heard of.
 //
 // "MyAccel" is a pretend device whose driver hands out raw memory (here: the C library's, with a
-// 256 MiB budget per device). The framework registers that driver with acc_register_backend and gets
+// 256 MiB budget per device). The framework registers that driver with accalloc_register_backend and gets
 // the whole caching allocator on top: RAII device buffers, a std::pmr::memory_resource for containers,
 // PyTorch's statistics and memory_summary, side by side with the host backend.
 //
@@ -32,38 +32,38 @@ struct Driver {
 extern "C" {
 static int32_t device_count(void *, int32_t *out) {
     *out = Driver::kDevices;
-    return ACC_BACKEND_OK;
+    return ACCALLOC_BACKEND_OK;
 }
 static int32_t raw_alloc(void *ctx, int32_t device, size_t size, void *, void **out) {
     auto *driver = static_cast<Driver *>(ctx);
-    if (driver->used[device] + size > Driver::kCapacity) return ACC_BACKEND_OUT_OF_MEMORY;
+    if (driver->used[device] + size > Driver::kCapacity) return ACCALLOC_BACKEND_OUT_OF_MEMORY;
     void *ptr = nullptr;
-    if (posix_memalign(&ptr, 512, size) != 0) return ACC_BACKEND_OUT_OF_MEMORY;
+    if (posix_memalign(&ptr, 512, size) != 0) return ACCALLOC_BACKEND_OUT_OF_MEMORY;
     driver->used[device] += size;
     *out = ptr;
-    return ACC_BACKEND_OK;
+    return ACCALLOC_BACKEND_OK;
 }
 static int32_t raw_free(void *ctx, int32_t device, void *ptr, size_t size) {
     static_cast<Driver *>(ctx)->used[device] -= size;
     std::free(ptr);
-    return ACC_BACKEND_OK;
+    return ACCALLOC_BACKEND_OK;
 }
 static int32_t mem_get_info(void *ctx, int32_t device, uint64_t *free_bytes, uint64_t *total) {
     *total = Driver::kCapacity;
     *free_bytes = Driver::kCapacity - static_cast<Driver *>(ctx)->used[device];
-    return ACC_BACKEND_OK;
+    return ACCALLOC_BACKEND_OK;
 }
 }  // extern "C"
 
 // ---- the framework's allocator, one per accelerator --------------------------------------------------
 class Error : public std::runtime_error {
    public:
-    Error(const char *what, AccStatus status)
-        : std::runtime_error(std::string(what) + ": " + acc_status_name(status) + ": " + acc_last_error_message()) {}
+    Error(const char *what, AccallocStatus status)
+        : std::runtime_error(std::string(what) + ": " + accalloc_status_name(status) + ": " + accalloc_last_error_message()) {}
 };
 
-inline void check(AccStatus status, const char *what) {
-    if (status != ACC_OK) throw Error(what, status);
+inline void check(AccallocStatus status, const char *what) {
+    if (status != ACCALLOC_OK) throw Error(what, status);
 }
 
 class DeviceAllocator {
@@ -72,30 +72,30 @@ class DeviceAllocator {
         static DeviceAllocator allocator;
         return allocator;
     }
-    AccDeviceType type() const { return type_; }
+    AccallocDeviceType type() const { return type_; }
     void *allocate(size_t bytes, int device) {
         void *ptr = nullptr;
-        check(acc_malloc_on(type_, &ptr, bytes, device, nullptr), "acc_malloc_on");
+        check(accalloc_malloc_on(type_, &ptr, bytes, device, nullptr), "accalloc_malloc_on");
         return ptr;
     }
-    void deallocate(void *ptr) noexcept { (void)acc_free(ptr); }
+    void deallocate(void *ptr) noexcept { (void)accalloc_free(ptr); }
     int64_t memory_allocated(int device) const {
         int64_t value = 0;
-        check(acc_memory_allocated_on(type_, device, &value), "acc_memory_allocated_on");
+        check(accalloc_memory_allocated_on(type_, device, &value), "accalloc_memory_allocated_on");
         return value;
     }
     std::string summary(int device) const {
         size_t len = 0;
-        check(acc_memory_summary_on(type_, device, 1, nullptr, 0, &len), "acc_memory_summary_on");
+        check(accalloc_memory_summary_on(type_, device, 1, nullptr, 0, &len), "accalloc_memory_summary_on");
         std::string text(len, '\0');
-        check(acc_memory_summary_on(type_, device, 1, text.data(), len, &len), "acc_memory_summary_on");
+        check(accalloc_memory_summary_on(type_, device, 1, text.data(), len, &len), "accalloc_memory_summary_on");
         text.resize(len - 1);
         return text;
     }
 
    private:
     DeviceAllocator() {
-        AccBackendVTable table;
+        AccallocBackendVTable table;
         std::memset(&table, 0, sizeof table);
         table.struct_size = sizeof table;
         table.context = &driver_;
@@ -103,10 +103,10 @@ class DeviceAllocator {
         table.raw_alloc = raw_alloc;
         table.raw_free = raw_free;
         table.mem_get_info = mem_get_info;
-        check(acc_register_backend("myaccel", &table, &type_), "acc_register_backend");
+        check(accalloc_register_backend("myaccel", &table, &type_), "accalloc_register_backend");
     }
     Driver driver_;
-    AccDeviceType type_ = -1;
+    AccallocDeviceType type_ = -1;
 };
 
 // An owning device buffer: freed back to the cache when it goes out of scope.
@@ -142,7 +142,7 @@ class Resource : public std::pmr::memory_resource {
 int main() {
     using namespace myaccel;
     auto &allocator = DeviceAllocator::instance();
-    std::printf("registered %s as device type %d\n", acc_device_type_name(allocator.type()), allocator.type());
+    std::printf("registered %s as device type %d\n", accalloc_device_type_name(allocator.type()), allocator.type());
     {
         std::vector<DeviceBuffer> activations;
         for (int layer = 0; layer < 8; layer++) activations.emplace_back(size_t(3) << 20, 0);
@@ -157,7 +157,7 @@ int main() {
                 static_cast<long long>(allocator.memory_allocated(0)));
     std::printf("%s", allocator.summary(0).c_str());
     int64_t host_allocated = -1;
-    check(acc_memory_allocated_on(ACC_DEVICE_HOST, 0, &host_allocated), "acc_memory_allocated_on");
+    check(accalloc_memory_allocated_on(ACCALLOC_DEVICE_HOST, 0, &host_allocated), "accalloc_memory_allocated_on");
     std::printf("the host backend's statistics are separate: %lld bytes allocated there\n",
                 static_cast<long long>(host_allocated));
     try {
@@ -165,6 +165,6 @@ int main() {
     } catch (const Error &e) {
         std::printf("as expected: %.60s...\n", e.what());
     }
-    check(acc_empty_cache_on(allocator.type()), "acc_empty_cache_on");
+    check(accalloc_empty_cache_on(allocator.type()), "accalloc_empty_cache_on");
     return 0;
 }

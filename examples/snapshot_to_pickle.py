@@ -1,4 +1,4 @@
-"""Turn accalloc's snapshot (acc_memory_snapshot_json, or `accalloc replay --snapshot FILE`) into the
+"""Turn accalloc's snapshot (accalloc_memory_snapshot_json, or `accalloc replay --snapshot FILE`) into the
 pickle PyTorch's memory visualizer reads (the format of torch.cuda.memory._dump_snapshot), so the
 segments, blocks and history can be explored at pytorch.org/memory_viz.
 

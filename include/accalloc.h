@@ -1,8 +1,8 @@
 /*
  * accalloc: a caching device-memory allocator with PyTorch-compatible statistics.
  *
- * Every fallible function returns an AccStatus; results come back through out-pointers. On failure,
- * acc_last_error_message() tells this thread what went wrong. `device` is an index of the current
+ * Every fallible function returns an AccallocStatus; results come back through out-pointers. On failure,
+ * accalloc_last_error_message() tells this thread what went wrong. `device` is an index of the current
  * accelerator, -1 meaning this thread's current device. `stream` is an opaque handle, NULL for the
  * default stream. All functions may be called from any thread.
  */
@@ -15,126 +15,126 @@
 #include <stddef.h>
 #include <stdint.h>
 /** The library's version as a string literal ("MAJOR.MINOR.PATCH"), for the preprocessor. */
-#define ACC_VERSION_STRING ACC_VERSION_STRINGIFY(ACC_VERSION_MAJOR) "." ACC_VERSION_STRINGIFY(ACC_VERSION_MINOR) "." ACC_VERSION_STRINGIFY(ACC_VERSION_PATCH)
-#define ACC_VERSION_STRINGIFY(x) ACC_VERSION_STRINGIFY_(x)
-#define ACC_VERSION_STRINGIFY_(x) #x
+#define ACCALLOC_VERSION_STRING ACCALLOC_VERSION_STRINGIFY(ACCALLOC_VERSION_MAJOR) "." ACCALLOC_VERSION_STRINGIFY(ACCALLOC_VERSION_MINOR) "." ACCALLOC_VERSION_STRINGIFY(ACCALLOC_VERSION_PATCH)
+#define ACCALLOC_VERSION_STRINGIFY(x) ACCALLOC_VERSION_STRINGIFY_(x)
+#define ACCALLOC_VERSION_STRINGIFY_(x) #x
 
 /**
  * Check, at start-up, that the loaded library has the ABI this program was compiled for:
- * `if (ACC_CHECK_ABI() != ACC_OK) { fputs(acc_last_error_message(), stderr); exit(1); }`
+ * `if (ACCALLOC_CHECK_ABI() != ACCALLOC_OK) { fputs(accalloc_last_error_message(), stderr); exit(1); }`
  */
-#define ACC_CHECK_ABI() acc_check_abi(ACC_ABI_VERSION)
+#define ACCALLOC_CHECK_ABI() accalloc_check_abi(ACCALLOC_ABI_VERSION)
 
 /**
  * Version of the binary interface. It changes only when a program built against an older header
- * could misbehave with this library; acc_abi_version() returns the library's value.
+ * could misbehave with this library; accalloc_abi_version() returns the library's value.
  */
-#define ACC_ABI_VERSION 1
+#define ACCALLOC_ABI_VERSION 2
 
 /**
- * Library version, major part (acc_version() gives the whole string).
+ * Library version, major part (accalloc_version() gives the whole string).
  */
-#define ACC_VERSION_MAJOR 0
+#define ACCALLOC_VERSION_MAJOR 0
 
 /**
  * Library version, minor part.
  */
-#define ACC_VERSION_MINOR 1
+#define ACCALLOC_VERSION_MINOR 1
 
 /**
  * Library version, patch part.
  */
-#define ACC_VERSION_PATCH 0
+#define ACCALLOC_VERSION_PATCH 0
 
 /**
- * Index of the aggregate slot in each AccStat[3] array of AccDeviceStats.
+ * Index of the aggregate slot in each AccallocStat[3] array of AccallocDeviceStats.
  */
-#define ACC_STAT_ALL 0
+#define ACCALLOC_STAT_ALL 0
 
 /**
  * Index of the small-pool slot (blocks of at most 1 MiB).
  */
-#define ACC_STAT_SMALL_POOL 1
+#define ACCALLOC_STAT_SMALL_POOL 1
 
 /**
  * Index of the large-pool slot.
  */
-#define ACC_STAT_LARGE_POOL 2
+#define ACCALLOC_STAT_LARGE_POOL 2
 
 /**
  * What a backend function returns on success.
  */
-#define ACC_BACKEND_OK 0
+#define ACCALLOC_BACKEND_OK 0
 
 /**
  * What a backend function returns when the device has no room: accalloc releases cached memory
  * and retries, as for a device out-of-memory error.
  */
-#define ACC_BACKEND_OUT_OF_MEMORY 2
+#define ACCALLOC_BACKEND_OUT_OF_MEMORY 2
 
 /**
- * The result of every fallible call. On failure, acc_last_error_message() says what went wrong.
+ * The result of every fallible call. On failure, accalloc_last_error_message() says what went wrong.
  */
-typedef enum AccStatus {
+typedef enum AccallocStatus {
   /**
    * Success.
    */
-  ACC_OK = 0,
+  ACCALLOC_OK = 0,
   /**
    * A NULL out-pointer, a NULL or unknown key, a value out of range.
    */
-  ACC_ERROR_INVALID_ARGUMENT = 1,
+  ACCALLOC_ERROR_INVALID_ARGUMENT = 1,
   /**
    * A device index that does not exist.
    */
-  ACC_ERROR_INVALID_DEVICE = 2,
+  ACCALLOC_ERROR_INVALID_DEVICE = 2,
   /**
    * A pointer accalloc did not hand out, or one already freed.
    */
-  ACC_ERROR_INVALID_POINTER = 3,
+  ACCALLOC_ERROR_INVALID_POINTER = 3,
   /**
    * The device (or the memory fraction) has no room, even after releasing cached memory.
    */
-  ACC_ERROR_OUT_OF_MEMORY = 4,
+  ACCALLOC_ERROR_OUT_OF_MEMORY = 4,
   /**
    * The backend (driver) failed; the message carries its name and code.
    */
-  ACC_ERROR_BACKEND = 5,
+  ACCALLOC_ERROR_BACKEND = 5,
   /**
    * The current accelerator cannot do this.
    */
-  ACC_ERROR_NOT_SUPPORTED = 6,
+  ACCALLOC_ERROR_NOT_SUPPORTED = 6,
   /**
    * A bad setting in the environment or a configuration string.
    */
-  ACC_ERROR_CONFIG = 7,
+  ACCALLOC_ERROR_CONFIG = 7,
   /**
    * An output buffer is too small; the length out-parameter says how much is needed.
    */
-  ACC_ERROR_BUFFER_TOO_SMALL = 8,
+  ACCALLOC_ERROR_BUFFER_TOO_SMALL = 8,
   /**
    * A bug in accalloc (a panic was caught at the boundary).
    */
-  ACC_ERROR_INTERNAL = 9,
-} AccStatus;
+  ACCALLOC_ERROR_INTERNAL = 9,
+} AccallocStatus;
 
 /**
- * A kind of accelerator. Built-in values are ACC_DEVICE_HOST and ACC_DEVICE_CUDA.
+ * A kind of accelerator. Built-in values are ACCALLOC_DEVICE_HOST and ACCALLOC_DEVICE_CUDA.
  */
-typedef int32_t AccDeviceType;
+typedef int32_t AccallocDeviceType;
 
 /**
- * The functions of an accelerator backend, for acc_register_backend. Set struct_size to
- * sizeof(AccBackendVTable) (later versions may add entries at the end). The first four entries are
+ * The functions of an accelerator backend, for accalloc_register_backend. Set struct_size to
+ * sizeof(AccallocBackendVTable) (later versions may add entries at the end). The first four entries are
  * required; a NULL optional entry turns its feature off: without the five event functions,
- * acc_record_stream falls back to stream_synchronize when there is one and is otherwise
- * ACC_ERROR_NOT_SUPPORTED; without the five virtual-memory functions, expandable segments fall back
+ * accalloc_record_stream falls back to stream_synchronize when there is one and is otherwise
+ * ACCALLOC_ERROR_NOT_SUPPORTED; without the five virtual-memory functions, expandable segments fall back
  * to ordinary segments. The functions may be called from any thread, and with the same context
  * concurrently for different devices.
  */
-typedef struct AccBackendVTable {
+typedef struct AccallocBackendVTable {
   /**
-   * sizeof(AccBackendVTable) as the caller knows it.
+   * sizeof(AccallocBackendVTable) as the caller knows it.
    */
   size_t struct_size;
   /**
@@ -201,39 +201,39 @@ typedef struct AccBackendVTable {
    * Optional: release a whole reservation.
    */
   int32_t (*vm_release)(void *context, int32_t device, void *ptr, size_t size);
-} AccBackendVTable;
+} AccallocBackendVTable;
 
 /**
  * One statistic, as PyTorch keeps it.
  */
-typedef struct AccStat {
+typedef struct AccallocStat {
   /**
    * Value now.
    */
   int64_t current;
   /**
-   * Highest value since the last acc_reset_peak_memory_stats.
+   * Highest value since the last accalloc_reset_peak_memory_stats.
    */
   int64_t peak;
   /**
-   * Total added since the last acc_reset_accumulated_memory_stats.
+   * Total added since the last accalloc_reset_accumulated_memory_stats.
    */
   int64_t allocated;
   /**
-   * Total removed since the last acc_reset_accumulated_memory_stats.
+   * Total removed since the last accalloc_reset_accumulated_memory_stats.
    */
   int64_t freed;
-} AccStat;
+} AccallocStat;
 
 /**
- * Every statistic of one device: PyTorch's DeviceStats. Arrays are indexed by ACC_STAT_ALL,
- * ACC_STAT_SMALL_POOL and ACC_STAT_LARGE_POOL.
+ * Every statistic of one device: PyTorch's DeviceStats. Arrays are indexed by ACCALLOC_STAT_ALL,
+ * ACCALLOC_STAT_SMALL_POOL and ACCALLOC_STAT_LARGE_POOL.
  *
- * Set struct_size to sizeof(AccDeviceStats) before calling acc_get_device_stats: the library fills
+ * Set struct_size to sizeof(AccallocDeviceStats) before calling accalloc_get_device_stats: the library fills
  * that many bytes at most, so a program built against this header keeps working when later versions
  * add fields at the end.
  */
-typedef struct AccDeviceStats {
+typedef struct AccallocDeviceStats {
   /**
    * Size of this struct as the caller knows it; set by the caller, rewritten with the bytes filled.
    */
@@ -241,47 +241,47 @@ typedef struct AccDeviceStats {
   /**
    * Allocations handed out (count).
    */
-  struct AccStat allocation[3];
+  struct AccallocStat allocation[3];
   /**
    * Segments held from the device (count).
    */
-  struct AccStat segment[3];
+  struct AccallocStat segment[3];
   /**
    * Blocks in use, including those freed but waiting on stream events (count).
    */
-  struct AccStat active[3];
+  struct AccallocStat active[3];
   /**
    * Free blocks that are part of a split segment (count).
    */
-  struct AccStat inactive_split[3];
+  struct AccallocStat inactive_split[3];
   /**
    * Bytes handed out (rounded sizes).
    */
-  struct AccStat allocated_bytes[3];
+  struct AccallocStat allocated_bytes[3];
   /**
    * Bytes of segments held from the device.
    */
-  struct AccStat reserved_bytes[3];
+  struct AccallocStat reserved_bytes[3];
   /**
    * Bytes of active blocks.
    */
-  struct AccStat active_bytes[3];
+  struct AccallocStat active_bytes[3];
   /**
    * Bytes of free blocks in split segments.
    */
-  struct AccStat inactive_split_bytes[3];
+  struct AccallocStat inactive_split_bytes[3];
   /**
    * Bytes the callers asked for (before rounding).
    */
-  struct AccStat requested_bytes[3];
+  struct AccallocStat requested_bytes[3];
   /**
    * Allocations of at least max_split_size.
    */
-  struct AccStat oversize_allocations;
+  struct AccallocStat oversize_allocations;
   /**
    * Segments of at least max_split_size.
    */
-  struct AccStat oversize_segments;
+  struct AccallocStat oversize_segments;
   /**
    * Retries after releasing cached memory on device out-of-memory.
    */
@@ -306,17 +306,17 @@ typedef struct AccDeviceStats {
    * The configured max_split_size in bytes, -1 when unset.
    */
   int64_t max_split_size;
-} AccDeviceStats;
+} AccallocDeviceStats;
 
 /**
  * The host: memory from the operating system. Always available; the default without a GPU.
  */
-#define ACC_DEVICE_HOST 0
+#define ACCALLOC_DEVICE_HOST 0
 
 /**
  * NVIDIA GPUs through the CUDA driver.
  */
-#define ACC_DEVICE_CUDA 1
+#define ACCALLOC_DEVICE_CUDA 1
 
 #ifdef __cplusplus
 extern "C" {
@@ -325,173 +325,173 @@ extern "C" {
 /**
  * Free and total memory of `device` (-1: current), as the device reports them.
  */
-enum AccStatus acc_mem_get_info(int32_t device, uint64_t *free, uint64_t *total);
+enum AccallocStatus accalloc_mem_get_info(int32_t device, uint64_t *free, uint64_t *total);
 
 /**
- * acc_mem_get_info on the accelerator of `device_type`.
+ * accalloc_mem_get_info on the accelerator of `device_type`.
  */
-enum AccStatus acc_mem_get_info_on(AccDeviceType device_type,
-                                   int32_t device,
-                                   uint64_t *free,
-                                   uint64_t *total);
+enum AccallocStatus accalloc_mem_get_info_on(AccallocDeviceType device_type,
+                                             int32_t device,
+                                             uint64_t *free,
+                                             uint64_t *total);
 
 /**
  * Limit the memory accalloc reserves on `device` to `fraction` (0 to 1) of its total memory;
  * a request past it fails as out of memory without asking the device.
- * Errors: ACC_ERROR_INVALID_ARGUMENT for a fraction outside [0, 1] or NaN.
+ * Errors: ACCALLOC_ERROR_INVALID_ARGUMENT for a fraction outside [0, 1] or NaN.
  */
-enum AccStatus acc_set_memory_fraction(double fraction, int32_t device);
+enum AccallocStatus accalloc_set_memory_fraction(double fraction, int32_t device);
 
 /**
- * acc_set_memory_fraction on the accelerator of `device_type`.
+ * accalloc_set_memory_fraction on the accelerator of `device_type`.
  */
-enum AccStatus acc_set_memory_fraction_on(AccDeviceType device_type,
-                                          double fraction,
-                                          int32_t device);
+enum AccallocStatus accalloc_set_memory_fraction_on(AccallocDeviceType device_type,
+                                                    double fraction,
+                                                    int32_t device);
 
 /**
  * Number of devices of the current accelerator.
  */
-enum AccStatus acc_device_count(int32_t *out);
+enum AccallocStatus accalloc_device_count(int32_t *out);
 
 /**
- * acc_device_count of the accelerator of `device_type`.
+ * accalloc_device_count of the accelerator of `device_type`.
  */
-enum AccStatus acc_device_count_on(AccDeviceType device_type, int32_t *out);
+enum AccallocStatus accalloc_device_count_on(AccallocDeviceType device_type, int32_t *out);
 
 /**
- * This thread's current device index (0 until acc_set_device is called).
+ * This thread's current device index (0 until accalloc_set_device is called).
  */
-enum AccStatus acc_current_device(int32_t *out);
+enum AccallocStatus accalloc_current_device(int32_t *out);
 
 /**
- * acc_current_device of the accelerator of `device_type`.
+ * accalloc_current_device of the accelerator of `device_type`.
  */
-enum AccStatus acc_current_device_on(AccDeviceType device_type, int32_t *out);
+enum AccallocStatus accalloc_current_device_on(AccallocDeviceType device_type, int32_t *out);
 
 /**
  * Make `device` this thread's current device (what -1 means in other calls).
  */
-enum AccStatus acc_set_device(int32_t device);
+enum AccallocStatus accalloc_set_device(int32_t device);
 
 /**
- * acc_set_device on the accelerator of `device_type`.
+ * accalloc_set_device on the accelerator of `device_type`.
  */
-enum AccStatus acc_set_device_on(AccDeviceType device_type, int32_t device);
+enum AccallocStatus accalloc_set_device_on(AccallocDeviceType device_type, int32_t device);
 
 /**
- * The accelerator that calls without a device type use: ACC_DEVICE_CUDA when a GPU is present,
- * else ACC_DEVICE_HOST, until acc_set_accelerator chooses another.
+ * The accelerator that calls without a device type use: ACCALLOC_DEVICE_CUDA when a GPU is present,
+ * else ACCALLOC_DEVICE_HOST, until accalloc_set_accelerator chooses another.
  */
-AccDeviceType acc_current_accelerator(void);
+AccallocDeviceType accalloc_current_accelerator(void);
 
 /**
  * Make `device_type` the accelerator of calls without a device type (process-wide).
- * Errors: ACC_ERROR_INVALID_ARGUMENT when no such type exists.
+ * Errors: ACCALLOC_ERROR_INVALID_ARGUMENT when no such type exists.
  */
-enum AccStatus acc_set_accelerator(AccDeviceType device_type);
+enum AccallocStatus accalloc_set_accelerator(AccallocDeviceType device_type);
 
 /**
  * The name of a device type ("host", "cuda", or a registered backend's name), or "unknown".
  * Never NULL; valid for the life of the process.
  */
-const char *acc_device_type_name(AccDeviceType device_type);
+const char *accalloc_device_type_name(AccallocDeviceType device_type);
 
 /**
  * Register an accelerator backend written in C and store its new device type in `*out`; every
- * function of this library then works on it (the `_on` forms, or after acc_set_accelerator), with
+ * function of this library then works on it (the `_on` forms, or after accalloc_set_accelerator), with
  * its own pools and statistics. `name` (1 to 64 letters, digits, '_' or '-') must be new. The table
  * is copied; its functions and context must stay valid for the life of the process.
  *
- * Errors: ACC_ERROR_INVALID_ARGUMENT for a NULL argument, a bad or taken name, a table whose
+ * Errors: ACCALLOC_ERROR_INVALID_ARGUMENT for a NULL argument, a bad or taken name, a table whose
  * struct_size is wrong or whose required entries are NULL, or a device_count that fails.
  */
-enum AccStatus acc_register_backend(const char *name,
-                                    const struct AccBackendVTable *vtable,
-                                    AccDeviceType *out);
+enum AccallocStatus accalloc_register_backend(const char *name,
+                                              const struct AccallocBackendVTable *vtable,
+                                              AccallocDeviceType *out);
 
 /**
  * This thread's last failure message ("" before any). Never NULL; valid until this thread's next
  * failing call.
  */
-const char *acc_last_error_message(void);
+const char *accalloc_last_error_message(void);
 
 /**
- * The name of a status ("ACC_OK", "ACC_ERROR_OUT_OF_MEMORY", ...), "ACC_ERROR_UNKNOWN" for a value
+ * The name of a status ("ACCALLOC_OK", "ACCALLOC_ERROR_OUT_OF_MEMORY", ...), "ACCALLOC_ERROR_UNKNOWN" for a value
  * that is not one. Never NULL; static storage.
  */
-const char *acc_status_name(int32_t status);
+const char *accalloc_status_name(int32_t status);
 
 /**
  * The library's version, "MAJOR.MINOR.PATCH". Static storage.
  */
-const char *acc_version(void);
+const char *accalloc_version(void);
 
 /**
  * The library's ABI version; a program should refuse a library whose value differs from the
- * ACC_ABI_VERSION it was built with.
+ * ACCALLOC_ABI_VERSION it was built with.
  */
-uint32_t acc_abi_version(void);
+uint32_t accalloc_abi_version(void);
 
 /**
- * Check that this library has the ABI a program was built for: pass the header's ACC_ABI_VERSION
- * (the ACC_CHECK_ABI() macro does). ACC_ERROR_NOT_SUPPORTED, with a message saying both versions,
+ * Check that this library has the ABI a program was built for: pass the header's ACCALLOC_ABI_VERSION
+ * (the ACCALLOC_CHECK_ABI() macro does). ACCALLOC_ERROR_NOT_SUPPORTED, with a message saying both versions,
  * when they differ: the program must not use this library.
  */
-enum AccStatus acc_check_abi(uint32_t header_abi);
+enum AccallocStatus accalloc_check_abi(uint32_t header_abi);
 
 /**
  * The statistics of `device` (-1: current) as PyTorch's memory_summary() table; `abbreviated`
- * non-zero leaves out the per-pool rows. Written like acc_memory_stats_json: buf NULL asks for the
+ * non-zero leaves out the per-pool rows. Written like accalloc_memory_stats_json: buf NULL asks for the
  * size, *len receives the bytes needed including the NUL.
  */
-enum AccStatus acc_memory_summary(int32_t device,
-                                  int32_t abbreviated,
-                                  char *buf,
-                                  size_t cap,
-                                  size_t *len);
+enum AccallocStatus accalloc_memory_summary(int32_t device,
+                                            int32_t abbreviated,
+                                            char *buf,
+                                            size_t cap,
+                                            size_t *len);
 
 /**
- * acc_memory_summary on the accelerator of `device_type`.
+ * accalloc_memory_summary on the accelerator of `device_type`.
  */
-enum AccStatus acc_memory_summary_on(AccDeviceType device_type,
-                                     int32_t device,
-                                     int32_t abbreviated,
-                                     char *buf,
-                                     size_t cap,
-                                     size_t *len);
+enum AccallocStatus accalloc_memory_summary_on(AccallocDeviceType device_type,
+                                               int32_t device,
+                                               int32_t abbreviated,
+                                               char *buf,
+                                               size_t cap,
+                                               size_t *len);
 
 /**
  * Every segment and block of every device of the current accelerator as one JSON object with the
  * fields of PyTorch's snapshot: {"segments": [...], "device_traces": [[...] per device],
- * "allocator_settings": {...}}. Written like acc_memory_stats_json.
+ * "allocator_settings": {...}}. Written like accalloc_memory_stats_json.
  */
-enum AccStatus acc_memory_snapshot_json(char *buf, size_t cap, size_t *len);
+enum AccallocStatus accalloc_memory_snapshot_json(char *buf, size_t cap, size_t *len);
 
 /**
- * acc_memory_snapshot_json of the accelerator of `device_type`.
+ * accalloc_memory_snapshot_json of the accelerator of `device_type`.
  */
-enum AccStatus acc_memory_snapshot_json_on(AccDeviceType device_type,
-                                           char *buf,
-                                           size_t cap,
-                                           size_t *len);
+enum AccallocStatus accalloc_memory_snapshot_json_on(AccallocDeviceType device_type,
+                                                     char *buf,
+                                                     size_t cap,
+                                                     size_t *len);
 
 /**
  * Start (`enabled` non-zero, keeping the newest `max_entries` per device) or stop recording the
  * history of allocator events (alloc, free_requested, free_completed, segment_alloc, segment_free,
  * segment_map, segment_unmap, oom) with microsecond times; the snapshot includes it as
- * device_traces. Starting again clears the history. Errors: ACC_ERROR_INVALID_ARGUMENT when enabling
+ * device_traces. Starting again clears the history. Errors: ACCALLOC_ERROR_INVALID_ARGUMENT when enabling
  * with max_entries 0.
  */
-enum AccStatus acc_record_memory_history(int32_t enabled,
-                                         size_t max_entries);
+enum AccallocStatus accalloc_record_memory_history(int32_t enabled,
+                                                   size_t max_entries);
 
 /**
- * acc_record_memory_history on the accelerator of `device_type`.
+ * accalloc_record_memory_history on the accelerator of `device_type`.
  */
-enum AccStatus acc_record_memory_history_on(AccDeviceType device_type,
-                                            int32_t enabled,
-                                            size_t max_entries);
+enum AccallocStatus accalloc_record_memory_history_on(AccallocDeviceType device_type,
+                                                      int32_t enabled,
+                                                      size_t max_entries);
 
 /**
  * Allocate at least `size` bytes on `device` (-1: this thread's current device) of the current
@@ -499,223 +499,239 @@ enum AccStatus acc_record_memory_history_on(AccDeviceType device_type,
  * Blocks are 512-byte aligned and are reused only on the stream they were allocated on. Size 0
  * stores NULL and succeeds.
  *
- * Errors: ACC_ERROR_INVALID_ARGUMENT (out is NULL), ACC_ERROR_INVALID_DEVICE,
- * ACC_ERROR_OUT_OF_MEMORY (message in PyTorch's "Tried to allocate" form). On error *out is not
+ * Errors: ACCALLOC_ERROR_INVALID_ARGUMENT (out is NULL), ACCALLOC_ERROR_INVALID_DEVICE,
+ * ACCALLOC_ERROR_OUT_OF_MEMORY (message in PyTorch's "Tried to allocate" form). On error *out is not
  * touched.
  */
-enum AccStatus acc_malloc(void **out, size_t size, int32_t device, void *stream);
+enum AccallocStatus accalloc_malloc(void **out,
+                                    size_t size,
+                                    int32_t device,
+                                    void *stream);
 
 /**
- * acc_malloc on the accelerator of `device_type`.
+ * accalloc_malloc on the accelerator of `device_type`.
  */
-enum AccStatus acc_malloc_on(AccDeviceType device_type,
-                             void **out,
-                             size_t size,
-                             int32_t device,
-                             void *stream);
+enum AccallocStatus accalloc_malloc_on(AccallocDeviceType device_type,
+                                       void **out,
+                                       size_t size,
+                                       int32_t device,
+                                       void *stream);
 
 /**
- * Return memory from acc_malloc (of any accelerator) to the cache. NULL is a no-op.
+ * Return memory from accalloc_malloc (of any accelerator) to the cache. NULL is a no-op.
  *
- * Errors: ACC_ERROR_INVALID_POINTER for a pointer accalloc did not hand out, an interior pointer or
+ * Errors: ACCALLOC_ERROR_INVALID_POINTER for a pointer accalloc did not hand out, an interior pointer or
  * a double free; nothing is changed.
  */
-enum AccStatus acc_free(void *ptr);
+enum AccallocStatus accalloc_free(void *ptr);
 
 /**
  * Note that `stream` uses the allocation at `ptr` (PyTorch's record_stream): when it is freed, the
  * block returns to the cache only after the work queued on `stream` until then has completed.
  * Uses on the stream the block was allocated on are ignored.
  *
- * Errors: ACC_ERROR_INVALID_POINTER when `ptr` is not a live allocation; ACC_ERROR_NOT_SUPPORTED
+ * Errors: ACCALLOC_ERROR_INVALID_POINTER when `ptr` is not a live allocation; ACCALLOC_ERROR_NOT_SUPPORTED
  * when its backend has neither events nor stream synchronization.
  */
-enum AccStatus acc_record_stream(void *ptr, void *stream);
+enum AccallocStatus accalloc_record_stream(void *ptr,
+                                           void *stream);
 
 /**
  * Release every unused cached segment of every device of the current accelerator back to the
  * device (torch.accelerator.empty_cache).
  */
-enum AccStatus acc_empty_cache(void);
+enum AccallocStatus accalloc_empty_cache(void);
 
 /**
- * acc_empty_cache on the accelerator of `device_type`.
+ * accalloc_empty_cache on the accelerator of `device_type`.
  */
-enum AccStatus acc_empty_cache_on(AccDeviceType device_type);
+enum AccallocStatus accalloc_empty_cache_on(AccallocDeviceType device_type);
 
 /**
  * Allocate `size` bytes on `device` for `stream` (a cudaStream_t); NULL on failure, with the
- * reason written to standard error and kept in acc_last_error_message().
+ * reason written to standard error and kept in accalloc_last_error_message().
  */
-void *acc_pluggable_malloc(size_t size, int32_t device, void *stream);
+void *accalloc_pluggable_malloc(size_t size, int32_t device, void *stream);
 
 /**
- * Free what acc_pluggable_malloc returned (`size`, `device` and `stream` are as PyTorch passes them;
+ * Free what accalloc_pluggable_malloc returned (`size`, `device` and `stream` are as PyTorch passes them;
  * accalloc knows them already).
  */
-void acc_pluggable_free(void *ptr,
-                        size_t _size,
-                        int32_t _device,
-                        void *_stream);
+void accalloc_pluggable_free(void *ptr,
+                             size_t _size,
+                             int32_t _device,
+                             void *_stream);
 
 /**
  * PyTorch's init hook: accalloc initialises itself on first use, so this only checks that it can.
  */
-void acc_pluggable_init(int32_t _device_count);
+void accalloc_pluggable_init(int32_t _device_count);
 
 /**
  * PyTorch's reset hook, called by torch.cuda.empty_cache().
  */
-void acc_pluggable_empty_cache(void);
+void accalloc_pluggable_empty_cache(void);
 
 /**
  * PyTorch's memory_fraction hook, called by torch.cuda.set_per_process_memory_fraction().
  */
-void acc_pluggable_set_memory_fraction(double fraction, int32_t device);
+void accalloc_pluggable_set_memory_fraction(double fraction, int32_t device);
 
 /**
  * PyTorch's record_stream hook, called by Tensor.record_stream().
  */
-void acc_pluggable_record_stream(void *ptr, void *stream);
+void accalloc_pluggable_record_stream(void *ptr, void *stream);
 
 /**
  * Change the current accelerator's allocator settings, in PYTORCH_ALLOC_CONF's syntax (the same as
- * the ACC_ALLOC_CONF environment variable), e.g.
+ * the ACCALLOC_CONF environment variable), e.g.
  * "max_split_size_mb:128,roundup_power2_divisions:[64:8,>:1]". max_split_size_mb,
  * roundup_power2_divisions and garbage_collection_threshold return to their defaults unless named;
- * other keys keep their values. Errors: ACC_ERROR_CONFIG with a message naming the key, the value
+ * other keys keep their values. Errors: ACCALLOC_ERROR_CONFIG with a message naming the key, the value
  * and what is allowed; the settings in force stay as they were.
  */
-enum AccStatus acc_set_allocator_settings(const char *conf);
+enum AccallocStatus accalloc_set_allocator_settings(const char *conf);
 
 /**
- * acc_set_allocator_settings on the accelerator of `device_type`.
+ * accalloc_set_allocator_settings on the accelerator of `device_type`.
  */
-enum AccStatus acc_set_allocator_settings_on(AccDeviceType device_type, const char *conf);
+enum AccallocStatus accalloc_set_allocator_settings_on(AccallocDeviceType device_type,
+                                                       const char *conf);
 
 /**
  * The settings in force as a configuration string ("" for the defaults), written like
- * acc_memory_stats_json: buf NULL asks for the size, *len receives the bytes needed including the NUL.
+ * accalloc_memory_stats_json: buf NULL asks for the size, *len receives the bytes needed including the NUL.
  */
-enum AccStatus acc_get_allocator_settings(char *buf,
-                                          size_t cap,
-                                          size_t *len);
+enum AccallocStatus accalloc_get_allocator_settings(char *buf,
+                                                    size_t cap,
+                                                    size_t *len);
 
 /**
- * acc_get_allocator_settings of the accelerator of `device_type`.
+ * accalloc_get_allocator_settings of the accelerator of `device_type`.
  */
-enum AccStatus acc_get_allocator_settings_on(AccDeviceType device_type,
-                                             char *buf,
-                                             size_t cap,
-                                             size_t *len);
+enum AccallocStatus accalloc_get_allocator_settings_on(AccallocDeviceType device_type,
+                                                       char *buf,
+                                                       size_t cap,
+                                                       size_t *len);
 
 /**
  * Fill `*out` with every statistic of `device` (-1: current). Set out->struct_size to
- * sizeof(AccDeviceStats) first; on return it holds the number of bytes filled.
+ * sizeof(AccallocDeviceStats) first; on return it holds the number of bytes filled.
  *
- * Errors: ACC_ERROR_INVALID_ARGUMENT (out NULL or struct_size too small), ACC_ERROR_INVALID_DEVICE.
+ * Errors: ACCALLOC_ERROR_INVALID_ARGUMENT (out NULL or struct_size too small), ACCALLOC_ERROR_INVALID_DEVICE.
  */
-enum AccStatus acc_get_device_stats(int32_t device, struct AccDeviceStats *out);
+enum AccallocStatus accalloc_get_device_stats(int32_t device,
+                                              struct AccallocDeviceStats *out);
 
 /**
- * acc_get_device_stats on the accelerator of `device_type`.
+ * accalloc_get_device_stats on the accelerator of `device_type`.
  */
-enum AccStatus acc_get_device_stats_on(AccDeviceType device_type,
-                                       int32_t device,
-                                       struct AccDeviceStats *out);
+enum AccallocStatus accalloc_get_device_stats_on(AccallocDeviceType device_type,
+                                                 int32_t device,
+                                                 struct AccallocDeviceStats *out);
 
 /**
  * Bytes handed out now on `device` (memory_stats "allocated_bytes.all.current").
  */
-enum AccStatus acc_memory_allocated(int32_t device, int64_t *out);
+enum AccallocStatus accalloc_memory_allocated(int32_t device, int64_t *out);
 
 /**
- * acc_memory_allocated on the accelerator of `device_type`.
+ * accalloc_memory_allocated on the accelerator of `device_type`.
  */
-enum AccStatus acc_memory_allocated_on(AccDeviceType device_type, int32_t device, int64_t *out);
+enum AccallocStatus accalloc_memory_allocated_on(AccallocDeviceType device_type,
+                                                 int32_t device,
+                                                 int64_t *out);
 
 /**
  * Peak of bytes handed out ("allocated_bytes.all.peak").
  */
-enum AccStatus acc_max_memory_allocated(int32_t device, int64_t *out);
+enum AccallocStatus accalloc_max_memory_allocated(int32_t device, int64_t *out);
 
 /**
- * acc_max_memory_allocated on the accelerator of `device_type`.
+ * accalloc_max_memory_allocated on the accelerator of `device_type`.
  */
-enum AccStatus acc_max_memory_allocated_on(AccDeviceType device_type, int32_t device, int64_t *out);
+enum AccallocStatus accalloc_max_memory_allocated_on(AccallocDeviceType device_type,
+                                                     int32_t device,
+                                                     int64_t *out);
 
 /**
  * Bytes held from the device now, in use or cached ("reserved_bytes.all.current").
  */
-enum AccStatus acc_memory_reserved(int32_t device, int64_t *out);
+enum AccallocStatus accalloc_memory_reserved(int32_t device, int64_t *out);
 
 /**
- * acc_memory_reserved on the accelerator of `device_type`.
+ * accalloc_memory_reserved on the accelerator of `device_type`.
  */
-enum AccStatus acc_memory_reserved_on(AccDeviceType device_type, int32_t device, int64_t *out);
+enum AccallocStatus accalloc_memory_reserved_on(AccallocDeviceType device_type,
+                                                int32_t device,
+                                                int64_t *out);
 
 /**
  * Peak of bytes held from the device ("reserved_bytes.all.peak").
  */
-enum AccStatus acc_max_memory_reserved(int32_t device, int64_t *out);
+enum AccallocStatus accalloc_max_memory_reserved(int32_t device, int64_t *out);
 
 /**
- * acc_max_memory_reserved on the accelerator of `device_type`.
+ * accalloc_max_memory_reserved on the accelerator of `device_type`.
  */
-enum AccStatus acc_max_memory_reserved_on(AccDeviceType device_type, int32_t device, int64_t *out);
+enum AccallocStatus accalloc_max_memory_reserved_on(AccallocDeviceType device_type,
+                                                    int32_t device,
+                                                    int64_t *out);
 
 /**
  * Zero the "allocated" and "freed" totals of every statistic and the five event counters.
  */
-enum AccStatus acc_reset_accumulated_memory_stats(int32_t device);
+enum AccallocStatus accalloc_reset_accumulated_memory_stats(int32_t device);
 
 /**
- * acc_reset_accumulated_memory_stats on the accelerator of `device_type`.
+ * accalloc_reset_accumulated_memory_stats on the accelerator of `device_type`.
  */
-enum AccStatus acc_reset_accumulated_memory_stats_on(AccDeviceType device_type, int32_t device);
+enum AccallocStatus accalloc_reset_accumulated_memory_stats_on(AccallocDeviceType device_type,
+                                                               int32_t device);
 
 /**
  * Set every peak to its current value.
  */
-enum AccStatus acc_reset_peak_memory_stats(int32_t device);
+enum AccallocStatus accalloc_reset_peak_memory_stats(int32_t device);
 
 /**
- * acc_reset_peak_memory_stats on the accelerator of `device_type`.
+ * accalloc_reset_peak_memory_stats on the accelerator of `device_type`.
  */
-enum AccStatus acc_reset_peak_memory_stats_on(AccDeviceType device_type, int32_t device);
+enum AccallocStatus accalloc_reset_peak_memory_stats_on(AccallocDeviceType device_type,
+                                                        int32_t device);
 
 /**
  * Read one statistic by its memory_stats() key, e.g. "reserved_bytes.large_pool.peak" or
- * "num_ooms". Errors: ACC_ERROR_INVALID_ARGUMENT for a NULL or unknown key.
+ * "num_ooms". Errors: ACCALLOC_ERROR_INVALID_ARGUMENT for a NULL or unknown key.
  */
-enum AccStatus acc_memory_stat(int32_t device, const char *key, int64_t *out);
+enum AccallocStatus accalloc_memory_stat(int32_t device, const char *key, int64_t *out);
 
 /**
- * acc_memory_stat on the accelerator of `device_type`.
+ * accalloc_memory_stat on the accelerator of `device_type`.
  */
-enum AccStatus acc_memory_stat_on(AccDeviceType device_type,
-                                  int32_t device,
-                                  const char *key,
-                                  int64_t *out);
+enum AccallocStatus accalloc_memory_stat_on(AccallocDeviceType device_type,
+                                            int32_t device,
+                                            const char *key,
+                                            int64_t *out);
 
 /**
  * Write every statistic of `device` as one JSON object with PyTorch's 122 keys, sorted, plus a NUL.
  * `*len` receives the bytes needed including the NUL. With buf NULL this only sets *len; with cap too
- * small it returns ACC_ERROR_BUFFER_TOO_SMALL and leaves buf untouched.
+ * small it returns ACCALLOC_ERROR_BUFFER_TOO_SMALL and leaves buf untouched.
  */
-enum AccStatus acc_memory_stats_json(int32_t device,
-                                     char *buf,
-                                     size_t cap,
-                                     size_t *len);
+enum AccallocStatus accalloc_memory_stats_json(int32_t device,
+                                               char *buf,
+                                               size_t cap,
+                                               size_t *len);
 
 /**
- * acc_memory_stats_json on the accelerator of `device_type`.
+ * accalloc_memory_stats_json on the accelerator of `device_type`.
  */
-enum AccStatus acc_memory_stats_json_on(AccDeviceType device_type,
-                                        int32_t device,
-                                        char *buf,
-                                        size_t cap,
-                                        size_t *len);
+enum AccallocStatus accalloc_memory_stats_json_on(AccallocDeviceType device_type,
+                                                  int32_t device,
+                                                  char *buf,
+                                                  size_t cap,
+                                                  size_t *len);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -24,10 +24,10 @@ for file in libaccalloc.so libaccalloc.a; do
 done
 
 header=$root/include/accalloc.h
-abi=$(sed -n 's/^#define ACC_ABI_VERSION \([0-9]*\)$/\1/p' "$header")
-major=$(sed -n 's/^#define ACC_VERSION_MAJOR \([0-9]*\)$/\1/p' "$header")
-minor=$(sed -n 's/^#define ACC_VERSION_MINOR \([0-9]*\)$/\1/p' "$header")
-patch=$(sed -n 's/^#define ACC_VERSION_PATCH \([0-9]*\)$/\1/p' "$header")
+abi=$(sed -n 's/^#define ACCALLOC_ABI_VERSION \([0-9]*\)$/\1/p' "$header")
+major=$(sed -n 's/^#define ACCALLOC_VERSION_MAJOR \([0-9]*\)$/\1/p' "$header")
+minor=$(sed -n 's/^#define ACCALLOC_VERSION_MINOR \([0-9]*\)$/\1/p' "$header")
+patch=$(sed -n 's/^#define ACCALLOC_VERSION_PATCH \([0-9]*\)$/\1/p' "$header")
 version=$major.$minor.$patch
 soname=libaccalloc.so.$abi
 real_name=$soname.$version

@@ -12,11 +12,11 @@ Usage: python3 scripts/pytorch_model.py TRACE.jsonl [--config SETTINGS]
   TRACE: JSON lines {"op":"alloc","id":7,"size":4096,"stream":0}, {"op":"free","id":7},
          {"op":"empty_cache"}. "stream" defaults to 0; a "device" other than 0 is an error.
   SETTINGS: PYTORCH_ALLOC_CONF syntax, e.g. "max_split_size_mb:40,roundup_power2_divisions:[4:2]".
-         Without --config, the ACC_ALLOC_CONF environment variable, if set. Keys:
+         Without --config, the ACCALLOC_CONF environment variable, if set. Keys:
          max_split_size_mb, max_non_split_rounding_mb, roundup_power2_divisions,
          garbage_collection_threshold, per_process_memory_fraction, expandable_segments, and (no
          effect on the numbers) release_lock_on_cudamalloc / release_lock_on_malloc, backend:native.
-  ACC_HOST_CAPACITY: device capacity in bytes, or with a binary unit (512MiB, 3GiB); default: the
+  ACCALLOC_HOST_CAPACITY: device capacity in bytes, or with a binary unit (512MiB, 3GiB); default: the
          machine's physical memory.
 
 The simulated device hands out addresses as accalloc's simulated device does (so that ties between
@@ -51,8 +51,9 @@ allowed_memory_maximum std::nullopt, so garbage collection stays off; in older v
 setMemoryFraction set set_fraction = true for any fraction, 1.0 included.
 
 One documented deviation of accalloc is modelled on purpose: a request whose segment allocation
-size exceeds C fails at once without touching the cache or any statistic (PyTorch would run garbage
-collection, the release paths and the retry first, counting num_alloc_retries and num_ooms). The
+size exceeds C fails at once without touching the cache; it counts in num_ooms and in no other
+statistic (PyTorch would run garbage collection, the release paths and the retry first, counting
+num_alloc_retries too). The
 comparison is with C, the device's total, not with the memory fraction's allowed bytes.
 
 Python 3.11, standard library only.
@@ -493,9 +494,11 @@ class PyTorchModel:
         block = self.get_free_block(size, stream, small)
         # (trigger_free_memory_callbacks: none registered.) accalloc's deviation: on a miss, a
         # segment no device of this capacity could ever hold fails at once, without releasing cached
-        # memory, and changes no statistic. (With expandable segments too: the same alloc_size is
-        # compared, although only the rounded size's pages would be mapped.)
+        # memory; it counts in num_ooms and changes no other statistic. (With expandable segments
+        # too: the same alloc_size is compared, although only the rounded size's pages would be
+        # mapped.)
         if block is None and alloc_size > self.capacity:
+            self.num_ooms += 1
             raise OutOfMemory(alloc_size)
         if block is None:
             # garbage_collect_cached_blocks when a fraction is set and the threshold > 0.
@@ -1010,13 +1013,13 @@ def parse_capacity(text: str) -> int:
     """Bytes, or a number with a binary unit: 4096, 512MiB, 3GiB, 1.5GiB."""
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", text)
     if not m or m.group(2).upper() not in _UNITS:
-        raise ValueError(f"bad ACC_HOST_CAPACITY {text!r}")
+        raise ValueError(f"bad ACCALLOC_HOST_CAPACITY {text!r}")
     number, unit = m.group(1), _UNITS[m.group(2).upper()]
     return int(float(number) * unit) if "." in number else int(number) * unit
 
 
 def capacity_from_env() -> int:
-    text = os.environ.get("ACC_HOST_CAPACITY")
+    text = os.environ.get("ACCALLOC_HOST_CAPACITY")
     if text:
         return parse_capacity(text)
     return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
@@ -1037,7 +1040,7 @@ def run_trace(path: str, capacity: int, settings: Settings | None = None) -> PyT
 
 def main(argv: list[str]) -> int:
     args = argv[1:]
-    config = os.environ.get("ACC_ALLOC_CONF")
+    config = os.environ.get("ACCALLOC_CONF")
     if len(args) == 3 and args[1] == "--config":
         config = args[2]
     elif len(args) != 1:

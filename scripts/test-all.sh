@@ -18,7 +18,7 @@ echo "== cargo build --release"
 cargo build --release
 # The SONAME is libaccalloc.so.<ABI>: give the build tree the link programs load (install.sh makes
 # the real ones under a prefix).
-abi=$(sed -n 's/^#define ACC_ABI_VERSION \([0-9]*\)$/\1/p' include/accalloc.h)
+abi=$(sed -n 's/^#define ACCALLOC_ABI_VERSION \([0-9]*\)$/\1/p' include/accalloc.h)
 ln -sf libaccalloc.so "target/release/libaccalloc.so.$abi"
 echo "== include/accalloc.h is committed as generated"
 git diff --exit-code -- include/accalloc.h || { echo "include/accalloc.h is stale: commit the regenerated header"; exit 1; }
@@ -50,7 +50,7 @@ c++ -std=c++17 -Wall -Wextra -Werror -Iinclude examples/framework_backend.cpp -L
 ./build/framework_backend
 
 echo "== examples/accalloc_torch.py (statistics through ctypes, on the host)"
-ACC_DEVICE=host python3 examples/accalloc_torch.py
+ACCALLOC_DEVICE=host python3 examples/accalloc_torch.py
 
 if [ -n "${ACCALLOC_FUZZ_SECONDS:-}" ]; then
   echo "== fuzzing (${ACCALLOC_FUZZ_SECONDS}s a target)"

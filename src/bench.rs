@@ -1,8 +1,8 @@
-//! The hot-path benchmark: a cached acc_malloc + acc_free pair through the C ABI on the host backend,
+//! The hot-path benchmark: a cached accalloc_malloc + accalloc_free pair through the C ABI on the host backend,
 //! against the C library's malloc + free of the same sizes, measured in the same run.
 
-use crate::capi::memory::{acc_free, acc_malloc};
-use crate::capi::AccStatus;
+use crate::capi::memory::{accalloc_free, accalloc_malloc};
+use crate::capi::AccallocStatus;
 use std::ffi::c_void;
 use std::time::Instant;
 
@@ -50,14 +50,14 @@ fn accalloc_pair(size: usize) {
     let mut ptr: *mut c_void = std::ptr::null_mut();
     // SAFETY: &mut ptr is a valid out-pointer; the block is freed at once.
     unsafe {
-        let status = acc_malloc(&mut ptr, size, -1, std::ptr::null_mut());
+        let status = accalloc_malloc(&mut ptr, size, -1, std::ptr::null_mut());
         assert_eq!(
             status,
-            AccStatus::ACC_OK,
-            "acc_malloc failed during the benchmark"
+            AccallocStatus::ACCALLOC_OK,
+            "accalloc_malloc failed during the benchmark"
         );
         std::hint::black_box(ptr);
-        acc_free(ptr);
+        accalloc_free(ptr);
     }
 }
 
@@ -75,9 +75,9 @@ fn libc_pair(size: usize) {
 /// history recording on (its cost when on; off, it is one branch).
 pub fn run(batches: usize, pairs: usize) -> Vec<BenchRow> {
     let mut rows = run_patterns(batches, pairs);
-    crate::capi::inspect::acc_record_memory_history(1, 100_000);
+    crate::capi::inspect::accalloc_record_memory_history(1, 100_000);
     let with_history = measure(&SIZES, batches, pairs, accalloc_pair);
-    crate::capi::inspect::acc_record_memory_history(0, 0);
+    crate::capi::inspect::accalloc_record_memory_history(0, 0);
     let libc_ns = rows.last().map_or(0.0, |r| r.libc_ns);
     rows.push(BenchRow {
         label: "mixed, history recording on".to_string(),
@@ -133,7 +133,7 @@ pub fn threaded(threads: usize, pairs: usize, device_of: fn(usize) -> i32) -> f6
                         let mut ptr: *mut c_void = std::ptr::null_mut();
                         // SAFETY: &mut ptr is a valid out-pointer; the block is freed at once.
                         unsafe {
-                            let status = acc_malloc(
+                            let status = accalloc_malloc(
                                 &mut ptr,
                                 SIZES[i % SIZES.len()],
                                 device,
@@ -141,10 +141,10 @@ pub fn threaded(threads: usize, pairs: usize, device_of: fn(usize) -> i32) -> f6
                             );
                             assert_eq!(
                                 status,
-                                AccStatus::ACC_OK,
-                                "acc_malloc failed during the benchmark"
+                                AccallocStatus::ACCALLOC_OK,
+                                "accalloc_malloc failed during the benchmark"
                             );
-                            acc_free(ptr);
+                            accalloc_free(ptr);
                         }
                     }
                 });

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-/// What kind of failure happened; each maps to one `AccStatus` at the C boundary.
+/// What kind of failure happened; each maps to one `AccallocStatus` at the C boundary.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ErrorKind {
     InvalidArgument,

@@ -5,7 +5,7 @@ use std::process::Command;
 fn accalloc(args: &[&str]) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_accalloc"))
         .args(args)
-        .env("ACC_HOST_CAPACITY", "8GiB")
+        .env("ACCALLOC_HOST_CAPACITY", "8GiB")
         .output()
         .unwrap();
     (

@@ -1,5 +1,5 @@
 //! CUDA detection without a GPU: with no libcuda, and with stub libcudas that report no device or
-//! lack functions, accalloc falls back to the host cleanly, and ACC_DEVICE=cuda says why it cannot.
+//! lack functions, accalloc falls back to the host cleanly, and ACCALLOC_DEVICE=cuda says why it cannot.
 
 #![cfg(feature = "cuda")]
 
@@ -30,13 +30,13 @@ fn info(library_path: Option<&Path>, device: Option<&str>) -> (bool, String, Str
     let mut command = Command::new(env!("CARGO_BIN_EXE_accalloc"));
     command
         .arg("info")
-        .env_remove("ACC_DEVICE")
-        .env("ACC_HOST_CAPACITY", "1GiB");
+        .env_remove("ACCALLOC_DEVICE")
+        .env("ACCALLOC_HOST_CAPACITY", "1GiB");
     if let Some(path) = library_path {
         command.env("LD_LIBRARY_PATH", path);
     }
     if let Some(device) = device {
-        command.env("ACC_DEVICE", device);
+        command.env("ACCALLOC_DEVICE", device);
     }
     let out = command.output().unwrap();
     (
@@ -117,7 +117,7 @@ fn a_stub_libcuda_without_devices_falls_back_to_the_host() {
         let (ok, _, err) = info(Some(&dir), Some("cuda"));
         assert!(!ok, "{name}: forcing cuda must fail");
         assert!(
-            err.contains("ACC_DEVICE=cuda but CUDA is not available") && err.contains(reason),
+            err.contains("ACCALLOC_DEVICE=cuda but CUDA is not available") && err.contains(reason),
             "{name}: {err}"
         );
         assert!(
@@ -140,12 +140,12 @@ fn without_libcuda_the_host_is_used_and_forcing_cuda_is_a_clear_error() {
     let (ok, _, err) = info(Some(&empty), Some("cuda"));
     assert!(!ok);
     assert!(
-        err.contains("ACC_DEVICE=cuda but CUDA is not available"),
+        err.contains("ACCALLOC_DEVICE=cuda but CUDA is not available"),
         "{err}"
     );
     let (ok, out, _) = info(Some(&empty), Some("host"));
     assert!(
-        ok && out.contains("cuda: not in use (ACC_DEVICE=host)"),
+        ok && out.contains("cuda: not in use (ACCALLOC_DEVICE=host)"),
         "{out}"
     );
 }

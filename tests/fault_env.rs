@@ -1,7 +1,7 @@
-//! ACC_HOST_FAIL from the environment, through the C ABI.
+//! ACCALLOC_HOST_FAIL from the environment, through the C ABI.
 
-use accalloc::capi::memory::{acc_empty_cache, acc_free, acc_malloc};
-use accalloc::capi::AccStatus;
+use accalloc::capi::memory::{accalloc_empty_cache, accalloc_free, accalloc_malloc};
+use accalloc::capi::AccallocStatus;
 use std::ffi::c_void;
 
 mod common;
@@ -9,15 +9,15 @@ use common::stat;
 
 #[test]
 fn every_second_device_allocation_fails_and_is_retried() {
-    std::env::set_var("ACC_HOST_FAIL", "alloc:every=2");
-    std::env::set_var("ACC_HOST_CAPACITY", "1GiB");
+    std::env::set_var("ACCALLOC_HOST_FAIL", "alloc:every=2");
+    std::env::set_var("ACCALLOC_HOST_CAPACITY", "1GiB");
     let mut ptrs = Vec::new();
     unsafe {
         for size in [1000usize, 5 << 20, 30 << 20, 12 << 20] {
             let mut p: *mut c_void = std::ptr::null_mut();
             assert_eq!(
-                acc_malloc(&mut p, size, -1, std::ptr::null_mut()),
-                AccStatus::ACC_OK
+                accalloc_malloc(&mut p, size, -1, std::ptr::null_mut()),
+                AccallocStatus::ACCALLOC_OK
             );
             ptrs.push(p);
         }
@@ -30,9 +30,9 @@ fn every_second_device_allocation_fails_and_is_retried() {
     assert_eq!(stat("segment.all.current"), 3);
     unsafe {
         for p in ptrs {
-            assert_eq!(acc_free(p), AccStatus::ACC_OK);
+            assert_eq!(accalloc_free(p), AccallocStatus::ACCALLOC_OK);
         }
-        assert_eq!(acc_empty_cache(), AccStatus::ACC_OK);
+        assert_eq!(accalloc_empty_cache(), AccallocStatus::ACCALLOC_OK);
     }
     assert_eq!(stat("reserved_bytes.all.current"), 0);
 }

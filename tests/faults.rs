@@ -1,6 +1,6 @@
-//! Injected device-allocation failures (the host backend's fail rules, ACC_HOST_FAIL's syntax): every
+//! Injected device-allocation failures (the host backend's fail rules, ACCALLOC_HOST_FAIL's syntax): every
 //! failing raw allocation or mapping takes the release-and-retry path and ends in a success or in
-//! ACC_ERROR_OUT_OF_MEMORY, with the books exact after every operation (debug builds recount them)
+//! ACCALLOC_ERROR_OUT_OF_MEMORY, with the books exact after every operation (debug builds recount them)
 //! and nothing leaked at the end.
 
 use accalloc::backend::host::{FailRule, HostBackend, HostSettings};

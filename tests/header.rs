@@ -16,9 +16,9 @@ fn committed_header_is_current() {
 fn header_versions_match_the_package() {
     let header = include_str!(concat!(env!("OUT_DIR"), "/accalloc.h"));
     for (name, value) in [
-        ("ACC_VERSION_MAJOR", env!("CARGO_PKG_VERSION_MAJOR")),
-        ("ACC_VERSION_MINOR", env!("CARGO_PKG_VERSION_MINOR")),
-        ("ACC_VERSION_PATCH", env!("CARGO_PKG_VERSION_PATCH")),
+        ("ACCALLOC_VERSION_MAJOR", env!("CARGO_PKG_VERSION_MAJOR")),
+        ("ACCALLOC_VERSION_MINOR", env!("CARGO_PKG_VERSION_MINOR")),
+        ("ACCALLOC_VERSION_PATCH", env!("CARGO_PKG_VERSION_PATCH")),
     ] {
         assert!(
             header.contains(&format!("#define {name} {value}\n")),
@@ -39,7 +39,7 @@ fn header_declares_every_exported_function() {
     for source in &sources {
         for line in source
             .lines()
-            .filter(|l| l.contains("extern \"C\" fn acc_"))
+            .filter(|l| l.contains("extern \"C\" fn accalloc_"))
         {
             let name = line.split("fn ").nth(1).unwrap().split('(').next().unwrap();
             let declared = [" ", "*"]
@@ -51,47 +51,47 @@ fn header_declares_every_exported_function() {
     }
     // Functions that act on one accelerator: each also has an `_on` form taking a device type.
     let per_accelerator = [
-        "acc_malloc",
-        "acc_empty_cache",
-        "acc_get_device_stats",
-        "acc_memory_allocated",
-        "acc_max_memory_allocated",
-        "acc_memory_reserved",
-        "acc_max_memory_reserved",
-        "acc_reset_accumulated_memory_stats",
-        "acc_reset_peak_memory_stats",
-        "acc_memory_stat",
-        "acc_memory_stats_json",
-        "acc_mem_get_info",
-        "acc_set_memory_fraction",
-        "acc_device_count",
-        "acc_current_device",
-        "acc_set_device",
-        "acc_set_allocator_settings",
-        "acc_get_allocator_settings",
-        "acc_memory_summary",
-        "acc_memory_snapshot_json",
-        "acc_record_memory_history",
+        "accalloc_malloc",
+        "accalloc_empty_cache",
+        "accalloc_get_device_stats",
+        "accalloc_memory_allocated",
+        "accalloc_max_memory_allocated",
+        "accalloc_memory_reserved",
+        "accalloc_max_memory_reserved",
+        "accalloc_reset_accumulated_memory_stats",
+        "accalloc_reset_peak_memory_stats",
+        "accalloc_memory_stat",
+        "accalloc_memory_stats_json",
+        "accalloc_mem_get_info",
+        "accalloc_set_memory_fraction",
+        "accalloc_device_count",
+        "accalloc_current_device",
+        "accalloc_set_device",
+        "accalloc_set_allocator_settings",
+        "accalloc_get_allocator_settings",
+        "accalloc_memory_summary",
+        "accalloc_memory_snapshot_json",
+        "accalloc_record_memory_history",
     ];
     // Functions that do not depend on the accelerator.
     let global = [
-        "acc_free",
-        "acc_record_stream",
-        "acc_current_accelerator",
-        "acc_set_accelerator",
-        "acc_device_type_name",
-        "acc_register_backend",
-        "acc_last_error_message",
-        "acc_version",
-        "acc_abi_version",
-        "acc_status_name",
-        "acc_check_abi",
-        "acc_pluggable_malloc",
-        "acc_pluggable_free",
-        "acc_pluggable_init",
-        "acc_pluggable_empty_cache",
-        "acc_pluggable_set_memory_fraction",
-        "acc_pluggable_record_stream",
+        "accalloc_free",
+        "accalloc_record_stream",
+        "accalloc_current_accelerator",
+        "accalloc_set_accelerator",
+        "accalloc_device_type_name",
+        "accalloc_register_backend",
+        "accalloc_last_error_message",
+        "accalloc_version",
+        "accalloc_abi_version",
+        "accalloc_status_name",
+        "accalloc_check_abi",
+        "accalloc_pluggable_malloc",
+        "accalloc_pluggable_free",
+        "accalloc_pluggable_init",
+        "accalloc_pluggable_empty_cache",
+        "accalloc_pluggable_set_memory_fraction",
+        "accalloc_pluggable_record_stream",
     ];
     let mut required: Vec<String> = global.iter().map(|s| s.to_string()).collect();
     for name in per_accelerator {

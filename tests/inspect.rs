@@ -1,17 +1,17 @@
 //! The summary, the snapshot and the history through the C ABI.
 
 use accalloc::capi::inspect::{
-    acc_memory_snapshot_json, acc_memory_summary, acc_record_memory_history,
+    accalloc_memory_snapshot_json, accalloc_memory_summary, accalloc_record_memory_history,
 };
-use accalloc::capi::memory::{acc_free, acc_malloc, acc_record_stream};
-use accalloc::capi::AccStatus;
+use accalloc::capi::memory::{accalloc_free, accalloc_malloc, accalloc_record_stream};
+use accalloc::capi::AccallocStatus;
 use std::ffi::{c_char, c_void, CStr};
 
-fn read(call: impl Fn(*mut c_char, usize, *mut usize) -> AccStatus) -> String {
+fn read(call: impl Fn(*mut c_char, usize, *mut usize) -> AccallocStatus) -> String {
     let mut len = 0;
-    assert_eq!(call(std::ptr::null_mut(), 0, &mut len), AccStatus::ACC_OK);
+    assert_eq!(call(std::ptr::null_mut(), 0, &mut len), AccallocStatus::ACCALLOC_OK);
     let mut buf = vec![0 as c_char; len];
-    assert_eq!(call(buf.as_mut_ptr(), len, &mut len), AccStatus::ACC_OK);
+    assert_eq!(call(buf.as_mut_ptr(), len, &mut len), AccallocStatus::ACCALLOC_OK);
     unsafe { CStr::from_ptr(buf.as_ptr()) }
         .to_string_lossy()
         .into_owned()
@@ -19,27 +19,27 @@ fn read(call: impl Fn(*mut c_char, usize, *mut usize) -> AccStatus) -> String {
 
 #[test]
 fn summary_snapshot_and_history() {
-    std::env::set_var("ACC_HOST_CAPACITY", "1GiB");
-    std::env::set_var("ACC_HOST_DEVICES", "2");
+    std::env::set_var("ACCALLOC_HOST_CAPACITY", "1GiB");
+    std::env::set_var("ACCALLOC_HOST_DEVICES", "2");
     assert_eq!(
-        acc_record_memory_history(1, 0),
-        AccStatus::ACC_ERROR_INVALID_ARGUMENT
+        accalloc_record_memory_history(1, 0),
+        AccallocStatus::ACCALLOC_ERROR_INVALID_ARGUMENT
     );
-    assert_eq!(acc_record_memory_history(1, 1000), AccStatus::ACC_OK);
+    assert_eq!(accalloc_record_memory_history(1, 1000), AccallocStatus::ACCALLOC_OK);
     let (mut small, mut large): (*mut c_void, *mut c_void) =
         (std::ptr::null_mut(), std::ptr::null_mut());
     unsafe {
         assert_eq!(
-            acc_malloc(&mut small, 1000, 0, std::ptr::null_mut()),
-            AccStatus::ACC_OK
+            accalloc_malloc(&mut small, 1000, 0, std::ptr::null_mut()),
+            AccallocStatus::ACCALLOC_OK
         );
         assert_eq!(
-            acc_malloc(&mut large, 5 << 20, 0, 0x30 as *mut c_void),
-            AccStatus::ACC_OK
+            accalloc_malloc(&mut large, 5 << 20, 0, 0x30 as *mut c_void),
+            AccallocStatus::ACCALLOC_OK
         );
     }
 
-    let summary = read(|b, c, l| unsafe { acc_memory_summary(-1, 0, b, c, l) });
+    let summary = read(|b, c, l| unsafe { accalloc_memory_summary(-1, 0, b, c, l) });
     assert!(
         summary.contains("accalloc host memory summary, device ID 0"),
         "{summary}"
@@ -54,16 +54,16 @@ fn summary_snapshot_and_history() {
         summary.contains("| Reserved segments     |       2    |"),
         "{summary}"
     );
-    let short = read(|b, c, l| unsafe { acc_memory_summary(1, 1, b, c, l) });
+    let short = read(|b, c, l| unsafe { accalloc_memory_summary(1, 1, b, c, l) });
     assert!(short.contains("device ID 1") && !short.contains("from small pool"));
     let mut len = 0;
     assert_eq!(
-        unsafe { acc_memory_summary(7, 0, std::ptr::null_mut(), 0, &mut len) },
-        AccStatus::ACC_ERROR_INVALID_DEVICE
+        unsafe { accalloc_memory_summary(7, 0, std::ptr::null_mut(), 0, &mut len) },
+        AccallocStatus::ACCALLOC_ERROR_INVALID_DEVICE
     );
 
     let snapshot: serde_json::Value = serde_json::from_str(&read(|b, c, l| unsafe {
-        acc_memory_snapshot_json(b, c, l)
+        accalloc_memory_snapshot_json(b, c, l)
     }))
     .unwrap();
     let segments = snapshot["segments"].as_array().unwrap();
@@ -96,15 +96,15 @@ fn summary_snapshot_and_history() {
 
     unsafe {
         assert_eq!(
-            acc_record_stream(small, 0x40 as *mut c_void),
-            AccStatus::ACC_OK
+            accalloc_record_stream(small, 0x40 as *mut c_void),
+            AccallocStatus::ACCALLOC_OK
         );
-        assert_eq!(acc_free(small), AccStatus::ACC_OK);
-        assert_eq!(acc_free(large), AccStatus::ACC_OK);
+        assert_eq!(accalloc_free(small), AccallocStatus::ACCALLOC_OK);
+        assert_eq!(accalloc_free(large), AccallocStatus::ACCALLOC_OK);
     }
-    assert_eq!(acc_record_memory_history(0, 0), AccStatus::ACC_OK);
+    assert_eq!(accalloc_record_memory_history(0, 0), AccallocStatus::ACCALLOC_OK);
     let snapshot: serde_json::Value = serde_json::from_str(&read(|b, c, l| unsafe {
-        acc_memory_snapshot_json(b, c, l)
+        accalloc_memory_snapshot_json(b, c, l)
     }))
     .unwrap();
     assert_eq!(

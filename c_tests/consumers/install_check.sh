@@ -15,12 +15,12 @@ for root in "$prefix" "$prefix.stage/usr/local"; do
     test -e "$root/$file" || { echo "missing $root/$file"; exit 1; }
   done
 done
-abi=$(sed -n 's/^#define ACC_ABI_VERSION \([0-9]*\)$/\1/p' "$prefix/include/accalloc.h")
+abi=$(sed -n 's/^#define ACCALLOC_ABI_VERSION \([0-9]*\)$/\1/p' "$prefix/include/accalloc.h")
 test "$(readlink "$prefix/lib/libaccalloc.so")" = "libaccalloc.so.$abi"
 soname=$(readelf -d "$prefix/lib/libaccalloc.so.$abi" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
 test "$soname" = "libaccalloc.so.$abi" || { echo "SONAME is '$soname', expected libaccalloc.so.$abi"; exit 1; }
 grep -q "^prefix=/usr/local$" "$prefix.stage/usr/local/lib/pkgconfig/accalloc.pc"
-# Only the acc_ API leaves the shared library.
-others=$(nm -D --defined-only "$prefix/lib/libaccalloc.so" | awk '{print $3}' | grep -v '^acc_' || true)
-test -z "$others" || { echo "exported beyond the acc_ API: $others"; exit 1; }
-echo "installed layout ok: SONAME $soname, $(nm -D --defined-only "$prefix/lib/libaccalloc.so" | grep -c ' acc_') acc_ functions exported"
+# Only the accalloc_ API leaves the shared library.
+others=$(nm -D --defined-only "$prefix/lib/libaccalloc.so" | awk '{print $3}' | grep -v '^accalloc_' || true)
+test -z "$others" || { echo "exported beyond the accalloc_ API: $others"; exit 1; }
+echo "installed layout ok: SONAME $soname, $(nm -D --defined-only "$prefix/lib/libaccalloc.so" | grep -c ' accalloc_') accalloc_ functions exported"

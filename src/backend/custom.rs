@@ -1,27 +1,27 @@
 //! A backend written in C: a table of function pointers a framework registers with
-//! acc_register_backend. Every function gets the table's context first and returns 0 on success,
-//! ACC_BACKEND_OUT_OF_MEMORY when the device has no room, or any other value as its own error code.
+//! accalloc_register_backend. Every function gets the table's context first and returns 0 on success,
+//! ACCALLOC_BACKEND_OUT_OF_MEMORY when the device has no room, or any other value as its own error code.
 
 use super::{Backend, BackendError, EventId, MemInfo, StreamId};
 use std::ffi::c_void;
 
 /// What a backend function returns on success.
-pub const ACC_BACKEND_OK: i32 = 0;
+pub const ACCALLOC_BACKEND_OK: i32 = 0;
 /// What a backend function returns when the device has no room: accalloc releases cached memory
 /// and retries, as for a device out-of-memory error.
-pub const ACC_BACKEND_OUT_OF_MEMORY: i32 = 2;
+pub const ACCALLOC_BACKEND_OUT_OF_MEMORY: i32 = 2;
 
-/// The functions of an accelerator backend, for acc_register_backend. Set struct_size to
-/// sizeof(AccBackendVTable) (later versions may add entries at the end). The first four entries are
+/// The functions of an accelerator backend, for accalloc_register_backend. Set struct_size to
+/// sizeof(AccallocBackendVTable) (later versions may add entries at the end). The first four entries are
 /// required; a NULL optional entry turns its feature off: without the five event functions,
-/// acc_record_stream falls back to stream_synchronize when there is one and is otherwise
-/// ACC_ERROR_NOT_SUPPORTED; without the five virtual-memory functions, expandable segments fall back
+/// accalloc_record_stream falls back to stream_synchronize when there is one and is otherwise
+/// ACCALLOC_ERROR_NOT_SUPPORTED; without the five virtual-memory functions, expandable segments fall back
 /// to ordinary segments. The functions may be called from any thread, and with the same context
 /// concurrently for different devices.
 #[repr(C)]
 #[derive(Clone, Copy)]
-pub struct AccBackendVTable {
-    /// sizeof(AccBackendVTable) as the caller knows it.
+pub struct AccallocBackendVTable {
+    /// sizeof(AccallocBackendVTable) as the caller knows it.
     pub struct_size: usize,
     /// Passed as the first argument of every function.
     pub context: *mut c_void,
@@ -130,7 +130,7 @@ pub struct AccBackendVTable {
 /// A registered C backend.
 pub struct CustomBackend {
     name: String,
-    table: AccBackendVTable,
+    table: AccallocBackendVTable,
     devices: usize,
     events: bool,
     virtual_memory: bool,
@@ -147,12 +147,12 @@ impl CustomBackend {
     /// # Safety
     /// The table's function pointers must be valid functions with the documented signatures, and the
     /// context valid for them, for as long as the process runs.
-    pub unsafe fn new(name: &str, table: &AccBackendVTable) -> Result<CustomBackend, String> {
-        if table.struct_size < std::mem::size_of::<AccBackendVTable>() {
+    pub unsafe fn new(name: &str, table: &AccallocBackendVTable) -> Result<CustomBackend, String> {
+        if table.struct_size < std::mem::size_of::<AccallocBackendVTable>() {
             return Err(format!(
-                "the table's struct_size is {}, expected {} (sizeof(AccBackendVTable))",
+                "the table's struct_size is {}, expected {} (sizeof(AccallocBackendVTable))",
                 table.struct_size,
-                std::mem::size_of::<AccBackendVTable>()
+                std::mem::size_of::<AccallocBackendVTable>()
             ));
         }
         for (entry, present) in [
@@ -167,7 +167,7 @@ impl CustomBackend {
         }
         let mut count = 0;
         let rc = (table.device_count.unwrap())(table.context, &mut count);
-        if rc != ACC_BACKEND_OK || count < 1 {
+        if rc != ACCALLOC_BACKEND_OK || count < 1 {
             return Err(format!(
                 "device_count returned {rc} with {count} device(s); at least 1 is needed"
             ));
@@ -193,8 +193,8 @@ impl CustomBackend {
 
     fn check(&self, call: &str, rc: i32) -> Result<(), BackendError> {
         match rc {
-            ACC_BACKEND_OK => Ok(()),
-            ACC_BACKEND_OUT_OF_MEMORY => Err(BackendError::OutOfMemory),
+            ACCALLOC_BACKEND_OK => Ok(()),
+            ACCALLOC_BACKEND_OUT_OF_MEMORY => Err(BackendError::OutOfMemory),
             code => Err(BackendError::Failed {
                 code: code as i64,
                 message: format!("{call} returned error code {code}"),

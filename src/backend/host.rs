@@ -8,14 +8,14 @@ use crate::units::parse_byte_size;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Environment variable: capacity of each host device ("8GiB", "512MiB", or bytes).
-pub const CAPACITY_VAR: &str = "ACC_HOST_CAPACITY";
+pub const CAPACITY_VAR: &str = "ACCALLOC_HOST_CAPACITY";
 /// Environment variable: how many host devices to present.
-pub const DEVICES_VAR: &str = "ACC_HOST_DEVICES";
+pub const DEVICES_VAR: &str = "ACCALLOC_HOST_DEVICES";
 /// Environment variable: make device allocations fail on purpose, to test the out-of-memory paths:
 /// "alloc:every=7" (every 7th raw allocation or mapping fails) or "alloc:after=100" (all after the
 /// first 100 fail).
-pub const FAIL_VAR: &str = "ACC_HOST_FAIL";
-/// Upper bound on ACC_HOST_DEVICES, matching the widest device index PyTorch supports (int8).
+pub const FAIL_VAR: &str = "ACCALLOC_HOST_FAIL";
+/// Upper bound on ACCALLOC_HOST_DEVICES, matching the widest device index PyTorch supports (int8).
 pub const MAX_HOST_DEVICES: usize = 64;
 
 /// Injected failures of device allocations (raw allocations and mappings, counted together per
@@ -63,12 +63,12 @@ pub struct HostSettings {
     pub capacity: usize,
     /// How many devices.
     pub devices: usize,
-    /// Injected allocation failures (ACC_HOST_FAIL), for tests.
+    /// Injected allocation failures (ACCALLOC_HOST_FAIL), for tests.
     pub fail: Option<FailRule>,
 }
 
 impl HostSettings {
-    /// Read ACC_HOST_CAPACITY and ACC_HOST_DEVICES; unset means the machine's physical memory and 1.
+    /// Read ACCALLOC_HOST_CAPACITY and ACCALLOC_HOST_DEVICES; unset means the machine's physical memory and 1.
     pub fn from_env() -> Result<Self> {
         let mut settings = Self::from_values(
             std::env::var(CAPACITY_VAR).ok().as_deref(),
@@ -357,18 +357,18 @@ mod tests {
     fn bad_settings_name_the_variable() {
         let err = HostSettings::from_values(Some("lots"), None).unwrap_err();
         assert!(
-            err.message.contains("ACC_HOST_CAPACITY='lots'"),
+            err.message.contains("ACCALLOC_HOST_CAPACITY='lots'"),
             "{}",
             err.message
         );
         let err = HostSettings::from_values(None, Some("0")).unwrap_err();
         assert!(
-            err.message.contains("ACC_HOST_DEVICES='0'"),
+            err.message.contains("ACCALLOC_HOST_DEVICES='0'"),
             "{}",
             err.message
         );
         let err = HostSettings::from_values(None, Some("two")).unwrap_err();
-        assert!(err.message.contains("ACC_HOST_DEVICES"), "{}", err.message);
+        assert!(err.message.contains("ACCALLOC_HOST_DEVICES"), "{}", err.message);
     }
 
     #[test]
@@ -390,7 +390,7 @@ mod tests {
         ] {
             let err = FailRule::parse(bad).unwrap_err();
             assert!(
-                err.message.starts_with(&format!("ACC_HOST_FAIL='{bad}'")),
+                err.message.starts_with(&format!("ACCALLOC_HOST_FAIL='{bad}'")),
                 "{}",
                 err.message
             );

@@ -7,7 +7,7 @@ use accalloc::caching::settings::parse_settings;
 use accalloc::caching::summary::memory_summary;
 use accalloc::caching::CachingConfig;
 use accalloc::replay::{parse_trace, replay_with, ReplayOptions, ReplayReport};
-use accalloc::runtime::runtime;
+use accalloc::runtime::{runtime, ALLOC_CONF_VAR, DEVICE_VAR};
 use accalloc::timeline::timeline_svg;
 use accalloc::units::format_size;
 use std::process::ExitCode;
@@ -21,15 +21,23 @@ const USAGE: &str = "usage:
                                      rising order, no memory touched) instead of the host backend
                                    --cuda: the GPUs through the CUDA backend
                                    --backend LIB[:SYMBOL]: a backend written in C, from a shared
-                                     library whose SYMBOL (default acc_backend_entry) fills an
-                                     AccBackendVTable and names the backend
-                                   --config: allocator settings (ACC_ALLOC_CONF syntax)
+                                     library whose SYMBOL (default accalloc_backend_entry) fills an
+                                     AccallocBackendVTable and names the backend
+                                   --config: allocator settings (ACCALLOC_CONF syntax)
                                    --svg: write the memory timeline (allocated and reserved by pool)
                                    --snapshot: write the snapshot taken at peak reserved memory
                                    --summary: print memory_summary's table at the end
   accalloc bench [--quick]         cached malloc+free pair against the C library's malloc+free
+  accalloc --version               the version and ABI of this build
 
-Environment: ACC_HOST_CAPACITY (e.g. 8GiB), ACC_HOST_DEVICES (e.g. 2).";
+Environment (read by the library and by every command; a bad value is an error naming it):
+  ACCALLOC_CONF          allocator settings, PYTORCH_ALLOC_CONF's syntax (replay: --config's keys
+                         override the same keys here)
+  ACCALLOC_DEVICE        host or cuda: force the accelerator (replay: the backend, unless --simulate,
+                         --cuda or --backend chooses)
+  ACCALLOC_HOST_CAPACITY bytes each host device may hold, e.g. 8GiB (default: physical memory)
+  ACCALLOC_HOST_DEVICES  how many host devices, 1 to 64 (default 1)
+  ACCALLOC_HOST_FAIL     inject host allocation failures, for tests: alloc:every=N or alloc:after=N";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -41,7 +49,15 @@ fn main() -> ExitCode {
             println!("{USAGE}");
             return ExitCode::SUCCESS;
         }
-        _ => Err(USAGE.to_string()),
+        Some("-V" | "--version" | "version") => {
+            println!("{}", version_line());
+            return ExitCode::SUCCESS;
+        }
+        Some(command @ ("info" | "bench")) => {
+            Err(format!("too many arguments for '{command}'\n{USAGE}"))
+        }
+        Some(unknown) => Err(format!("unknown command '{unknown}'\n{USAGE}")),
+        None => Err(format!("no command given\n{USAGE}")),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -71,12 +87,51 @@ fn info() -> Result<(), String> {
             format_size(info.free as u64)
         );
     }
-    println!(
+    println!("{}", version_line());
+    Ok(())
+}
+
+fn version_line() -> String {
+    format!(
         "accalloc {} (ABI {})",
         env!("CARGO_PKG_VERSION"),
-        accalloc::capi::ACC_ABI_VERSION
-    );
-    Ok(())
+        accalloc::capi::ACCALLOC_ABI_VERSION
+    )
+}
+
+/// The replay's settings: ACCALLOC_CONF as every entry point reads it, then `--config` on top, whose
+/// keys override the same keys of the environment (the others keep the environment's values).
+fn replay_config(cli: Option<&str>) -> Result<CachingConfig, String> {
+    let env = std::env::var(ALLOC_CONF_VAR).ok();
+    let env_config = match &env {
+        Some(text) => parse_settings(text, &CachingConfig::default())
+            .map_err(|e| format!("{ALLOC_CONF_VAR}: {}", e.message))?,
+        None => CachingConfig::default(),
+    };
+    let Some(cli) = cli else {
+        return Ok(env_config);
+    };
+    parse_settings(cli, &CachingConfig::default())
+        .map_err(|e| format!("--config: {}", e.message))?;
+    // One string, the environment's keys first: a later key wins, and the keys that a new string
+    // resets (max_split_size_mb, ...) keep the environment's value unless --config names them.
+    let combined: Vec<&str> = [env.as_deref().unwrap_or(""), cli]
+        .into_iter()
+        .filter(|part| !part.trim().is_empty())
+        .collect();
+    parse_settings(&combined.join(","), &CachingConfig::default())
+        .map_err(|e| format!("{ALLOC_CONF_VAR} with --config: {}", e.message))
+}
+
+/// Which backend a replay uses when no flag chooses: ACCALLOC_DEVICE, as the library reads it.
+fn forced_device() -> Result<Option<String>, String> {
+    match std::env::var(DEVICE_VAR) {
+        Err(_) => Ok(None),
+        Ok(value) if value == "host" || value == "cuda" => Ok(Some(value)),
+        Ok(value) => Err(format!(
+            "{DEVICE_VAR}='{value}' is not a valid accelerator: give host or cuda (or leave it unset)"
+        )),
+    }
 }
 
 fn replay_command(args: &[String]) -> Result<(), String> {
@@ -113,11 +168,8 @@ fn replay_command(args: &[String]) -> Result<(), String> {
         }
     }
     let path = path.ok_or_else(|| format!("replay needs a trace file\n{USAGE}"))?;
-    let config = match &config_text {
-        Some(text) => parse_settings(text, &CachingConfig::default())
-            .map_err(|e| format!("--config: {}", e.message))?,
-        None => CachingConfig::default(),
-    };
+    let config = replay_config(config_text.as_deref())?;
+    let forced = forced_device()?;
     let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {path}: {e}"))?;
     let ops = parse_trace(&text).map_err(|e| format!("{path}: {}", e.message))?;
     let settings = HostSettings::from_env().map_err(|e| e.message)?;
@@ -126,7 +178,9 @@ fn replay_command(args: &[String]) -> Result<(), String> {
     } else if simulate {
         Arc::new(TestBackend::new(settings.devices, settings.capacity))
     } else if cuda {
-        cuda_backend()?
+        cuda_backend("--cuda")?
+    } else if forced.as_deref() == Some("cuda") {
+        cuda_backend(&format!("{DEVICE_VAR}=cuda"))?
     } else {
         Arc::new(HostBackend::new(settings))
     };
@@ -164,13 +218,13 @@ fn replay_command(args: &[String]) -> Result<(), String> {
 }
 
 /// Name of the function a backend library exports for `--backend` unless LIB:SYMBOL names another:
-/// `int32_t acc_backend_entry(AccBackendVTable *table, const char **name)` fills the table and the
+/// `int32_t accalloc_backend_entry(AccallocBackendVTable *table, const char **name)` fills the table and the
 /// backend's name and returns 0.
-const BACKEND_ENTRY: &str = "acc_backend_entry";
+const BACKEND_ENTRY: &str = "accalloc_backend_entry";
 
 /// Load a backend written in C from a shared library ("path/lib.so" or "path/lib.so:symbol").
 fn load_backend(spec: &str) -> Result<Arc<dyn Backend>, String> {
-    use accalloc::backend::custom::{AccBackendVTable, CustomBackend};
+    use accalloc::backend::custom::{AccallocBackendVTable, CustomBackend};
     use std::ffi::{c_char, CStr, CString};
     let (path, symbol) = spec.rsplit_once(':').unwrap_or((spec, BACKEND_ENTRY));
     let c_path = CString::new(path).map_err(|_| format!("--backend: bad path {path}"))?;
@@ -189,10 +243,10 @@ fn load_backend(spec: &str) -> Result<Arc<dyn Backend>, String> {
         if entry.is_null() {
             return Err(format!("--backend: {path} has no function {symbol}"));
         }
-        let entry: unsafe extern "C" fn(*mut AccBackendVTable, *mut *const c_char) -> i32 =
+        let entry: unsafe extern "C" fn(*mut AccallocBackendVTable, *mut *const c_char) -> i32 =
             std::mem::transmute(entry);
-        let mut table: AccBackendVTable = std::mem::zeroed();
-        table.struct_size = std::mem::size_of::<AccBackendVTable>();
+        let mut table: AccallocBackendVTable = std::mem::zeroed();
+        table.struct_size = std::mem::size_of::<AccallocBackendVTable>();
         let mut name: *const c_char = std::ptr::null();
         let rc = entry(&mut table, &mut name);
         if rc != 0 || name.is_null() {
@@ -206,15 +260,15 @@ fn load_backend(spec: &str) -> Result<Arc<dyn Backend>, String> {
 }
 
 #[cfg(feature = "cuda")]
-fn cuda_backend() -> Result<Arc<dyn Backend>, String> {
+fn cuda_backend(asked_by: &str) -> Result<Arc<dyn Backend>, String> {
     accalloc::backend::cuda::CudaBackend::detect()
         .map(|b| Arc::new(b) as Arc<dyn Backend>)
-        .map_err(|why| format!("--cuda: CUDA is not available: {why}"))
+        .map_err(|why| format!("{asked_by}: CUDA is not available: {why}"))
 }
 
 #[cfg(not(feature = "cuda"))]
-fn cuda_backend() -> Result<Arc<dyn Backend>, String> {
-    Err("--cuda: accalloc was built without the cuda feature".into())
+fn cuda_backend(asked_by: &str) -> Result<Arc<dyn Backend>, String> {
+    Err(format!("{asked_by}: accalloc was built without the cuda feature"))
 }
 
 fn print_report(path: &str, r: &ReplayReport) {
@@ -287,7 +341,7 @@ fn bench(option: Option<&str>) -> Result<(), String> {
     println!("median of {batches} batches of {pairs} malloc+free pairs, host backend, one thread");
     print!("{}", accalloc::bench::table(&rows));
 
-    // Several threads: one device (one lock) against one device each (ACC_HOST_DEVICES permitting).
+    // Several threads: one device (one lock) against one device each (ACCALLOC_HOST_DEVICES permitting).
     let devices = runtime().map_err(|e| e.message)?.current().device_count();
     let threaded_pairs = pairs * 5;
     println!("\nthreads, wall-clock ns per pair (mixed sizes, {threaded_pairs} pairs a thread, best of 3; {} cores)",
@@ -301,7 +355,7 @@ fn bench(option: Option<&str>) -> Result<(), String> {
                 accalloc::bench::threaded(threads, threaded_pairs, |t| t as i32)
             )
         } else {
-            format!("(needs ACC_HOST_DEVICES={threads})")
+            format!("(needs ACCALLOC_HOST_DEVICES={threads})")
         };
         println!("| {threads} | {same:.1} | {separate} |");
     }

@@ -198,7 +198,7 @@ pub fn settings_json(config: &CachingConfig) -> Value {
         .map(|(bucket, &d)| ((1usize << bucket).to_string(), d.into()))
         .collect();
     json!({
-        "ACC_ALLOC_CONF": config.to_settings_string(),
+        "ACCALLOC_CONF": config.to_settings_string(),
         "max_split_size": config.max_split_size_stat(),
         "max_non_split_rounding": config.max_non_split_rounding,
         "garbage_collection_threshold": config.garbage_collection_threshold,

@@ -213,7 +213,7 @@ fn device_oom_releases_cache_and_retries_once() {
         "test out of memory. Tried to allocate 30.00 MiB. Device 0 has a total capacity of 40.00 MiB of \
          which 10.00 MiB is free. Of the allocated memory 30.00 MiB is allocated by the allocator, and 0 \
          bytes is reserved but unallocated. If reserved but unallocated memory is large try setting \
-         expandable_segments:True in ACC_ALLOC_CONF to avoid fragmentation."
+         expandable_segments:True in ACCALLOC_CONF to avoid fragmentation."
     );
     let s = a.stats();
     assert_eq!(

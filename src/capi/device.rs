@@ -2,8 +2,8 @@
 //! backends registered from C.
 
 use super::guard::{current_type, guard, on, out_ptr, str_arg};
-use super::types::{AccDeviceType, AccStatus};
-use crate::backend::custom::{AccBackendVTable, CustomBackend};
+use super::types::{AccallocDeviceType, AccallocStatus};
+use crate::backend::custom::{AccallocBackendVTable, CustomBackend};
 use crate::error::Error;
 use crate::runtime::runtime;
 use std::ffi::c_char;
@@ -11,22 +11,22 @@ use std::sync::Arc;
 
 /// Free and total memory of `device` (-1: current), as the device reports them.
 #[no_mangle]
-pub unsafe extern "C" fn acc_mem_get_info(
+pub unsafe extern "C" fn accalloc_mem_get_info(
     device: i32,
     free: *mut u64,
     total: *mut u64,
-) -> AccStatus {
-    acc_mem_get_info_on(current_type(), device, free, total)
+) -> AccallocStatus {
+    accalloc_mem_get_info_on(current_type(), device, free, total)
 }
 
-/// acc_mem_get_info on the accelerator of `device_type`.
+/// accalloc_mem_get_info on the accelerator of `device_type`.
 #[no_mangle]
-pub unsafe extern "C" fn acc_mem_get_info_on(
-    device_type: AccDeviceType,
+pub unsafe extern "C" fn accalloc_mem_get_info_on(
+    device_type: AccallocDeviceType,
     device: i32,
     free: *mut u64,
     total: *mut u64,
-) -> AccStatus {
+) -> AccallocStatus {
     guard(|| {
         let free = out_ptr(free, "free")?;
         let total = out_ptr(total, "total")?;
@@ -39,34 +39,34 @@ pub unsafe extern "C" fn acc_mem_get_info_on(
 
 /// Limit the memory accalloc reserves on `device` to `fraction` (0 to 1) of its total memory;
 /// a request past it fails as out of memory without asking the device.
-/// Errors: ACC_ERROR_INVALID_ARGUMENT for a fraction outside [0, 1] or NaN.
+/// Errors: ACCALLOC_ERROR_INVALID_ARGUMENT for a fraction outside [0, 1] or NaN.
 #[no_mangle]
-pub extern "C" fn acc_set_memory_fraction(fraction: f64, device: i32) -> AccStatus {
-    acc_set_memory_fraction_on(current_type(), fraction, device)
+pub extern "C" fn accalloc_set_memory_fraction(fraction: f64, device: i32) -> AccallocStatus {
+    accalloc_set_memory_fraction_on(current_type(), fraction, device)
 }
 
-/// acc_set_memory_fraction on the accelerator of `device_type`.
+/// accalloc_set_memory_fraction on the accelerator of `device_type`.
 #[no_mangle]
-pub extern "C" fn acc_set_memory_fraction_on(
-    device_type: AccDeviceType,
+pub extern "C" fn accalloc_set_memory_fraction_on(
+    device_type: AccallocDeviceType,
     fraction: f64,
     device: i32,
-) -> AccStatus {
+) -> AccallocStatus {
     guard(|| on(device_type)?.set_memory_fraction(fraction, device))
 }
 
 /// Number of devices of the current accelerator.
 #[no_mangle]
-pub unsafe extern "C" fn acc_device_count(out: *mut i32) -> AccStatus {
-    acc_device_count_on(current_type(), out)
+pub unsafe extern "C" fn accalloc_device_count(out: *mut i32) -> AccallocStatus {
+    accalloc_device_count_on(current_type(), out)
 }
 
-/// acc_device_count of the accelerator of `device_type`.
+/// accalloc_device_count of the accelerator of `device_type`.
 #[no_mangle]
-pub unsafe extern "C" fn acc_device_count_on(
-    device_type: AccDeviceType,
+pub unsafe extern "C" fn accalloc_device_count_on(
+    device_type: AccallocDeviceType,
     out: *mut i32,
-) -> AccStatus {
+) -> AccallocStatus {
     guard(|| {
         let out = out_ptr(out, "out")?;
         *out = on(device_type)?.device_count() as i32;
@@ -74,18 +74,18 @@ pub unsafe extern "C" fn acc_device_count_on(
     })
 }
 
-/// This thread's current device index (0 until acc_set_device is called).
+/// This thread's current device index (0 until accalloc_set_device is called).
 #[no_mangle]
-pub unsafe extern "C" fn acc_current_device(out: *mut i32) -> AccStatus {
-    acc_current_device_on(current_type(), out)
+pub unsafe extern "C" fn accalloc_current_device(out: *mut i32) -> AccallocStatus {
+    accalloc_current_device_on(current_type(), out)
 }
 
-/// acc_current_device of the accelerator of `device_type`.
+/// accalloc_current_device of the accelerator of `device_type`.
 #[no_mangle]
-pub unsafe extern "C" fn acc_current_device_on(
-    device_type: AccDeviceType,
+pub unsafe extern "C" fn accalloc_current_device_on(
+    device_type: AccallocDeviceType,
     out: *mut i32,
-) -> AccStatus {
+) -> AccallocStatus {
     guard(|| {
         let out = out_ptr(out, "out")?;
         *out = on(device_type)?.current_device() as i32;
@@ -95,37 +95,37 @@ pub unsafe extern "C" fn acc_current_device_on(
 
 /// Make `device` this thread's current device (what -1 means in other calls).
 #[no_mangle]
-pub extern "C" fn acc_set_device(device: i32) -> AccStatus {
-    acc_set_device_on(current_type(), device)
+pub extern "C" fn accalloc_set_device(device: i32) -> AccallocStatus {
+    accalloc_set_device_on(current_type(), device)
 }
 
-/// acc_set_device on the accelerator of `device_type`.
+/// accalloc_set_device on the accelerator of `device_type`.
 #[no_mangle]
-pub extern "C" fn acc_set_device_on(device_type: AccDeviceType, device: i32) -> AccStatus {
+pub extern "C" fn accalloc_set_device_on(device_type: AccallocDeviceType, device: i32) -> AccallocStatus {
     guard(|| on(device_type)?.set_device(device))
 }
 
-/// The accelerator that calls without a device type use: ACC_DEVICE_CUDA when a GPU is present,
-/// else ACC_DEVICE_HOST, until acc_set_accelerator chooses another.
+/// The accelerator that calls without a device type use: ACCALLOC_DEVICE_CUDA when a GPU is present,
+/// else ACCALLOC_DEVICE_HOST, until accalloc_set_accelerator chooses another.
 #[no_mangle]
-pub extern "C" fn acc_current_accelerator() -> AccDeviceType {
+pub extern "C" fn accalloc_current_accelerator() -> AccallocDeviceType {
     current_type()
 }
 
 /// Make `device_type` the accelerator of calls without a device type (process-wide).
-/// Errors: ACC_ERROR_INVALID_ARGUMENT when no such type exists.
+/// Errors: ACCALLOC_ERROR_INVALID_ARGUMENT when no such type exists.
 #[no_mangle]
-pub extern "C" fn acc_set_accelerator(device_type: AccDeviceType) -> AccStatus {
+pub extern "C" fn accalloc_set_accelerator(device_type: AccallocDeviceType) -> AccallocStatus {
     guard(|| runtime()?.set_accelerator(device_type))
 }
 
 /// The name of a device type ("host", "cuda", or a registered backend's name), or "unknown".
 /// Never NULL; valid for the life of the process.
 #[no_mangle]
-pub extern "C" fn acc_device_type_name(device_type: AccDeviceType) -> *const c_char {
+pub extern "C" fn accalloc_device_type_name(device_type: AccallocDeviceType) -> *const c_char {
     match device_type {
-        super::types::ACC_DEVICE_HOST => c"host".as_ptr(),
-        super::types::ACC_DEVICE_CUDA => c"cuda".as_ptr(),
+        super::types::ACCALLOC_DEVICE_HOST => c"host".as_ptr(),
+        super::types::ACCALLOC_DEVICE_CUDA => c"cuda".as_ptr(),
         _ => on(device_type).map_or(c"unknown".as_ptr(), |accelerator| {
             accelerator.c_name().as_ptr()
         }),
@@ -133,18 +133,18 @@ pub extern "C" fn acc_device_type_name(device_type: AccDeviceType) -> *const c_c
 }
 
 /// Register an accelerator backend written in C and store its new device type in `*out`; every
-/// function of this library then works on it (the `_on` forms, or after acc_set_accelerator), with
+/// function of this library then works on it (the `_on` forms, or after accalloc_set_accelerator), with
 /// its own pools and statistics. `name` (1 to 64 letters, digits, '_' or '-') must be new. The table
 /// is copied; its functions and context must stay valid for the life of the process.
 ///
-/// Errors: ACC_ERROR_INVALID_ARGUMENT for a NULL argument, a bad or taken name, a table whose
+/// Errors: ACCALLOC_ERROR_INVALID_ARGUMENT for a NULL argument, a bad or taken name, a table whose
 /// struct_size is wrong or whose required entries are NULL, or a device_count that fails.
 #[no_mangle]
-pub unsafe extern "C" fn acc_register_backend(
+pub unsafe extern "C" fn accalloc_register_backend(
     name: *const c_char,
-    vtable: *const AccBackendVTable,
-    out: *mut AccDeviceType,
-) -> AccStatus {
+    vtable: *const AccallocBackendVTable,
+    out: *mut AccallocDeviceType,
+) -> AccallocStatus {
     guard(|| {
         let name = str_arg(name, "name")?;
         let out = out_ptr(out, "out")?;

@@ -1,7 +1,7 @@
 //! The one wrapper every entry point goes through: catch panics, turn errors into a status, keep the
-//! message for acc_last_error_message().
+//! message for accalloc_last_error_message().
 
-use super::types::AccStatus;
+use super::types::AccallocStatus;
 use crate::error::{Error, Result};
 use std::cell::RefCell;
 use std::ffi::{CStr, CString};
@@ -25,9 +25,9 @@ pub(crate) fn last_error_ptr() -> *const std::ffi::c_char {
 
 /// Run `body`; errors and panics become a status and a message, never an unwind into C.
 #[inline]
-pub(crate) fn guard(body: impl FnOnce() -> Result<()>) -> AccStatus {
+pub(crate) fn guard(body: impl FnOnce() -> Result<()>) -> AccallocStatus {
     match catch_unwind(AssertUnwindSafe(body)) {
-        Ok(Ok(())) => AccStatus::ACC_OK,
+        Ok(Ok(())) => AccallocStatus::ACCALLOC_OK,
         Ok(Err(error)) => fail(error),
         Err(panic) => {
             let what = panic
@@ -44,7 +44,7 @@ pub(crate) fn guard(body: impl FnOnce() -> Result<()>) -> AccStatus {
 }
 
 #[cold]
-fn fail(error: Error) -> AccStatus {
+fn fail(error: Error) -> AccallocStatus {
     set_last_error(&error.message);
     error.kind.into()
 }
@@ -67,7 +67,7 @@ pub(crate) fn str_arg<'a>(ptr: *const std::ffi::c_char, name: &str) -> Result<&'
         .map_err(|_| Error::invalid_argument(format!("{name} is not valid UTF-8")))
 }
 
-/// The accelerator of `device_type` (ACC_ERROR_INVALID_ARGUMENT when there is none).
+/// The accelerator of `device_type` (ACCALLOC_ERROR_INVALID_ARGUMENT when there is none).
 #[inline]
 pub(crate) fn on(device_type: i32) -> Result<&'static crate::runtime::Accelerator> {
     crate::runtime::runtime()?.accelerator(device_type)
@@ -124,7 +124,7 @@ mod tests {
     #[test]
     fn a_panic_becomes_an_internal_error_with_its_message() {
         let status = guard(|| panic!("boom at the boundary"));
-        assert_eq!(status, AccStatus::ACC_ERROR_INTERNAL);
+        assert_eq!(status, AccallocStatus::ACCALLOC_ERROR_INTERNAL);
         assert!(
             last_error().contains("boom at the boundary"),
             "{}",
@@ -135,8 +135,8 @@ mod tests {
     #[test]
     fn errors_map_to_their_status_and_successes_keep_the_last_message() {
         let status = guard(|| Err(Error::new(ErrorKind::OutOfMemory, "no room")));
-        assert_eq!(status, AccStatus::ACC_ERROR_OUT_OF_MEMORY);
-        assert_eq!(guard(|| Ok(())), AccStatus::ACC_OK);
+        assert_eq!(status, AccallocStatus::ACCALLOC_ERROR_OUT_OF_MEMORY);
+        assert_eq!(guard(|| Ok(())), AccallocStatus::ACCALLOC_OK);
         assert_eq!(last_error(), "no room");
     }
 

@@ -1,7 +1,7 @@
 //! Allocation entry points.
 
 use super::guard::{current_type, guard, on, out_ptr};
-use super::types::{AccDeviceType, AccStatus};
+use super::types::{AccallocDeviceType, AccallocStatus};
 use crate::runtime::runtime;
 use std::ffi::c_void;
 
@@ -10,28 +10,28 @@ use std::ffi::c_void;
 /// Blocks are 512-byte aligned and are reused only on the stream they were allocated on. Size 0
 /// stores NULL and succeeds.
 ///
-/// Errors: ACC_ERROR_INVALID_ARGUMENT (out is NULL), ACC_ERROR_INVALID_DEVICE,
-/// ACC_ERROR_OUT_OF_MEMORY (message in PyTorch's "Tried to allocate" form). On error *out is not
+/// Errors: ACCALLOC_ERROR_INVALID_ARGUMENT (out is NULL), ACCALLOC_ERROR_INVALID_DEVICE,
+/// ACCALLOC_ERROR_OUT_OF_MEMORY (message in PyTorch's "Tried to allocate" form). On error *out is not
 /// touched.
 #[no_mangle]
-pub unsafe extern "C" fn acc_malloc(
+pub unsafe extern "C" fn accalloc_malloc(
     out: *mut *mut c_void,
     size: usize,
     device: i32,
     stream: *mut c_void,
-) -> AccStatus {
-    acc_malloc_on(current_type(), out, size, device, stream)
+) -> AccallocStatus {
+    accalloc_malloc_on(current_type(), out, size, device, stream)
 }
 
-/// acc_malloc on the accelerator of `device_type`.
+/// accalloc_malloc on the accelerator of `device_type`.
 #[no_mangle]
-pub unsafe extern "C" fn acc_malloc_on(
-    device_type: AccDeviceType,
+pub unsafe extern "C" fn accalloc_malloc_on(
+    device_type: AccallocDeviceType,
     out: *mut *mut c_void,
     size: usize,
     device: i32,
     stream: *mut c_void,
-) -> AccStatus {
+) -> AccallocStatus {
     guard(|| {
         let out = out_ptr(out, "out")?;
         let ptr = on(device_type)?.alloc(size, device, stream as usize)?;
@@ -40,12 +40,12 @@ pub unsafe extern "C" fn acc_malloc_on(
     })
 }
 
-/// Return memory from acc_malloc (of any accelerator) to the cache. NULL is a no-op.
+/// Return memory from accalloc_malloc (of any accelerator) to the cache. NULL is a no-op.
 ///
-/// Errors: ACC_ERROR_INVALID_POINTER for a pointer accalloc did not hand out, an interior pointer or
+/// Errors: ACCALLOC_ERROR_INVALID_POINTER for a pointer accalloc did not hand out, an interior pointer or
 /// a double free; nothing is changed.
 #[no_mangle]
-pub unsafe extern "C" fn acc_free(ptr: *mut c_void) -> AccStatus {
+pub unsafe extern "C" fn accalloc_free(ptr: *mut c_void) -> AccallocStatus {
     guard(|| runtime()?.free(ptr as usize))
 }
 
@@ -53,22 +53,22 @@ pub unsafe extern "C" fn acc_free(ptr: *mut c_void) -> AccStatus {
 /// block returns to the cache only after the work queued on `stream` until then has completed.
 /// Uses on the stream the block was allocated on are ignored.
 ///
-/// Errors: ACC_ERROR_INVALID_POINTER when `ptr` is not a live allocation; ACC_ERROR_NOT_SUPPORTED
+/// Errors: ACCALLOC_ERROR_INVALID_POINTER when `ptr` is not a live allocation; ACCALLOC_ERROR_NOT_SUPPORTED
 /// when its backend has neither events nor stream synchronization.
 #[no_mangle]
-pub unsafe extern "C" fn acc_record_stream(ptr: *mut c_void, stream: *mut c_void) -> AccStatus {
+pub unsafe extern "C" fn accalloc_record_stream(ptr: *mut c_void, stream: *mut c_void) -> AccallocStatus {
     guard(|| runtime()?.record_stream(ptr as usize, stream as usize))
 }
 
 /// Release every unused cached segment of every device of the current accelerator back to the
 /// device (torch.accelerator.empty_cache).
 #[no_mangle]
-pub extern "C" fn acc_empty_cache() -> AccStatus {
-    acc_empty_cache_on(current_type())
+pub extern "C" fn accalloc_empty_cache() -> AccallocStatus {
+    accalloc_empty_cache_on(current_type())
 }
 
-/// acc_empty_cache on the accelerator of `device_type`.
+/// accalloc_empty_cache on the accelerator of `device_type`.
 #[no_mangle]
-pub extern "C" fn acc_empty_cache_on(device_type: AccDeviceType) -> AccStatus {
+pub extern "C" fn accalloc_empty_cache_on(device_type: AccallocDeviceType) -> AccallocStatus {
     guard(|| on(device_type)?.empty_cache())
 }

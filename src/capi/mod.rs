@@ -1,9 +1,9 @@
 //! The C ABI: thin `extern "C"` functions that check arguments, call the runtime inside a panic guard,
-//! and return an `AccStatus` (the message goes to `acc_last_error_message`). No allocator logic here.
+//! and return an `AccallocStatus` (the message goes to `accalloc_last_error_message`). No allocator logic here.
 //! `include/accalloc.h` is generated from these files by build.rs.
 //!
 //! Safety contract of every `unsafe extern "C"` function here, stated once: each pointer argument is
-//! either NULL (reported as ACC_ERROR_INVALID_ARGUMENT where it is required) or valid for the access
+//! either NULL (reported as ACCALLOC_ERROR_INVALID_ARGUMENT where it is required) or valid for the access
 //! its documentation describes, for the duration of the call.
 #![allow(clippy::missing_safety_doc)]
 
@@ -17,5 +17,5 @@ pub mod settings;
 pub mod stats;
 pub mod types;
 
-pub use crate::backend::custom::{AccBackendVTable, ACC_BACKEND_OK, ACC_BACKEND_OUT_OF_MEMORY};
+pub use crate::backend::custom::{AccallocBackendVTable, ACCALLOC_BACKEND_OK, ACCALLOC_BACKEND_OUT_OF_MEMORY};
 pub use types::*;

@@ -1,26 +1,26 @@
 //! Allocator settings at run time.
 
 use super::guard::{current_type, guard, on, str_arg, write_text};
-use super::types::{AccDeviceType, AccStatus};
+use super::types::{AccallocDeviceType, AccallocStatus};
 use std::ffi::c_char;
 
 /// Change the current accelerator's allocator settings, in PYTORCH_ALLOC_CONF's syntax (the same as
-/// the ACC_ALLOC_CONF environment variable), e.g.
+/// the ACCALLOC_CONF environment variable), e.g.
 /// "max_split_size_mb:128,roundup_power2_divisions:[64:8,>:1]". max_split_size_mb,
 /// roundup_power2_divisions and garbage_collection_threshold return to their defaults unless named;
-/// other keys keep their values. Errors: ACC_ERROR_CONFIG with a message naming the key, the value
+/// other keys keep their values. Errors: ACCALLOC_ERROR_CONFIG with a message naming the key, the value
 /// and what is allowed; the settings in force stay as they were.
 #[no_mangle]
-pub unsafe extern "C" fn acc_set_allocator_settings(conf: *const c_char) -> AccStatus {
-    acc_set_allocator_settings_on(current_type(), conf)
+pub unsafe extern "C" fn accalloc_set_allocator_settings(conf: *const c_char) -> AccallocStatus {
+    accalloc_set_allocator_settings_on(current_type(), conf)
 }
 
-/// acc_set_allocator_settings on the accelerator of `device_type`.
+/// accalloc_set_allocator_settings on the accelerator of `device_type`.
 #[no_mangle]
-pub unsafe extern "C" fn acc_set_allocator_settings_on(
-    device_type: AccDeviceType,
+pub unsafe extern "C" fn accalloc_set_allocator_settings_on(
+    device_type: AccallocDeviceType,
     conf: *const c_char,
-) -> AccStatus {
+) -> AccallocStatus {
     guard(|| {
         let text = str_arg(conf, "conf")?;
         on(device_type)?.set_settings(text)
@@ -28,24 +28,24 @@ pub unsafe extern "C" fn acc_set_allocator_settings_on(
 }
 
 /// The settings in force as a configuration string ("" for the defaults), written like
-/// acc_memory_stats_json: buf NULL asks for the size, *len receives the bytes needed including the NUL.
+/// accalloc_memory_stats_json: buf NULL asks for the size, *len receives the bytes needed including the NUL.
 #[no_mangle]
-pub unsafe extern "C" fn acc_get_allocator_settings(
+pub unsafe extern "C" fn accalloc_get_allocator_settings(
     buf: *mut c_char,
     cap: usize,
     len: *mut usize,
-) -> AccStatus {
-    acc_get_allocator_settings_on(current_type(), buf, cap, len)
+) -> AccallocStatus {
+    accalloc_get_allocator_settings_on(current_type(), buf, cap, len)
 }
 
-/// acc_get_allocator_settings of the accelerator of `device_type`.
+/// accalloc_get_allocator_settings of the accelerator of `device_type`.
 #[no_mangle]
-pub unsafe extern "C" fn acc_get_allocator_settings_on(
-    device_type: AccDeviceType,
+pub unsafe extern "C" fn accalloc_get_allocator_settings_on(
+    device_type: AccallocDeviceType,
     buf: *mut c_char,
     cap: usize,
     len: *mut usize,
-) -> AccStatus {
+) -> AccallocStatus {
     guard(|| {
         let text = on(device_type)?.settings().to_settings_string();
         write_text(&text, buf, cap, len)

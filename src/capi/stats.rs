@@ -2,43 +2,43 @@
 //! explicit device type; the plain form uses the current accelerator.
 
 use super::guard::{current_type, guard, on, out_ptr, str_arg, write_text};
-use super::types::{AccDeviceStats, AccDeviceType, AccStatus};
+use super::types::{AccallocDeviceStats, AccallocDeviceType, AccallocStatus};
 use crate::caching::{DeviceStats, StatType};
 use crate::error::{Error, Result};
 use std::ffi::c_char;
 
 /// Fill `*out` with every statistic of `device` (-1: current). Set out->struct_size to
-/// sizeof(AccDeviceStats) first; on return it holds the number of bytes filled.
+/// sizeof(AccallocDeviceStats) first; on return it holds the number of bytes filled.
 ///
-/// Errors: ACC_ERROR_INVALID_ARGUMENT (out NULL or struct_size too small), ACC_ERROR_INVALID_DEVICE.
+/// Errors: ACCALLOC_ERROR_INVALID_ARGUMENT (out NULL or struct_size too small), ACCALLOC_ERROR_INVALID_DEVICE.
 #[no_mangle]
-pub unsafe extern "C" fn acc_get_device_stats(device: i32, out: *mut AccDeviceStats) -> AccStatus {
-    acc_get_device_stats_on(current_type(), device, out)
+pub unsafe extern "C" fn accalloc_get_device_stats(device: i32, out: *mut AccallocDeviceStats) -> AccallocStatus {
+    accalloc_get_device_stats_on(current_type(), device, out)
 }
 
-/// acc_get_device_stats on the accelerator of `device_type`.
+/// accalloc_get_device_stats on the accelerator of `device_type`.
 #[no_mangle]
-pub unsafe extern "C" fn acc_get_device_stats_on(
-    device_type: AccDeviceType,
+pub unsafe extern "C" fn accalloc_get_device_stats_on(
+    device_type: AccallocDeviceType,
     device: i32,
-    out: *mut AccDeviceStats,
-) -> AccStatus {
+    out: *mut AccallocDeviceStats,
+) -> AccallocStatus {
     guard(|| {
         let out = out_ptr(out, "out")?;
         let wanted = out.struct_size;
         if wanted < std::mem::size_of::<usize>() {
             return Err(Error::invalid_argument(format!(
-                "out->struct_size is {wanted}: set it to sizeof(AccDeviceStats) before the call"
+                "out->struct_size is {wanted}: set it to sizeof(AccallocDeviceStats) before the call"
             )));
         }
-        let mut full = AccDeviceStats::from(&on(device_type)?.device_stats(device)?);
-        let filled = wanted.min(std::mem::size_of::<AccDeviceStats>());
+        let mut full = AccallocDeviceStats::from(&on(device_type)?.device_stats(device)?);
+        let filled = wanted.min(std::mem::size_of::<AccallocDeviceStats>());
         full.struct_size = filled;
         // SAFETY: the caller's struct is at least `wanted` bytes, and `filled` <= both sizes.
         unsafe {
             std::ptr::copy_nonoverlapping(
-                &full as *const AccDeviceStats as *const u8,
-                out as *mut AccDeviceStats as *mut u8,
+                &full as *const AccallocDeviceStats as *const u8,
+                out as *mut AccallocDeviceStats as *mut u8,
                 filled,
             )
         };
@@ -49,11 +49,11 @@ pub unsafe extern "C" fn acc_get_device_stats_on(
 const ALL: usize = StatType::All as usize;
 
 fn read_stat(
-    device_type: AccDeviceType,
+    device_type: AccallocDeviceType,
     device: i32,
     out: *mut i64,
     read: fn(&DeviceStats) -> i64,
-) -> AccStatus {
+) -> AccallocStatus {
     guard(|| {
         let out = out_ptr(out, "out")?;
         *out = read(&on(device_type)?.device_stats(device)?);
@@ -63,117 +63,117 @@ fn read_stat(
 
 /// Bytes handed out now on `device` (memory_stats "allocated_bytes.all.current").
 #[no_mangle]
-pub unsafe extern "C" fn acc_memory_allocated(device: i32, out: *mut i64) -> AccStatus {
-    acc_memory_allocated_on(current_type(), device, out)
+pub unsafe extern "C" fn accalloc_memory_allocated(device: i32, out: *mut i64) -> AccallocStatus {
+    accalloc_memory_allocated_on(current_type(), device, out)
 }
 
-/// acc_memory_allocated on the accelerator of `device_type`.
+/// accalloc_memory_allocated on the accelerator of `device_type`.
 #[no_mangle]
-pub unsafe extern "C" fn acc_memory_allocated_on(
-    device_type: AccDeviceType,
+pub unsafe extern "C" fn accalloc_memory_allocated_on(
+    device_type: AccallocDeviceType,
     device: i32,
     out: *mut i64,
-) -> AccStatus {
+) -> AccallocStatus {
     read_stat(device_type, device, out, |s| s.allocated_bytes[ALL].current)
 }
 
 /// Peak of bytes handed out ("allocated_bytes.all.peak").
 #[no_mangle]
-pub unsafe extern "C" fn acc_max_memory_allocated(device: i32, out: *mut i64) -> AccStatus {
-    acc_max_memory_allocated_on(current_type(), device, out)
+pub unsafe extern "C" fn accalloc_max_memory_allocated(device: i32, out: *mut i64) -> AccallocStatus {
+    accalloc_max_memory_allocated_on(current_type(), device, out)
 }
 
-/// acc_max_memory_allocated on the accelerator of `device_type`.
+/// accalloc_max_memory_allocated on the accelerator of `device_type`.
 #[no_mangle]
-pub unsafe extern "C" fn acc_max_memory_allocated_on(
-    device_type: AccDeviceType,
+pub unsafe extern "C" fn accalloc_max_memory_allocated_on(
+    device_type: AccallocDeviceType,
     device: i32,
     out: *mut i64,
-) -> AccStatus {
+) -> AccallocStatus {
     read_stat(device_type, device, out, |s| s.allocated_bytes[ALL].peak)
 }
 
 /// Bytes held from the device now, in use or cached ("reserved_bytes.all.current").
 #[no_mangle]
-pub unsafe extern "C" fn acc_memory_reserved(device: i32, out: *mut i64) -> AccStatus {
-    acc_memory_reserved_on(current_type(), device, out)
+pub unsafe extern "C" fn accalloc_memory_reserved(device: i32, out: *mut i64) -> AccallocStatus {
+    accalloc_memory_reserved_on(current_type(), device, out)
 }
 
-/// acc_memory_reserved on the accelerator of `device_type`.
+/// accalloc_memory_reserved on the accelerator of `device_type`.
 #[no_mangle]
-pub unsafe extern "C" fn acc_memory_reserved_on(
-    device_type: AccDeviceType,
+pub unsafe extern "C" fn accalloc_memory_reserved_on(
+    device_type: AccallocDeviceType,
     device: i32,
     out: *mut i64,
-) -> AccStatus {
+) -> AccallocStatus {
     read_stat(device_type, device, out, |s| s.reserved_bytes[ALL].current)
 }
 
 /// Peak of bytes held from the device ("reserved_bytes.all.peak").
 #[no_mangle]
-pub unsafe extern "C" fn acc_max_memory_reserved(device: i32, out: *mut i64) -> AccStatus {
-    acc_max_memory_reserved_on(current_type(), device, out)
+pub unsafe extern "C" fn accalloc_max_memory_reserved(device: i32, out: *mut i64) -> AccallocStatus {
+    accalloc_max_memory_reserved_on(current_type(), device, out)
 }
 
-/// acc_max_memory_reserved on the accelerator of `device_type`.
+/// accalloc_max_memory_reserved on the accelerator of `device_type`.
 #[no_mangle]
-pub unsafe extern "C" fn acc_max_memory_reserved_on(
-    device_type: AccDeviceType,
+pub unsafe extern "C" fn accalloc_max_memory_reserved_on(
+    device_type: AccallocDeviceType,
     device: i32,
     out: *mut i64,
-) -> AccStatus {
+) -> AccallocStatus {
     read_stat(device_type, device, out, |s| s.reserved_bytes[ALL].peak)
 }
 
 /// Zero the "allocated" and "freed" totals of every statistic and the five event counters.
 #[no_mangle]
-pub extern "C" fn acc_reset_accumulated_memory_stats(device: i32) -> AccStatus {
-    acc_reset_accumulated_memory_stats_on(current_type(), device)
+pub extern "C" fn accalloc_reset_accumulated_memory_stats(device: i32) -> AccallocStatus {
+    accalloc_reset_accumulated_memory_stats_on(current_type(), device)
 }
 
-/// acc_reset_accumulated_memory_stats on the accelerator of `device_type`.
+/// accalloc_reset_accumulated_memory_stats on the accelerator of `device_type`.
 #[no_mangle]
-pub extern "C" fn acc_reset_accumulated_memory_stats_on(
-    device_type: AccDeviceType,
+pub extern "C" fn accalloc_reset_accumulated_memory_stats_on(
+    device_type: AccallocDeviceType,
     device: i32,
-) -> AccStatus {
+) -> AccallocStatus {
     guard(|| on(device_type)?.reset_accumulated_stats(device))
 }
 
 /// Set every peak to its current value.
 #[no_mangle]
-pub extern "C" fn acc_reset_peak_memory_stats(device: i32) -> AccStatus {
-    acc_reset_peak_memory_stats_on(current_type(), device)
+pub extern "C" fn accalloc_reset_peak_memory_stats(device: i32) -> AccallocStatus {
+    accalloc_reset_peak_memory_stats_on(current_type(), device)
 }
 
-/// acc_reset_peak_memory_stats on the accelerator of `device_type`.
+/// accalloc_reset_peak_memory_stats on the accelerator of `device_type`.
 #[no_mangle]
-pub extern "C" fn acc_reset_peak_memory_stats_on(
-    device_type: AccDeviceType,
+pub extern "C" fn accalloc_reset_peak_memory_stats_on(
+    device_type: AccallocDeviceType,
     device: i32,
-) -> AccStatus {
+) -> AccallocStatus {
     guard(|| on(device_type)?.reset_peak_stats(device))
 }
 
 /// Read one statistic by its memory_stats() key, e.g. "reserved_bytes.large_pool.peak" or
-/// "num_ooms". Errors: ACC_ERROR_INVALID_ARGUMENT for a NULL or unknown key.
+/// "num_ooms". Errors: ACCALLOC_ERROR_INVALID_ARGUMENT for a NULL or unknown key.
 #[no_mangle]
-pub unsafe extern "C" fn acc_memory_stat(
+pub unsafe extern "C" fn accalloc_memory_stat(
     device: i32,
     key: *const c_char,
     out: *mut i64,
-) -> AccStatus {
-    acc_memory_stat_on(current_type(), device, key, out)
+) -> AccallocStatus {
+    accalloc_memory_stat_on(current_type(), device, key, out)
 }
 
-/// acc_memory_stat on the accelerator of `device_type`.
+/// accalloc_memory_stat on the accelerator of `device_type`.
 #[no_mangle]
-pub unsafe extern "C" fn acc_memory_stat_on(
-    device_type: AccDeviceType,
+pub unsafe extern "C" fn accalloc_memory_stat_on(
+    device_type: AccallocDeviceType,
     device: i32,
     key: *const c_char,
     out: *mut i64,
-) -> AccStatus {
+) -> AccallocStatus {
     guard(|| {
         let key = str_arg(key, "key")?;
         let out = out_ptr(out, "out")?;
@@ -193,26 +193,26 @@ fn lookup(stats: &DeviceStats, key: &str) -> Result<i64> {
 
 /// Write every statistic of `device` as one JSON object with PyTorch's 122 keys, sorted, plus a NUL.
 /// `*len` receives the bytes needed including the NUL. With buf NULL this only sets *len; with cap too
-/// small it returns ACC_ERROR_BUFFER_TOO_SMALL and leaves buf untouched.
+/// small it returns ACCALLOC_ERROR_BUFFER_TOO_SMALL and leaves buf untouched.
 #[no_mangle]
-pub unsafe extern "C" fn acc_memory_stats_json(
+pub unsafe extern "C" fn accalloc_memory_stats_json(
     device: i32,
     buf: *mut c_char,
     cap: usize,
     len: *mut usize,
-) -> AccStatus {
-    acc_memory_stats_json_on(current_type(), device, buf, cap, len)
+) -> AccallocStatus {
+    accalloc_memory_stats_json_on(current_type(), device, buf, cap, len)
 }
 
-/// acc_memory_stats_json on the accelerator of `device_type`.
+/// accalloc_memory_stats_json on the accelerator of `device_type`.
 #[no_mangle]
-pub unsafe extern "C" fn acc_memory_stats_json_on(
-    device_type: AccDeviceType,
+pub unsafe extern "C" fn accalloc_memory_stats_json_on(
+    device_type: AccallocDeviceType,
     device: i32,
     buf: *mut c_char,
     cap: usize,
     len: *mut usize,
-) -> AccStatus {
+) -> AccallocStatus {
     guard(|| {
         out_ptr(len, "len")?;
         let json = on(device_type)?.device_stats(device)?.to_json();

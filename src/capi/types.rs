@@ -4,119 +4,119 @@ use crate::caching::stats::{DeviceStats, Stat};
 use crate::error::ErrorKind;
 
 /// Version of the binary interface. It changes only when a program built against an older header
-/// could misbehave with this library; acc_abi_version() returns the library's value.
-pub const ACC_ABI_VERSION: u32 = 1;
-/// Library version, major part (acc_version() gives the whole string).
-pub const ACC_VERSION_MAJOR: u32 = 0;
+/// could misbehave with this library; accalloc_abi_version() returns the library's value.
+pub const ACCALLOC_ABI_VERSION: u32 = 2;
+/// Library version, major part (accalloc_version() gives the whole string).
+pub const ACCALLOC_VERSION_MAJOR: u32 = 0;
 /// Library version, minor part.
-pub const ACC_VERSION_MINOR: u32 = 1;
+pub const ACCALLOC_VERSION_MINOR: u32 = 1;
 /// Library version, patch part.
-pub const ACC_VERSION_PATCH: u32 = 0;
+pub const ACCALLOC_VERSION_PATCH: u32 = 0;
 
-/// The result of every fallible call. On failure, acc_last_error_message() says what went wrong.
+/// The result of every fallible call. On failure, accalloc_last_error_message() says what went wrong.
 #[allow(non_camel_case_types)]
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AccStatus {
+pub enum AccallocStatus {
     /// Success.
-    ACC_OK = 0,
+    ACCALLOC_OK = 0,
     /// A NULL out-pointer, a NULL or unknown key, a value out of range.
-    ACC_ERROR_INVALID_ARGUMENT = 1,
+    ACCALLOC_ERROR_INVALID_ARGUMENT = 1,
     /// A device index that does not exist.
-    ACC_ERROR_INVALID_DEVICE = 2,
+    ACCALLOC_ERROR_INVALID_DEVICE = 2,
     /// A pointer accalloc did not hand out, or one already freed.
-    ACC_ERROR_INVALID_POINTER = 3,
+    ACCALLOC_ERROR_INVALID_POINTER = 3,
     /// The device (or the memory fraction) has no room, even after releasing cached memory.
-    ACC_ERROR_OUT_OF_MEMORY = 4,
+    ACCALLOC_ERROR_OUT_OF_MEMORY = 4,
     /// The backend (driver) failed; the message carries its name and code.
-    ACC_ERROR_BACKEND = 5,
+    ACCALLOC_ERROR_BACKEND = 5,
     /// The current accelerator cannot do this.
-    ACC_ERROR_NOT_SUPPORTED = 6,
+    ACCALLOC_ERROR_NOT_SUPPORTED = 6,
     /// A bad setting in the environment or a configuration string.
-    ACC_ERROR_CONFIG = 7,
+    ACCALLOC_ERROR_CONFIG = 7,
     /// An output buffer is too small; the length out-parameter says how much is needed.
-    ACC_ERROR_BUFFER_TOO_SMALL = 8,
+    ACCALLOC_ERROR_BUFFER_TOO_SMALL = 8,
     /// A bug in accalloc (a panic was caught at the boundary).
-    ACC_ERROR_INTERNAL = 9,
+    ACCALLOC_ERROR_INTERNAL = 9,
 }
 
-impl From<ErrorKind> for AccStatus {
+impl From<ErrorKind> for AccallocStatus {
     fn from(kind: ErrorKind) -> Self {
         match kind {
-            ErrorKind::InvalidArgument => AccStatus::ACC_ERROR_INVALID_ARGUMENT,
-            ErrorKind::InvalidDevice => AccStatus::ACC_ERROR_INVALID_DEVICE,
-            ErrorKind::InvalidPointer => AccStatus::ACC_ERROR_INVALID_POINTER,
-            ErrorKind::OutOfMemory => AccStatus::ACC_ERROR_OUT_OF_MEMORY,
-            ErrorKind::Backend => AccStatus::ACC_ERROR_BACKEND,
-            ErrorKind::NotSupported => AccStatus::ACC_ERROR_NOT_SUPPORTED,
-            ErrorKind::Config => AccStatus::ACC_ERROR_CONFIG,
-            ErrorKind::BufferTooSmall => AccStatus::ACC_ERROR_BUFFER_TOO_SMALL,
-            ErrorKind::Internal => AccStatus::ACC_ERROR_INTERNAL,
+            ErrorKind::InvalidArgument => AccallocStatus::ACCALLOC_ERROR_INVALID_ARGUMENT,
+            ErrorKind::InvalidDevice => AccallocStatus::ACCALLOC_ERROR_INVALID_DEVICE,
+            ErrorKind::InvalidPointer => AccallocStatus::ACCALLOC_ERROR_INVALID_POINTER,
+            ErrorKind::OutOfMemory => AccallocStatus::ACCALLOC_ERROR_OUT_OF_MEMORY,
+            ErrorKind::Backend => AccallocStatus::ACCALLOC_ERROR_BACKEND,
+            ErrorKind::NotSupported => AccallocStatus::ACCALLOC_ERROR_NOT_SUPPORTED,
+            ErrorKind::Config => AccallocStatus::ACCALLOC_ERROR_CONFIG,
+            ErrorKind::BufferTooSmall => AccallocStatus::ACCALLOC_ERROR_BUFFER_TOO_SMALL,
+            ErrorKind::Internal => AccallocStatus::ACCALLOC_ERROR_INTERNAL,
         }
     }
 }
 
-/// A kind of accelerator. Built-in values are ACC_DEVICE_HOST and ACC_DEVICE_CUDA.
-pub type AccDeviceType = i32;
+/// A kind of accelerator. Built-in values are ACCALLOC_DEVICE_HOST and ACCALLOC_DEVICE_CUDA.
+pub type AccallocDeviceType = i32;
 /// The host: memory from the operating system. Always available; the default without a GPU.
-pub const ACC_DEVICE_HOST: AccDeviceType = 0;
+pub const ACCALLOC_DEVICE_HOST: AccallocDeviceType = 0;
 /// NVIDIA GPUs through the CUDA driver.
-pub const ACC_DEVICE_CUDA: AccDeviceType = 1;
+pub const ACCALLOC_DEVICE_CUDA: AccallocDeviceType = 1;
 
-/// Index of the aggregate slot in each AccStat[3] array of AccDeviceStats.
-pub const ACC_STAT_ALL: usize = 0;
+/// Index of the aggregate slot in each AccallocStat[3] array of AccallocDeviceStats.
+pub const ACCALLOC_STAT_ALL: usize = 0;
 /// Index of the small-pool slot (blocks of at most 1 MiB).
-pub const ACC_STAT_SMALL_POOL: usize = 1;
+pub const ACCALLOC_STAT_SMALL_POOL: usize = 1;
 /// Index of the large-pool slot.
-pub const ACC_STAT_LARGE_POOL: usize = 2;
+pub const ACCALLOC_STAT_LARGE_POOL: usize = 2;
 
 /// One statistic, as PyTorch keeps it.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct AccStat {
+pub struct AccallocStat {
     /// Value now.
     pub current: i64,
-    /// Highest value since the last acc_reset_peak_memory_stats.
+    /// Highest value since the last accalloc_reset_peak_memory_stats.
     pub peak: i64,
-    /// Total added since the last acc_reset_accumulated_memory_stats.
+    /// Total added since the last accalloc_reset_accumulated_memory_stats.
     pub allocated: i64,
-    /// Total removed since the last acc_reset_accumulated_memory_stats.
+    /// Total removed since the last accalloc_reset_accumulated_memory_stats.
     pub freed: i64,
 }
 
-/// Every statistic of one device: PyTorch's DeviceStats. Arrays are indexed by ACC_STAT_ALL,
-/// ACC_STAT_SMALL_POOL and ACC_STAT_LARGE_POOL.
+/// Every statistic of one device: PyTorch's DeviceStats. Arrays are indexed by ACCALLOC_STAT_ALL,
+/// ACCALLOC_STAT_SMALL_POOL and ACCALLOC_STAT_LARGE_POOL.
 ///
-/// Set struct_size to sizeof(AccDeviceStats) before calling acc_get_device_stats: the library fills
+/// Set struct_size to sizeof(AccallocDeviceStats) before calling accalloc_get_device_stats: the library fills
 /// that many bytes at most, so a program built against this header keeps working when later versions
 /// add fields at the end.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct AccDeviceStats {
+pub struct AccallocDeviceStats {
     /// Size of this struct as the caller knows it; set by the caller, rewritten with the bytes filled.
     pub struct_size: usize,
     /// Allocations handed out (count).
-    pub allocation: [AccStat; 3],
+    pub allocation: [AccallocStat; 3],
     /// Segments held from the device (count).
-    pub segment: [AccStat; 3],
+    pub segment: [AccallocStat; 3],
     /// Blocks in use, including those freed but waiting on stream events (count).
-    pub active: [AccStat; 3],
+    pub active: [AccallocStat; 3],
     /// Free blocks that are part of a split segment (count).
-    pub inactive_split: [AccStat; 3],
+    pub inactive_split: [AccallocStat; 3],
     /// Bytes handed out (rounded sizes).
-    pub allocated_bytes: [AccStat; 3],
+    pub allocated_bytes: [AccallocStat; 3],
     /// Bytes of segments held from the device.
-    pub reserved_bytes: [AccStat; 3],
+    pub reserved_bytes: [AccallocStat; 3],
     /// Bytes of active blocks.
-    pub active_bytes: [AccStat; 3],
+    pub active_bytes: [AccallocStat; 3],
     /// Bytes of free blocks in split segments.
-    pub inactive_split_bytes: [AccStat; 3],
+    pub inactive_split_bytes: [AccallocStat; 3],
     /// Bytes the callers asked for (before rounding).
-    pub requested_bytes: [AccStat; 3],
+    pub requested_bytes: [AccallocStat; 3],
     /// Allocations of at least max_split_size.
-    pub oversize_allocations: AccStat,
+    pub oversize_allocations: AccallocStat,
     /// Segments of at least max_split_size.
-    pub oversize_segments: AccStat,
+    pub oversize_segments: AccallocStat,
     /// Retries after releasing cached memory on device out-of-memory.
     pub num_alloc_retries: i64,
     /// Out-of-memory errors returned.
@@ -131,8 +131,8 @@ pub struct AccDeviceStats {
     pub max_split_size: i64,
 }
 
-fn stat(s: &Stat) -> AccStat {
-    AccStat {
+fn stat(s: &Stat) -> AccallocStat {
+    AccallocStat {
         current: s.current,
         peak: s.peak,
         allocated: s.allocated,
@@ -140,11 +140,11 @@ fn stat(s: &Stat) -> AccStat {
     }
 }
 
-impl From<&DeviceStats> for AccDeviceStats {
+impl From<&DeviceStats> for AccallocDeviceStats {
     fn from(s: &DeviceStats) -> Self {
         let array = |a: &[Stat; 3]| [stat(&a[0]), stat(&a[1]), stat(&a[2])];
-        AccDeviceStats {
-            struct_size: std::mem::size_of::<AccDeviceStats>(),
+        AccallocDeviceStats {
+            struct_size: std::mem::size_of::<AccallocDeviceStats>(),
             allocation: array(&s.allocation),
             segment: array(&s.segment),
             active: array(&s.active),

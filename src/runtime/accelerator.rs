@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 /// One accelerator: a backend and a caching allocator per device, created on first use.
 pub struct Accelerator {
     device_type: DeviceType,
-    /// The name as a C string, for acc_device_type_name (lives as long as the accelerator).
+    /// The name as a C string, for accalloc_device_type_name (lives as long as the accelerator).
     c_name: std::ffi::CString,
     backend: Arc<dyn Backend>,
     /// The settings every device of this accelerator runs with.

@@ -22,9 +22,9 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Environment variable with the allocator settings, in PYTORCH_ALLOC_CONF's syntax.
-pub const ALLOC_CONF_VAR: &str = "ACC_ALLOC_CONF";
+pub const ALLOC_CONF_VAR: &str = "ACCALLOC_CONF";
 /// Environment variable forcing the accelerator: "host" or "cuda" (default: CUDA when a GPU answers).
-pub const DEVICE_VAR: &str = "ACC_DEVICE";
+pub const DEVICE_VAR: &str = "ACCALLOC_DEVICE";
 
 /// A kind of accelerator, as the C ABI numbers them.
 pub type DeviceType = i32;
@@ -43,7 +43,7 @@ pub struct Runtime {
     accelerators: [spin::Once<&'static Accelerator>; MAX_DEVICE_TYPES],
     current: AtomicI32,
     index: Arc<SegmentIndex>,
-    /// The settings from ACC_ALLOC_CONF, which every accelerator starts with.
+    /// The settings from ACCALLOC_CONF, which every accelerator starts with.
     initial_config: CachingConfig,
     /// Serializes registrations.
     registering: Mutex<()>,

@@ -1,4 +1,4 @@
-//! Which device owns an address. `acc_free` gets only a pointer; this index of every segment held from
+//! Which device owns an address. `accalloc_free` gets only a pointer; this index of every segment held from
 //! any backend answers "whose is it?" without locking any device.
 
 use crate::backend::{Backend, BackendError, EventId, MemInfo, StreamId};

@@ -62,11 +62,11 @@ pub struct CachingAllocator {
     reserved_total: usize,
     /// Set by set_memory_fraction: reserved memory may not grow past this.
     allowed_maximum: Option<usize>,
-    /// Streams other than its own that use a live block (acc_record_stream).
+    /// Streams other than its own that use a live block (accalloc_record_stream).
     stream_uses: HashMap<BlockId, Vec<StreamId>>,
     /// Events recorded when such a block was freed, per stream in record order.
     pending_events: BTreeMap<StreamId, VecDeque<(EventId, BlockId)>>,
-    /// Recent allocator events, when recording is on (acc_record_memory_history).
+    /// Recent allocator events, when recording is on (accalloc_record_memory_history).
     history: Option<History>,
     /// Reserved address ranges of expandable segments; blocks refer to them by index.
     expandable: Vec<expandable::ExpandableSegment>,
@@ -156,16 +156,15 @@ impl CachingAllocator {
         let alloc_size = rounded.and_then(allocation_size);
         let (Some(rounded), Some(alloc_size)) = (rounded, alloc_size) else {
             // A size so large that its rounding overflows: nothing could hold it.
-            return Err(self.out_of_memory_message(size));
+            return Err(self.out_of_memory(size, stream));
         };
         let pool = PoolKind::for_size(rounded);
 
         let id = match self.take_free_block(pool, stream, rounded) {
             Some(id) => id,
-            // No segment of this size could ever fit the device: fail without flushing the cache.
-            None if alloc_size > self.capacity => {
-                return Err(self.out_of_memory_message(alloc_size))
-            }
+            // No segment of this size could ever fit the device: fail without flushing the cache
+            // (still an OOM, counted as PyTorch counts it).
+            None if alloc_size > self.capacity => return Err(self.out_of_memory(alloc_size, stream)),
             None if self.config.release_lock_on_malloc && !self.grows_expandable() => {
                 if self.garbage_collection_on() {
                     self.garbage_collect_cached_blocks()?;

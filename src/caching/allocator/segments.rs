@@ -39,6 +39,12 @@ impl CachingAllocator {
         if let Some(id) = self.allocate_segment(pool, stream, rounded, alloc_size, true)? {
             return Ok(id);
         }
+        Err(self.out_of_memory(alloc_size, stream))
+    }
+
+    /// A request that ends in out of memory: counted in num_ooms, recorded in the history, and
+    /// answered with PyTorch's message.
+    pub(super) fn out_of_memory(&mut self, alloc_size: usize, stream: StreamId) -> Error {
         self.stats.num_ooms += 1;
         if self.history.is_some() {
             let free = self
@@ -47,7 +53,7 @@ impl CachingAllocator {
                 .map_or(0, |info| info.free);
             self.trace(TraceAction::Oom, free, alloc_size, stream);
         }
-        Err(self.out_of_memory_message(alloc_size))
+        self.out_of_memory_message(alloc_size)
     }
 
     /// Whether a new segment of `size` bytes stays within the memory fraction.
@@ -228,7 +234,7 @@ impl CachingAllocator {
                 "{} out of memory. Tried to allocate {}. Device {} has a total capacity of {} of which {} \
                  is free. {}Of the allocated memory {} is allocated by the allocator, and {} is reserved \
                  but unallocated. If reserved but unallocated memory is large try setting \
-                 expandable_segments:True in ACC_ALLOC_CONF to avoid fragmentation.",
+                 expandable_segments:True in ACCALLOC_CONF to avoid fragmentation.",
                 self.backend.name(),
                 format_size(alloc_size as u64),
                 self.device,

@@ -1,8 +1,8 @@
 /* Small helpers shared by the C test programs: checks that count failures and keep going, the list of
- * the 122 PyTorch flat statistic keys, and the mapping from a key to its AccDeviceStats field.
+ * the 122 PyTorch flat statistic keys, and the mapping from a key to its AccallocDeviceStats field.
  * Include after accalloc.h. Everything here is static: each test program is one translation unit. */
-#ifndef ACC_TEST_UTIL_H
-#define ACC_TEST_UTIL_H
+#ifndef ACCALLOC_TEST_UTIL_H
+#define ACCALLOC_TEST_UTIL_H
 
 #include <inttypes.h>
 #include <stddef.h>
@@ -57,7 +57,7 @@ static inline void check_contains(const char *text, const char *needle, const ch
 #define CHECK_STR(got, want) check_str((got), (want), __FILE__, __LINE__, #got)
 #define CHECK_CONTAINS(text, needle) check_contains((text), (needle), __FILE__, __LINE__, #text)
 
-/* A call that returns an AccStatus: on a mismatch, say which status came back and the library's message. */
+/* A call that returns an AccallocStatus: on a mismatch, say which status came back and the library's message. */
 #define CHECK_STATUS_WITH(call, want, name_fn, msg_fn)                                                     \
     do {                                                                                                   \
         int st_got_ = (int)(call);                                                                         \
@@ -66,31 +66,31 @@ static inline void check_contains(const char *text, const char *needle, const ch
         if (st_got_ != st_want_) {                                                                         \
             ++g_failures;                                                                                  \
             fprintf(stderr, "FAIL %s:%d: %s: expected %s, got %d (%s); last error: \"%s\"\n", __FILE__,     \
-                    __LINE__, #call, #want, st_got_, name_fn((AccStatus)st_got_), msg_fn());               \
+                    __LINE__, #call, #want, st_got_, name_fn((AccallocStatus)st_got_), msg_fn());               \
         }                                                                                                  \
     } while (0)
 
 /* ---- the 122 flat keys ---- */
-#define ACC_N_FAMILIES 9
-#define ACC_N_KEYS 122
-#define ACC_KEY_MAX 64
+#define ACCALLOC_N_FAMILIES 9
+#define ACCALLOC_N_KEYS 122
+#define ACCALLOC_KEY_MAX 64
 
-static const char *const ACC_FAMILY_NAMES[ACC_N_FAMILIES] = {
+static const char *const ACCALLOC_FAMILY_NAMES[ACCALLOC_N_FAMILIES] = {
     "allocation", "segment", "active", "inactive_split", "allocated_bytes",
     "reserved_bytes", "active_bytes", "inactive_split_bytes", "requested_bytes",
 };
-static const size_t ACC_FAMILY_OFFSETS[ACC_N_FAMILIES] = {
-    offsetof(AccDeviceStats, allocation),     offsetof(AccDeviceStats, segment),
-    offsetof(AccDeviceStats, active),         offsetof(AccDeviceStats, inactive_split),
-    offsetof(AccDeviceStats, allocated_bytes), offsetof(AccDeviceStats, reserved_bytes),
-    offsetof(AccDeviceStats, active_bytes),   offsetof(AccDeviceStats, inactive_split_bytes),
-    offsetof(AccDeviceStats, requested_bytes),
+static const size_t ACCALLOC_FAMILY_OFFSETS[ACCALLOC_N_FAMILIES] = {
+    offsetof(AccallocDeviceStats, allocation),     offsetof(AccallocDeviceStats, segment),
+    offsetof(AccallocDeviceStats, active),         offsetof(AccallocDeviceStats, inactive_split),
+    offsetof(AccallocDeviceStats, allocated_bytes), offsetof(AccallocDeviceStats, reserved_bytes),
+    offsetof(AccallocDeviceStats, active_bytes),   offsetof(AccallocDeviceStats, inactive_split_bytes),
+    offsetof(AccallocDeviceStats, requested_bytes),
 };
-static const char *const ACC_POOL_NAMES[3] = {"all", "small_pool", "large_pool"};
-static const int ACC_POOL_INDEX[3] = {ACC_STAT_ALL, ACC_STAT_SMALL_POOL, ACC_STAT_LARGE_POOL};
-static const char *const ACC_FIELD_NAMES[4] = {"current", "peak", "allocated", "freed"};
+static const char *const ACCALLOC_POOL_NAMES[3] = {"all", "small_pool", "large_pool"};
+static const int ACCALLOC_POOL_INDEX[3] = {ACCALLOC_STAT_ALL, ACCALLOC_STAT_SMALL_POOL, ACCALLOC_STAT_LARGE_POOL};
+static const char *const ACCALLOC_FIELD_NAMES[4] = {"current", "peak", "allocated", "freed"};
 
-static inline int64_t *acc_stat_field(AccStat *s, int field)
+static inline int64_t *accalloc_stat_field(AccallocStat *s, int field)
 {
     switch (field) {
     case 0: return &s->current;
@@ -101,19 +101,19 @@ static inline int64_t *acc_stat_field(AccStat *s, int field)
 }
 
 /* Key number k (0..121, in generation order, not sorted): its name and its field in *s. */
-static inline int64_t *acc_key(AccDeviceStats *s, int k, char name[ACC_KEY_MAX])
+static inline int64_t *accalloc_key(AccallocDeviceStats *s, int k, char name[ACCALLOC_KEY_MAX])
 {
-    if (k < ACC_N_FAMILIES * 12) {
+    if (k < ACCALLOC_N_FAMILIES * 12) {
         int fam = k / 12, pool = (k / 4) % 3, field = k % 4;
-        AccStat *arr = (AccStat *)(void *)((char *)s + ACC_FAMILY_OFFSETS[fam]);
-        sprintf(name, "%s.%s.%s", ACC_FAMILY_NAMES[fam], ACC_POOL_NAMES[pool], ACC_FIELD_NAMES[field]);
-        return acc_stat_field(&arr[ACC_POOL_INDEX[pool]], field);
+        AccallocStat *arr = (AccallocStat *)(void *)((char *)s + ACCALLOC_FAMILY_OFFSETS[fam]);
+        sprintf(name, "%s.%s.%s", ACCALLOC_FAMILY_NAMES[fam], ACCALLOC_POOL_NAMES[pool], ACCALLOC_FIELD_NAMES[field]);
+        return accalloc_stat_field(&arr[ACCALLOC_POOL_INDEX[pool]], field);
     }
-    k -= ACC_N_FAMILIES * 12;
+    k -= ACCALLOC_N_FAMILIES * 12;
     if (k < 8) {
-        AccStat *st = k < 4 ? &s->oversize_allocations : &s->oversize_segments;
-        sprintf(name, "%s.%s", k < 4 ? "oversize_allocations" : "oversize_segments", ACC_FIELD_NAMES[k % 4]);
-        return acc_stat_field(st, k % 4);
+        AccallocStat *st = k < 4 ? &s->oversize_allocations : &s->oversize_segments;
+        sprintf(name, "%s.%s", k < 4 ? "oversize_allocations" : "oversize_segments", ACCALLOC_FIELD_NAMES[k % 4]);
+        return accalloc_stat_field(st, k % 4);
     }
     k -= 8;
     switch (k) {
@@ -126,69 +126,69 @@ static inline int64_t *acc_key(AccDeviceStats *s, int k, char name[ACC_KEY_MAX])
     }
 }
 
-static inline int acc_cmp_str(const void *a, const void *b)
+static inline int accalloc_cmp_str(const void *a, const void *b)
 {
     return strcmp((const char *)a, (const char *)b);
 }
 
 /* All 122 key names, sorted by byte value (Python's sorted(), which memory_stats() uses). */
-static inline void acc_sorted_keys(char keys[ACC_N_KEYS][ACC_KEY_MAX])
+static inline void accalloc_sorted_keys(char keys[ACCALLOC_N_KEYS][ACCALLOC_KEY_MAX])
 {
-    AccDeviceStats dummy;
+    AccallocDeviceStats dummy;
     int k;
     memset(&dummy, 0, sizeof dummy);
-    for (k = 0; k < ACC_N_KEYS; ++k)
-        (void)acc_key(&dummy, k, keys[k]);
-    qsort(keys, ACC_N_KEYS, ACC_KEY_MAX, acc_cmp_str);
+    for (k = 0; k < ACCALLOC_N_KEYS; ++k)
+        (void)accalloc_key(&dummy, k, keys[k]);
+    qsort(keys, ACCALLOC_N_KEYS, ACCALLOC_KEY_MAX, accalloc_cmp_str);
 }
 
 /* A minimal parser for the flat JSON object of memory_stats_json: {"key": integer, ...}.
  * Fills keys/values in document order; returns the number of pairs, or -1 (with a reason) when the text
  * is not one such object. */
-static inline int acc_parse_flat_json(const char *text, char keys[][ACC_KEY_MAX], int64_t *values, int max_pairs,
+static inline int accalloc_parse_flat_json(const char *text, char keys[][ACCALLOC_KEY_MAX], int64_t *values, int max_pairs,
                                const char **why)
 {
     const char *p = text;
     int n = 0;
-#define ACC_SKIP_WS() while (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t') ++p
-    ACC_SKIP_WS();
+#define ACCALLOC_SKIP_WS() while (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t') ++p
+    ACCALLOC_SKIP_WS();
     if (*p++ != '{') { *why = "does not start with '{'"; return -1; }
-    ACC_SKIP_WS();
+    ACCALLOC_SKIP_WS();
     if (*p == '}') { ++p; goto done; }
     for (;;) {
         const char *start;
         char *end;
         size_t len;
-        ACC_SKIP_WS();
+        ACCALLOC_SKIP_WS();
         if (*p++ != '"') { *why = "expected '\"' before a key"; return -1; }
         start = p;
         while (*p && *p != '"' && *p != '\\') ++p;
         if (*p != '"') { *why = "unterminated key or escape in a key"; return -1; }
         len = (size_t)(p - start);
-        if (len == 0 || len >= ACC_KEY_MAX) { *why = "empty or too long key"; return -1; }
+        if (len == 0 || len >= ACCALLOC_KEY_MAX) { *why = "empty or too long key"; return -1; }
         if (n >= max_pairs) { *why = "more pairs than expected"; return -1; }
         memcpy(keys[n], start, len);
         keys[n][len] = '\0';
         ++p;
-        ACC_SKIP_WS();
+        ACCALLOC_SKIP_WS();
         if (*p++ != ':') { *why = "expected ':' after a key"; return -1; }
-        ACC_SKIP_WS();
+        ACCALLOC_SKIP_WS();
         if (!(*p == '-' || (*p >= '0' && *p <= '9'))) { *why = "value is not an integer"; return -1; }
         values[n] = (int64_t)strtoll(p, &end, 10);
         if (end == p || *end == '.' || *end == 'e' || *end == 'E') { *why = "value is not an integer"; return -1; }
         p = end;
         ++n;
-        ACC_SKIP_WS();
+        ACCALLOC_SKIP_WS();
         if (*p == ',') { ++p; continue; }
         if (*p == '}') { ++p; break; }
         *why = "expected ',' or '}' after a value";
         return -1;
     }
 done:
-    ACC_SKIP_WS();
+    ACCALLOC_SKIP_WS();
     if (*p != '\0') { *why = "text after the closing '}'"; return -1; }
-#undef ACC_SKIP_WS
+#undef ACCALLOC_SKIP_WS
     return n;
 }
 
-#endif /* ACC_TEST_UTIL_H */
+#endif /* ACCALLOC_TEST_UTIL_H */
