@@ -11,7 +11,10 @@ fn bad_capacity_fails_every_call_with_a_clear_message() {
     std::env::set_var("ACCALLOC_HOST_CAPACITY", "lots");
     unsafe {
         let mut count = 0;
-        assert_eq!(accalloc_device_count(&mut count), AccallocStatus::ACCALLOC_ERROR_CONFIG);
+        assert_eq!(
+            accalloc_device_count(&mut count),
+            AccallocStatus::ACCALLOC_ERROR_CONFIG
+        );
         let message = CStr::from_ptr(accalloc_last_error_message())
             .to_str()
             .unwrap()

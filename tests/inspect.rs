@@ -9,9 +9,15 @@ use std::ffi::{c_char, c_void, CStr};
 
 fn read(call: impl Fn(*mut c_char, usize, *mut usize) -> AccallocStatus) -> String {
     let mut len = 0;
-    assert_eq!(call(std::ptr::null_mut(), 0, &mut len), AccallocStatus::ACCALLOC_OK);
+    assert_eq!(
+        call(std::ptr::null_mut(), 0, &mut len),
+        AccallocStatus::ACCALLOC_OK
+    );
     let mut buf = vec![0 as c_char; len];
-    assert_eq!(call(buf.as_mut_ptr(), len, &mut len), AccallocStatus::ACCALLOC_OK);
+    assert_eq!(
+        call(buf.as_mut_ptr(), len, &mut len),
+        AccallocStatus::ACCALLOC_OK
+    );
     unsafe { CStr::from_ptr(buf.as_ptr()) }
         .to_string_lossy()
         .into_owned()
@@ -25,7 +31,10 @@ fn summary_snapshot_and_history() {
         accalloc_record_memory_history(1, 0),
         AccallocStatus::ACCALLOC_ERROR_INVALID_ARGUMENT
     );
-    assert_eq!(accalloc_record_memory_history(1, 1000), AccallocStatus::ACCALLOC_OK);
+    assert_eq!(
+        accalloc_record_memory_history(1, 1000),
+        AccallocStatus::ACCALLOC_OK
+    );
     let (mut small, mut large): (*mut c_void, *mut c_void) =
         (std::ptr::null_mut(), std::ptr::null_mut());
     unsafe {
@@ -102,7 +111,10 @@ fn summary_snapshot_and_history() {
         assert_eq!(accalloc_free(small), AccallocStatus::ACCALLOC_OK);
         assert_eq!(accalloc_free(large), AccallocStatus::ACCALLOC_OK);
     }
-    assert_eq!(accalloc_record_memory_history(0, 0), AccallocStatus::ACCALLOC_OK);
+    assert_eq!(
+        accalloc_record_memory_history(0, 0),
+        AccallocStatus::ACCALLOC_OK
+    );
     let snapshot: serde_json::Value = serde_json::from_str(&read(|b, c, l| unsafe {
         accalloc_memory_snapshot_json(b, c, l)
     }))

@@ -50,7 +50,10 @@ fn settings_from_the_environment_and_at_run_time() {
     assert_eq!(stat("oversize_segments.current"), 1);
 
     // A bad string is a configuration error and changes nothing.
-    assert_eq!(set("max_split_size_mb:10"), AccallocStatus::ACCALLOC_ERROR_CONFIG);
+    assert_eq!(
+        set("max_split_size_mb:10"),
+        AccallocStatus::ACCALLOC_ERROR_CONFIG
+    );
     let message = unsafe { CStr::from_ptr(accalloc_last_error_message()) }
         .to_str()
         .unwrap()

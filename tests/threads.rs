@@ -2,7 +2,9 @@
 //! books balance afterwards.
 
 use accalloc::capi::device::accalloc_set_device;
-use accalloc::capi::memory::{accalloc_empty_cache, accalloc_free, accalloc_malloc, accalloc_record_stream};
+use accalloc::capi::memory::{
+    accalloc_empty_cache, accalloc_free, accalloc_malloc, accalloc_record_stream,
+};
 
 use accalloc::capi::{AccallocStatus, ACCALLOC_STAT_ALL};
 use std::ffi::c_void;
@@ -56,7 +58,8 @@ fn concurrent_malloc_free_keeps_exact_books() {
                                 <= s.reserved_bytes[ACCALLOC_STAT_ALL].current
                         );
                         assert!(
-                            s.active[ACCALLOC_STAT_ALL].current >= s.allocation[ACCALLOC_STAT_ALL].current
+                            s.active[ACCALLOC_STAT_ALL].current
+                                >= s.allocation[ACCALLOC_STAT_ALL].current
                         );
                     }
                     if round % 31 == 0 {
@@ -70,7 +73,10 @@ fn concurrent_malloc_free_keeps_exact_books() {
                     }
                 }
                 for p in held {
-                    assert_eq!(unsafe { accalloc_free(p as *mut c_void) }, AccallocStatus::ACCALLOC_OK);
+                    assert_eq!(
+                        unsafe { accalloc_free(p as *mut c_void) },
+                        AccallocStatus::ACCALLOC_OK
+                    );
                 }
             })
         })

@@ -368,7 +368,11 @@ mod tests {
             err.message
         );
         let err = HostSettings::from_values(None, Some("two")).unwrap_err();
-        assert!(err.message.contains("ACCALLOC_HOST_DEVICES"), "{}", err.message);
+        assert!(
+            err.message.contains("ACCALLOC_HOST_DEVICES"),
+            "{}",
+            err.message
+        );
     }
 
     #[test]
@@ -390,7 +394,8 @@ mod tests {
         ] {
             let err = FailRule::parse(bad).unwrap_err();
             assert!(
-                err.message.starts_with(&format!("ACCALLOC_HOST_FAIL='{bad}'")),
+                err.message
+                    .starts_with(&format!("ACCALLOC_HOST_FAIL='{bad}'")),
                 "{}",
                 err.message
             );

@@ -268,7 +268,9 @@ fn cuda_backend(asked_by: &str) -> Result<Arc<dyn Backend>, String> {
 
 #[cfg(not(feature = "cuda"))]
 fn cuda_backend(asked_by: &str) -> Result<Arc<dyn Backend>, String> {
-    Err(format!("{asked_by}: accalloc was built without the cuda feature"))
+    Err(format!(
+        "{asked_by}: accalloc was built without the cuda feature"
+    ))
 }
 
 fn print_report(path: &str, r: &ReplayReport) {

@@ -240,7 +240,7 @@ fn oom_figure_is_the_segment_size_not_the_request() {
 }
 
 #[test]
-fn a_request_larger_than_the_device_changes_nothing() {
+fn a_request_larger_than_the_device_counts_an_oom_and_changes_nothing_else() {
     let (mut a, _) = allocator(40 << 20);
     let p = a.malloc(1000, 0).unwrap();
     a.free(p).unwrap();
@@ -255,10 +255,16 @@ fn a_request_larger_than_the_device_changes_nothing() {
         .unwrap_err()
         .message
         .contains("Tried to allocate 1024.00 GiB."));
+    // Four refusals, each an OOM as PyTorch counts it; no retry, no release.
+    let after = a.stats();
+    assert_eq!(after.num_ooms, before.num_ooms + 4);
     assert_eq!(
-        a.stats(),
+        DeviceStats {
+            num_ooms: before.num_ooms,
+            ..after
+        },
         before,
-        "the cached segment and every counter are untouched"
+        "the cached segment and every other counter are untouched"
     );
 }
 
@@ -583,7 +589,7 @@ fn history_records_each_step_when_on_and_nothing_when_off() {
     a.record_stream(q, 4).unwrap();
     a.free(q).unwrap();
     a.empty_cache().unwrap();
-    let _ = a.malloc(100 << 20, 0).unwrap_err(); // larger than the device: no OOM entry (no OOM path)
+    let _ = a.malloc(100 << 20, 0).unwrap_err(); // larger than the device: an OOM entry, nothing else
     let r = a.malloc(30 << 20, 0).unwrap();
     assert!(a.malloc(30 << 20, 0).is_err());
     a.free(r).unwrap();
@@ -600,6 +606,7 @@ fn history_records_each_step_when_on_and_nothing_when_off() {
             "free_requested",
             "free_completed",
             "segment_free", // q, then empty_cache
+            "oom",          // 100 MiB on a 40 MiB device
             "segment_alloc",
             "alloc", // r
             "oom",

@@ -101,7 +101,10 @@ pub extern "C" fn accalloc_set_device(device: i32) -> AccallocStatus {
 
 /// accalloc_set_device on the accelerator of `device_type`.
 #[no_mangle]
-pub extern "C" fn accalloc_set_device_on(device_type: AccallocDeviceType, device: i32) -> AccallocStatus {
+pub extern "C" fn accalloc_set_device_on(
+    device_type: AccallocDeviceType,
+    device: i32,
+) -> AccallocStatus {
     guard(|| on(device_type)?.set_device(device))
 }
 

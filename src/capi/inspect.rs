@@ -66,7 +66,10 @@ pub unsafe extern "C" fn accalloc_memory_snapshot_json_on(
 /// device_traces. Starting again clears the history. Errors: ACCALLOC_ERROR_INVALID_ARGUMENT when enabling
 /// with max_entries 0.
 #[no_mangle]
-pub extern "C" fn accalloc_record_memory_history(enabled: i32, max_entries: usize) -> AccallocStatus {
+pub extern "C" fn accalloc_record_memory_history(
+    enabled: i32,
+    max_entries: usize,
+) -> AccallocStatus {
     accalloc_record_memory_history_on(current_type(), enabled, max_entries)
 }
 

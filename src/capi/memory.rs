@@ -56,7 +56,10 @@ pub unsafe extern "C" fn accalloc_free(ptr: *mut c_void) -> AccallocStatus {
 /// Errors: ACCALLOC_ERROR_INVALID_POINTER when `ptr` is not a live allocation; ACCALLOC_ERROR_NOT_SUPPORTED
 /// when its backend has neither events nor stream synchronization.
 #[no_mangle]
-pub unsafe extern "C" fn accalloc_record_stream(ptr: *mut c_void, stream: *mut c_void) -> AccallocStatus {
+pub unsafe extern "C" fn accalloc_record_stream(
+    ptr: *mut c_void,
+    stream: *mut c_void,
+) -> AccallocStatus {
     guard(|| runtime()?.record_stream(ptr as usize, stream as usize))
 }
 

@@ -17,5 +17,7 @@ pub mod settings;
 pub mod stats;
 pub mod types;
 
-pub use crate::backend::custom::{AccallocBackendVTable, ACCALLOC_BACKEND_OK, ACCALLOC_BACKEND_OUT_OF_MEMORY};
+pub use crate::backend::custom::{
+    AccallocBackendVTable, ACCALLOC_BACKEND_OK, ACCALLOC_BACKEND_OUT_OF_MEMORY,
+};
 pub use types::*;

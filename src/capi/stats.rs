@@ -12,7 +12,10 @@ use std::ffi::c_char;
 ///
 /// Errors: ACCALLOC_ERROR_INVALID_ARGUMENT (out NULL or struct_size too small), ACCALLOC_ERROR_INVALID_DEVICE.
 #[no_mangle]
-pub unsafe extern "C" fn accalloc_get_device_stats(device: i32, out: *mut AccallocDeviceStats) -> AccallocStatus {
+pub unsafe extern "C" fn accalloc_get_device_stats(
+    device: i32,
+    out: *mut AccallocDeviceStats,
+) -> AccallocStatus {
     accalloc_get_device_stats_on(current_type(), device, out)
 }
 
@@ -79,7 +82,10 @@ pub unsafe extern "C" fn accalloc_memory_allocated_on(
 
 /// Peak of bytes handed out ("allocated_bytes.all.peak").
 #[no_mangle]
-pub unsafe extern "C" fn accalloc_max_memory_allocated(device: i32, out: *mut i64) -> AccallocStatus {
+pub unsafe extern "C" fn accalloc_max_memory_allocated(
+    device: i32,
+    out: *mut i64,
+) -> AccallocStatus {
     accalloc_max_memory_allocated_on(current_type(), device, out)
 }
 
@@ -111,7 +117,10 @@ pub unsafe extern "C" fn accalloc_memory_reserved_on(
 
 /// Peak of bytes held from the device ("reserved_bytes.all.peak").
 #[no_mangle]
-pub unsafe extern "C" fn accalloc_max_memory_reserved(device: i32, out: *mut i64) -> AccallocStatus {
+pub unsafe extern "C" fn accalloc_max_memory_reserved(
+    device: i32,
+    out: *mut i64,
+) -> AccallocStatus {
     accalloc_max_memory_reserved_on(current_type(), device, out)
 }
 

@@ -164,7 +164,9 @@ impl CachingAllocator {
             Some(id) => id,
             // No segment of this size could ever fit the device: fail without flushing the cache
             // (still an OOM, counted as PyTorch counts it).
-            None if alloc_size > self.capacity => return Err(self.out_of_memory(alloc_size, stream)),
+            None if alloc_size > self.capacity => {
+                return Err(self.out_of_memory(alloc_size, stream))
+            }
             None if self.config.release_lock_on_malloc && !self.grows_expandable() => {
                 if self.garbage_collection_on() {
                     self.garbage_collect_cached_blocks()?;
