@@ -141,7 +141,7 @@ static void section_metadata(void)
         CHECK_STR(accalloc_version(), v); /* the header's version macros match the library */
     }
     CHECK_EQ(accalloc_abi_version(), ACCALLOC_ABI_VERSION);
-    CHECK_EQ(ACCALLOC_ABI_VERSION, 1);
+    CHECK_EQ(ACCALLOC_ABI_VERSION, 2);
     CHECK_EQ(ACCALLOC_CHECK_ABI(), ACCALLOC_OK);
     CHECK_EQ(accalloc_check_abi(ACCALLOC_ABI_VERSION), ACCALLOC_OK);
     CHECK_STR(ACCALLOC_VERSION_STRING, accalloc_version());

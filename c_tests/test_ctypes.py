@@ -1,7 +1,12 @@
 #!/usr/bin/env python3
 """python_ctypes: accalloc from Python through ctypes, as a Python framework without a compiler would use it.
 
-Usage: test_ctypes.py /path/to/libaccalloc.so   (run with ACCALLOC_HOST_CAPACITY=1GiB ACCALLOC_HOST_DEVICES=2)
+Usage: test_ctypes.py /path/to/libaccalloc.so [--libgomp-first /path/to/libgomp.so.1]
+       (run with ACCALLOC_HOST_CAPACITY=1GiB ACCALLOC_HOST_DEVICES=2)
+
+With --libgomp-first, GCC's OpenMP/OpenACC runtime is loaded with RTLD_GLOBAL before accalloc (as
+`import torch` does), and accalloc too is loaded globally: OpenACC's acc_malloc and accalloc's
+functions then live side by side in the process's global scope, and every check below must still hold.
 
 Checks malloc/free, that memory_stats_json is one JSON object of exactly the 122 PyTorch keys, sorted,
 each equal to accalloc_memory_stat and to the AccallocDeviceStats struct, and the error statuses.
@@ -77,8 +82,8 @@ def check_eq(got, want, what):
     check(got == want, f"{what}: expected {want!r}, got {got!r}")
 
 
-def load(path):
-    lib = ctypes.CDLL(path)
+def load(path, mode=ctypes.DEFAULT_MODE):
+    lib = ctypes.CDLL(path, mode=mode)
     S = ctypes.c_int  # AccallocStatus: a C enum, int-sized
     sig = {
         "accalloc_malloc": (S, [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t, ctypes.c_int32, ctypes.c_void_p]),
@@ -121,10 +126,27 @@ def load(path):
 
 
 def main():
-    if len(sys.argv) != 2:
+    if len(sys.argv) == 2:
+        lib = load(sys.argv[1])
+    elif len(sys.argv) == 4 and sys.argv[2] == "--libgomp-first":
+        gomp = ctypes.CDLL(sys.argv[3], mode=ctypes.RTLD_GLOBAL)
+        lib = load(sys.argv[1], mode=ctypes.RTLD_GLOBAL)
+        # OpenACC's allocator is there and works; the process's global scope resolves acc_malloc to
+        # libgomp's and accalloc_malloc to ours, and accalloc defines no acc_ name of its own.
+        gomp.acc_malloc.restype = ctypes.c_void_p
+        gomp.acc_malloc.argtypes = [ctypes.c_size_t]
+        gomp.acc_free.argtypes = [ctypes.c_void_p]
+        openacc_block = gomp.acc_malloc(4096)
+        check(openacc_block is not None, "OpenACC's acc_malloc(4096) from libgomp")
+        gomp.acc_free(openacc_block)
+        process = ctypes.CDLL(None)
+        check(ctypes.cast(process.acc_malloc, ctypes.c_void_p).value
+              == ctypes.cast(gomp.acc_malloc, ctypes.c_void_p).value, "acc_malloc resolves to libgomp's")
+        check(ctypes.cast(process.accalloc_malloc, ctypes.c_void_p).value
+              == ctypes.cast(lib.accalloc_malloc, ctypes.c_void_p).value, "accalloc_malloc resolves to ours")
+    else:
         print(__doc__, file=sys.stderr)
         return 2
-    lib = load(sys.argv[1])
 
     def last_error():
         return lib.accalloc_last_error_message().decode()
@@ -173,7 +195,7 @@ def main():
 
     # --- identity ---
     check_eq(lib.accalloc_version(), b"0.1.0", "accalloc_version")
-    check_eq(lib.accalloc_abi_version(), 1, "accalloc_abi_version")
+    check_eq(lib.accalloc_abi_version(), 2, "accalloc_abi_version")
     check_eq(last_error(), "", "no error yet")
     for i, name in enumerate(STATUS_NAMES):
         check_eq(lib.accalloc_status_name(i), name.encode(), f"accalloc_status_name({i})")
@@ -251,12 +273,15 @@ def main():
     before = device_stats(0)
     check_eq(lib.accalloc_malloc(ctypes.byref(q), 1 << 40, 0, None), ACCALLOC_ERROR_OUT_OF_MEMORY, "1 TiB")
     check("Tried to allocate 1024.00 GiB" in last_error(), f"OOM message: {last_error()!r}")
-    check_eq(device_stats(0), before, "a request larger than the device changes nothing")
+    after = device_stats(0)
+    check_eq(after["num_ooms"], before["num_ooms"] + 1, "a request larger than the device is an OOM")
+    check_eq({**after, "num_ooms": before["num_ooms"]}, before,
+             "a request larger than the device changes nothing but num_ooms")
     # 300 MiB is within the device, but not within a 0.25 fraction (256 MiB): a counted OOM
     check_eq(lib.accalloc_set_memory_fraction(0.25, 0), ACCALLOC_OK, "fraction 0.25")
     check_eq(lib.accalloc_malloc(ctypes.byref(q), 300 << 20, 0, None), ACCALLOC_ERROR_OUT_OF_MEMORY, "300 MiB over 0.25")
     check("Tried to allocate 300.00 MiB" in last_error(), f"OOM message: {last_error()!r}")
-    check_eq(stat(0, "num_ooms"), 1, "num_ooms")
+    check_eq(stat(0, "num_ooms"), 2, "num_ooms (with the 1 TiB request)")
     check_eq(stat(0, "num_alloc_retries"), 1, "num_alloc_retries")
     check_eq(stat(0, "allocation.all.allocated"), 0, "nothing handed out by the OOM")
     check_eq(lib.accalloc_set_memory_fraction(1.0, 0), ACCALLOC_OK, "fraction 1.0")
@@ -282,7 +307,7 @@ def main():
     check_eq(lib.accalloc_mem_get_info(0, None, ctypes.byref(total_b)), ACCALLOC_ERROR_INVALID_ARGUMENT, "mem_get_info NULL")
     check_eq(lib.accalloc_reset_peak_memory_stats(-5), ACCALLOC_ERROR_INVALID_DEVICE, "reset peak device -5")
     check_eq(stat(0, "allocation.all.allocated"), 0, "the failures allocated nothing")
-    check_eq(stat(0, "num_ooms"), 1, "argument errors are not OOMs")
+    check_eq(stat(0, "num_ooms"), 2, "argument errors are not OOMs")
 
     # device 1, selected per thread
     check_eq(lib.accalloc_set_device(1), ACCALLOC_OK, "set_device(1)")
