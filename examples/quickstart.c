@@ -1,7 +1,6 @@
 /* accalloc quick start: allocate through the caching allocator and read PyTorch-style statistics.
  *
- *   cargo build --release
- *   ln -sf libaccalloc.so target/release/libaccalloc.so.1
+ *   cargo build --release        (leaves target/release/libaccalloc.so and its SONAME link .so.2)
  *   cc -std=c99 -Iinclude examples/quickstart.c -Ltarget/release -laccalloc \
  *      -Wl,-rpath,$PWD/target/release -o quickstart && ./quickstart
  * or, against an installed copy: cc examples/quickstart.c $(pkg-config --cflags --libs accalloc)

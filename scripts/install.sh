@@ -42,6 +42,13 @@ ln -sf "$soname" "$lib/libaccalloc.so"
 install -m 0644 "$lib_dir/libaccalloc.a" "$lib/libaccalloc.a"
 install -m 0644 "$header" "$include/accalloc.h"
 
+# Programs linked against a prefix the loader does not search would not start: outside /usr, the
+# pkg-config file and the CMake package carry an rpath to the installed library folder.
+rpath_flag=""
+if [ "$prefix" != "/usr" ]; then
+  rpath_flag="-Wl,-rpath,\${libdir}"
+fi
+
 cat > "$lib/pkgconfig/accalloc.pc" <<PC
 prefix=$prefix
 libdir=\${prefix}/$libdir_name
@@ -50,7 +57,7 @@ includedir=\${prefix}/include
 Name: accalloc
 Description: Caching device-memory allocator with PyTorch-compatible statistics
 Version: $version
-Libs: -L\${libdir} -laccalloc
+Libs: -L\${libdir} -laccalloc $rpath_flag
 Libs.private: -lpthread -ldl -lm
 Cflags: -I\${includedir}
 PC
@@ -67,6 +74,11 @@ if(NOT TARGET accalloc::accalloc)
     IMPORTED_LOCATION "${_accalloc_prefix}/@LIBDIR@/@REAL_NAME@"
     IMPORTED_SONAME "@SONAME@"
     INTERFACE_INCLUDE_DIRECTORIES "${_accalloc_prefix}/include")
+  if(NOT _accalloc_prefix STREQUAL "/usr")
+    # Outside /usr the loader would not find the library: the programs that link it carry an rpath.
+    set_target_properties(accalloc::accalloc PROPERTIES
+      INTERFACE_LINK_OPTIONS "LINKER:-rpath,${_accalloc_prefix}/@LIBDIR@")
+  endif()
   add_library(accalloc::accalloc_static STATIC IMPORTED)
   set_target_properties(accalloc::accalloc_static PROPERTIES
     IMPORTED_LOCATION "${_accalloc_prefix}/@LIBDIR@/libaccalloc.a"

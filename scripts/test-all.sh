@@ -8,18 +8,22 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# What a fresh machine may lack is set up here, in the first seconds, or the run stops saying how.
+scripts/setup-tools.sh
+if ! command -v cmake >/dev/null 2>&1; then
+  PATH="$PATH:$(python3 -m site --user-base)/bin"
+  export PATH
+fi
+
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --all-targets -- -D warnings
+mkdir -p build/logs
 echo "== cargo test"
-cargo test
+cargo test 2>&1 | tee build/logs/cargo-test.log
 echo "== cargo build --release"
 cargo build --release
-# The SONAME is libaccalloc.so.<ABI>: give the build tree the link programs load (install.sh makes
-# the real ones under a prefix).
-abi=$(sed -n 's/^#define ACCALLOC_ABI_VERSION \([0-9]*\)$/\1/p' include/accalloc.h)
-ln -sf libaccalloc.so "target/release/libaccalloc.so.$abi"
 echo "== include/accalloc.h is committed as generated"
 git diff --exit-code -- include/accalloc.h || { echo "include/accalloc.h is stale: commit the regenerated header"; exit 1; }
 
@@ -27,10 +31,10 @@ run_ctest() {
   local build_dir=$1; shift
   cmake -S c_tests -B "$build_dir" -DACCALLOC_LIB_DIR="$PWD/target/release" -DACCALLOC_INCLUDE_DIR="$PWD/include" "$@"
   cmake --build "$build_dir" -j2
-  ctest --test-dir "$build_dir" --output-on-failure
+  ctest --test-dir "$build_dir" --output-on-failure 2>&1 | tee "build/logs/$(basename "$build_dir").log"
 }
 echo "== statistics against the independent model of PyTorch's allocator"
-python3 scripts/check_model.py
+python3 scripts/check_model.py | tee build/logs/model.log
 
 echo "== ctest"
 run_ctest build/c_tests -DACCALLOC_VALGRIND="${ACCALLOC_VALGRIND:-OFF}"
@@ -38,6 +42,9 @@ if [ "${ACCALLOC_ASAN:-OFF}" = "ON" ]; then
   echo "== ctest under AddressSanitizer"
   run_ctest build/c_tests_asan -DACCALLOC_ASAN=ON
 fi
+
+echo "== the README's C quick start, as written"
+scripts/readme_quickstart.sh
 
 echo "== examples/quickstart.c"
 mkdir -p build
@@ -63,4 +70,7 @@ python3 examples/snapshot_to_pickle.py build/snapshot.json build/snapshot.pickle
 
 echo "== replay of the sample trace"
 ./target/release/accalloc replay examples/traces/transformer_train.jsonl
+echo "== test counts in README.md (from the runners' closing lines above)"
+cp build/logs/c_tests.log build/logs/ctest.log
+python3 scripts/test_counts.py build/logs README.md
 echo "all tests passed"

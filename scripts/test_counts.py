@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""The README's test counts, from the closing lines the runners printed in this run of test-all.sh.
+
+    test_counts.py LOG_DIR README.md
+
+LOG_DIR holds cargo-test.log (cargo test), model.log (scripts/check_model.py) and ctest.log (ctest of
+c_tests without sanitizers). The README's block between the `<!-- test-counts:begin -->` and
+`<!-- test-counts:end -->` lines is compared with the figures: when they differ it is rewritten, except
+under CI (CI set), where a stale block fails the run, as a stale header does.
+"""
+import os
+import re
+import sys
+from pathlib import Path
+
+BEGIN, END = "<!-- test-counts:begin -->", "<!-- test-counts:end -->"
+
+
+def cargo_counts(log: str) -> tuple[int, int]:
+    """(tests in all binaries, of which unit tests of the library), from 'test result:' lines."""
+    total = unit = 0
+    current = ""
+    for line in log.splitlines():
+        running = re.match(r"\s*Running (unittests )?(\S+)", line)
+        if running:
+            current = running.group(2)
+        result = re.match(r"test result: \w+\. (\d+) passed; (\d+) failed", line)
+        if result:
+            passed = int(result.group(1))
+            total += passed
+            if current.startswith("src/lib.rs"):
+                unit += passed
+    return total, unit
+
+
+def last_match(pattern: str, log: str) -> int:
+    found = re.findall(pattern, log, flags=re.M)
+    if not found:
+        raise SystemExit(f"test_counts: no line matching {pattern!r}")
+    return int(found[-1])
+
+
+def block(logs: Path) -> str:
+    cargo = (logs / "cargo-test.log").read_text()
+    total, unit = cargo_counts(cargo)
+    model = last_match(r"^(\d+) passed, 0 failed$", (logs / "model.log").read_text())
+    ctest = last_match(r"tests passed, 0 tests failed out of (\d+)", (logs / "ctest.log").read_text())
+    return "\n".join([
+        BEGIN,
+        "| runner | tests that passed | what |",
+        "|---|---:|---|",
+        f"| `cargo test` | {total} | Rust: {unit} unit tests of the library with hand-worked figures, the rest"
+        " integration tests (C ABI from Rust, CLI, model, faults, threads, header) |",
+        f"| `scripts/check_model.py` | {model} | cases compared key by key with the Python model of PyTorch |",
+        f"| `ctest` (c_tests) | {ctest} | C, C++, dlopen, Python ctypes, OpenACC side by side, install and"
+        " consumers, exports (more under ASan and valgrind) |",
+        END,
+    ])
+
+
+def main() -> int:
+    if len(sys.argv) != 3:
+        print(__doc__, file=sys.stderr)
+        return 2
+    logs, readme = Path(sys.argv[1]), Path(sys.argv[2])
+    text = readme.read_text()
+    if BEGIN not in text or END not in text:
+        print(f"test_counts: {readme} has no {BEGIN} ... {END} block", file=sys.stderr)
+        return 1
+    start, end = text.index(BEGIN), text.index(END) + len(END)
+    fresh = block(logs)
+    print("\n".join(fresh.splitlines()[3:-1]))
+    if text[start:end] == fresh:
+        return 0
+    if os.environ.get("CI"):
+        print(f"test_counts: the test counts in {readme} are stale: run scripts/test-all.sh and commit "
+              f"{readme}", file=sys.stderr)
+        return 1
+    readme.write_text(text[:start] + fresh + text[end:])
+    print(f"test_counts: {readme} updated: commit it")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
