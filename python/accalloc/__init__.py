@@ -1,0 +1,183 @@
+"""accalloc from Python: the caching allocator's memory API under torch.accelerator's names.
+
+    import accalloc
+    accalloc.memory_stats()          # the 122 statistics, sorted by key, as torch.accelerator's
+    accalloc.max_memory_allocated(0)
+    accalloc.empty_cache()
+
+Every function works over accalloc's C ABI (ctypes), with or without PyTorch. `device` is what
+torch.accelerator takes: None (this thread's current device), an index, "accalloc:1" / "cuda:0", or a
+torch.device. A device of the type accalloc.torch.register_host_device() named, or "host", is accalloc's
+host backend; "cuda" its CUDA backend; an index alone, accalloc's current accelerator. PyTorch's own
+integration is in accalloc.torch.
+"""
+import ctypes
+import json
+
+from ._library import DEVICE_CUDA, DEVICE_HOST, AccallocError, DeviceStats, check, library, library_path
+
+__version__ = "0.1.0"
+__all__ = [
+    "AccallocError", "memory_stats", "memory_allocated", "max_memory_allocated", "memory_reserved",
+    "max_memory_reserved", "empty_cache", "reset_peak_memory_stats", "reset_accumulated_memory_stats",
+    "memory_summary", "get_memory_info", "device_count", "current_device", "set_device",
+    "set_allocator_settings", "get_allocator_settings", "set_per_process_memory_fraction",
+    "current_accelerator", "library_path",
+]
+
+# Device type names that mean accalloc's host backend; accalloc.torch adds the name it registers.
+_HOST_NAMES = {"host"}
+
+
+def _device_type_and_index(device):
+    """(accalloc device type, index; -1 for the current device) of torch.accelerator's `device`."""
+    if device is None:
+        return library().accalloc_current_accelerator(), -1
+    if isinstance(device, int):
+        return library().accalloc_current_accelerator(), device
+    if isinstance(device, str):
+        name, _, index = device.partition(":")
+        index = int(index) if index else -1
+    else:  # torch.device, or anything with .type and .index
+        name, index = device.type, (-1 if device.index is None else device.index)
+    if name in _HOST_NAMES:
+        return DEVICE_HOST, index
+    if name == "cuda":
+        return DEVICE_CUDA, index
+    raise ValueError(f"accalloc serves no device of type {name!r} (known: cuda, {', '.join(sorted(_HOST_NAMES))})")
+
+
+def _int64(function, device):
+    device_type, index = _device_type_and_index(device)
+    value = ctypes.c_int64()
+    check(getattr(library(), function)(device_type, index, ctypes.byref(value)))
+    return value.value
+
+
+def _text(function, *args):
+    needed = ctypes.c_size_t()
+    check(function(*args, None, 0, ctypes.byref(needed)))
+    buffer = ctypes.create_string_buffer(needed.value)
+    check(function(*args, buffer, needed.value, ctypes.byref(needed)))
+    return buffer.value.decode()
+
+
+def memory_stats(device=None):
+    """All 122 statistics of PyTorch's memory_stats(), sorted by key (torch.accelerator's names)."""
+    device_type, index = _device_type_and_index(device)
+    return json.loads(_text(library().accalloc_memory_stats_json_on, device_type, index))
+
+
+def device_stats(device=None):
+    """The same statistics as accalloc's AccallocDeviceStats struct (fields as in accalloc.h)."""
+    device_type, index = _device_type_and_index(device)
+    stats = DeviceStats()
+    stats.struct_size = ctypes.sizeof(DeviceStats)
+    check(library().accalloc_get_device_stats_on(device_type, index, ctypes.byref(stats)))
+    return stats
+
+
+def memory_allocated(device=None):
+    """Bytes handed out and not yet freed ("allocated_bytes.all.current")."""
+    return _int64("accalloc_memory_allocated_on", device)
+
+
+def max_memory_allocated(device=None):
+    """The peak of memory_allocated since the last reset_peak_memory_stats ("allocated_bytes.all.peak")."""
+    return _int64("accalloc_max_memory_allocated_on", device)
+
+
+def memory_reserved(device=None):
+    """Bytes held from the device, cached or handed out ("reserved_bytes.all.current")."""
+    return _int64("accalloc_memory_reserved_on", device)
+
+
+def max_memory_reserved(device=None):
+    """The peak of memory_reserved since the last reset_peak_memory_stats ("reserved_bytes.all.peak")."""
+    return _int64("accalloc_max_memory_reserved_on", device)
+
+
+def reset_accumulated_memory_stats(device=None):
+    """Zero the counts of allocations and frees ("*.allocated", "*.freed", retries, OOMs, device calls)."""
+    device_type, index = _device_type_and_index(device)
+    check(library().accalloc_reset_accumulated_memory_stats_on(device_type, index))
+
+
+def reset_peak_memory_stats(device=None):
+    """Set every peak to its current value."""
+    device_type, index = _device_type_and_index(device)
+    check(library().accalloc_reset_peak_memory_stats_on(device_type, index))
+
+
+def empty_cache(device=None):
+    """Give every cached, unused segment back to the device (of `device`'s type; all of them for None)."""
+    if device is None:
+        check(library().accalloc_empty_cache())
+    else:
+        check(library().accalloc_empty_cache_on(_device_type_and_index(device)[0]))
+
+
+def get_memory_info(device=None):
+    """(free, total) bytes of the device, as torch.accelerator.get_memory_info() returns them."""
+    device_type, index = _device_type_and_index(device)
+    free, total = ctypes.c_uint64(), ctypes.c_uint64()
+    check(library().accalloc_mem_get_info_on(device_type, index, ctypes.byref(free), ctypes.byref(total)))
+    return free.value, total.value
+
+
+def memory_summary(device=None, abbreviated=False):
+    """PyTorch's memory_summary() table for the device."""
+    device_type, index = _device_type_and_index(device)
+    return _text(library().accalloc_memory_summary_on, device_type, index, int(bool(abbreviated)))
+
+
+def _device_type(device_type):
+    if device_type is None:
+        return library().accalloc_current_accelerator()
+    return _device_type_and_index(f"{device_type}:0")[0]
+
+
+def device_count(device_type=None):
+    """How many devices accalloc's current accelerator (or `device_type`: "host", "cuda") has."""
+    count = ctypes.c_int32()
+    check(library().accalloc_device_count_on(_device_type(device_type), ctypes.byref(count)))
+    return count.value
+
+
+def current_device(device_type=None):
+    """This thread's current device index."""
+    index = ctypes.c_int32()
+    check(library().accalloc_current_device_on(_device_type(device_type), ctypes.byref(index)))
+    return index.value
+
+
+def set_device(device):
+    """Make `device` this thread's current device (of its type)."""
+    device_type, index = _device_type_and_index(device)
+    check(library().accalloc_set_device_on(device_type, index))
+
+
+def set_allocator_settings(settings, device_type=None):
+    """Change the settings at run time, in PYTORCH_ALLOC_CONF's syntax ("expandable_segments:True,...")."""
+    check(library().accalloc_set_allocator_settings_on(_device_type(device_type), settings.encode()))
+
+
+def get_allocator_settings(device_type=None):
+    """The settings in force, as a settings string."""
+    return _text(library().accalloc_get_allocator_settings_on, _device_type(device_type))
+
+
+def set_per_process_memory_fraction(fraction, device=None):
+    """Cap reserved memory at `fraction` (0 to 1) of the device."""
+    device_type, index = _device_type_and_index(device)
+    check(library().accalloc_set_memory_fraction_on(device_type, float(fraction), index))
+
+
+def current_accelerator():
+    """The name of accalloc's current accelerator: "cuda" with a GPU, else "host"."""
+    lib = library()
+    return lib.accalloc_device_type_name(lib.accalloc_current_accelerator()).decode()
+
+
+# The ABI these ctypes declarations follow: a library of another ABI is refused at import, with both numbers.
+check(library().accalloc_check_abi(2))

@@ -1,0 +1,113 @@
+"""Loading libaccalloc and calling its C ABI: signatures, statuses, errors."""
+import ctypes
+import os
+from pathlib import Path
+
+_PACKAGE = Path(__file__).resolve().parent
+_LIBRARY = None
+
+ACCALLOC_OK = 0
+ACCALLOC_ERROR_OUT_OF_MEMORY = 4
+DEVICE_HOST = 0  # ACCALLOC_DEVICE_HOST
+DEVICE_CUDA = 1  # ACCALLOC_DEVICE_CUDA
+
+
+class AccallocError(RuntimeError):
+    """A failed accalloc call: `status` is the ACCALLOC_* name, the message accalloc's own."""
+
+    def __init__(self, status, message):
+        super().__init__(f"{status}: {message}")
+        self.status = status
+
+
+class Stat(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_int64) for name in ("current", "peak", "allocated", "freed")]
+
+
+FAMILIES = ("allocation", "segment", "active", "inactive_split", "allocated_bytes", "reserved_bytes",
+            "active_bytes", "inactive_split_bytes", "requested_bytes")
+SCALARS = ("num_alloc_retries", "num_ooms", "num_sync_all_streams", "num_device_alloc", "num_device_free",
+           "max_split_size")
+
+
+class DeviceStats(ctypes.Structure):
+    """AccallocDeviceStats, as accalloc.h declares it."""
+    _fields_ = ([("struct_size", ctypes.c_size_t)]
+                + [(family, Stat * 3) for family in FAMILIES]
+                + [("oversize_allocations", Stat), ("oversize_segments", Stat)]
+                + [(name, ctypes.c_int64) for name in SCALARS])
+
+
+def library_path():
+    """The libaccalloc this package loads: ACCALLOC_LIBRARY, else the copy installed with the package."""
+    given = os.environ.get("ACCALLOC_LIBRARY")
+    if given:
+        return Path(given)
+    found = sorted((_PACKAGE / "lib").glob("libaccalloc.so.*"))
+    if not found:
+        raise ImportError(
+            f"libaccalloc is missing from {_PACKAGE / 'lib'}: reinstall the package from an accalloc "
+            "checkout (python3 -m pip install --no-build-isolation ./python), or set ACCALLOC_LIBRARY to a "
+            "libaccalloc.so")
+    return found[-1]
+
+
+def _declare(lib):
+    S, i32, i64p = ctypes.c_int, ctypes.c_int32, ctypes.POINTER(ctypes.c_int64)
+    size_p = ctypes.POINTER(ctypes.c_size_t)
+    u64p = ctypes.POINTER(ctypes.c_uint64)
+    signatures = {
+        "accalloc_malloc_on": (S, [i32, ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t, i32, ctypes.c_void_p]),
+        "accalloc_free": (S, [ctypes.c_void_p]),
+        "accalloc_empty_cache": (S, []),
+        "accalloc_empty_cache_on": (S, [i32]),
+        "accalloc_get_device_stats_on": (S, [i32, i32, ctypes.POINTER(DeviceStats)]),
+        "accalloc_memory_stats_json_on": (S, [i32, i32, ctypes.c_char_p, ctypes.c_size_t, size_p]),
+        "accalloc_memory_summary_on": (S, [i32, i32, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, size_p]),
+        "accalloc_mem_get_info_on": (S, [i32, i32, u64p, u64p]),
+        "accalloc_device_count_on": (S, [i32, ctypes.POINTER(i32)]),
+        "accalloc_current_device_on": (S, [i32, ctypes.POINTER(i32)]),
+        "accalloc_set_device_on": (S, [i32, i32]),
+        "accalloc_set_allocator_settings_on": (S, [i32, ctypes.c_char_p]),
+        "accalloc_get_allocator_settings_on": (S, [i32, ctypes.c_char_p, ctypes.c_size_t, size_p]),
+        "accalloc_set_memory_fraction_on": (S, [i32, ctypes.c_double, i32]),
+        "accalloc_current_accelerator": (i32, []),
+        "accalloc_device_type_name": (ctypes.c_char_p, [i32]),
+        "accalloc_status_name": (ctypes.c_char_p, [ctypes.c_int32]),
+        "accalloc_last_error_message": (ctypes.c_char_p, []),
+        "accalloc_version": (ctypes.c_char_p, []),
+        "accalloc_abi_version": (ctypes.c_uint32, []),
+        "accalloc_check_abi": (S, [ctypes.c_uint32]),
+    }
+    for name in ("accalloc_memory_allocated_on", "accalloc_max_memory_allocated_on", "accalloc_memory_reserved_on",
+                 "accalloc_max_memory_reserved_on"):
+        signatures[name] = (S, [i32, i32, i64p])
+    for name in ("accalloc_reset_accumulated_memory_stats_on", "accalloc_reset_peak_memory_stats_on"):
+        signatures[name] = (S, [i32, i32])
+    for name, (restype, argtypes) in signatures.items():
+        function = getattr(lib, name)
+        function.restype = restype
+        function.argtypes = argtypes
+
+
+def library():
+    """libaccalloc, loaded once, globally (RTLD_GLOBAL): accalloc.torch's extensions link the same copy."""
+    global _LIBRARY
+    if _LIBRARY is None:
+        path = library_path()
+        if not path.exists():
+            raise ImportError(f"ACCALLOC_LIBRARY={path} does not exist")
+        lib = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+        _declare(lib)
+        _LIBRARY = lib
+    return _LIBRARY
+
+
+def check(status):
+    """Raise AccallocError (MemoryError-like for out of memory) for a non-zero status."""
+    if status == ACCALLOC_OK:
+        return
+    lib = library()
+    name = lib.accalloc_status_name(status).decode()
+    message = lib.accalloc_last_error_message().decode()
+    raise AccallocError(name, message)

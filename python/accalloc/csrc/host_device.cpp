@@ -1,0 +1,272 @@
+// An accelerator on PyTorch's DeviceType::PrivateUse1 whose memory is accalloc's host backend.
+//
+// What a PrivateUse1 backend needs, and no more: the allocator (accalloc_torch::DeviceAllocator over
+// ACCALLOC_DEVICE_HOST), a device guard (current device = accalloc's per-thread current device, one
+// default stream per device, synchronous events), the hooks, the ATen kernels that create, view and
+// copy tensors, and a boxed CPU fallback for every other operator (the memory is host memory, so the
+// CPU kernels work on it in place of device kernels).
+//
+// Loading this library registers the guard and the kernels; accalloc_torch_register_host_device()
+// registers the allocator and the hooks. accalloc.torch.register_host_device() does both, once.
+#include <ATen/EmptyTensor.h>
+#include <ATen/core/GeneratorForPrivateuseone.h>
+#include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <ATen/native/CPUFallback.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/resize_native.h>
+#include <ATen/ops/set_native.h>
+#include <ATen/ops/view_native.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/_local_scalar_dense.h>
+#include <ATen/ops/from_blob.h>
+#include <c10/core/CPUAllocator.h>
+#include <torch/library.h>
+
+#include <accalloc/torch_device_allocator.h>
+
+#include <mutex>
+
+namespace {
+
+constexpr c10::DeviceType kType = c10::DeviceType::PrivateUse1;
+constexpr AccallocDeviceType kAccallocType = ACCALLOC_DEVICE_HOST;
+
+accalloc_torch::DeviceAllocator& allocator() {
+  // Never destroyed: DataPtr deleters may run during interpreter shutdown.
+  static auto* instance = new accalloc_torch::DeviceAllocator(kAccallocType, kType);
+  return *instance;
+}
+
+c10::DeviceIndex current_device() {
+  int32_t device = 0;
+  accalloc_torch::check(accalloc_current_device_on(kAccallocType, &device), "accalloc_current_device");
+  return static_cast<c10::DeviceIndex>(device);
+}
+
+void set_current_device(c10::DeviceIndex device) {
+  accalloc_torch::check(accalloc_set_device_on(kAccallocType, device), "accalloc_set_device");
+}
+
+c10::DeviceIndex device_count() noexcept {
+  int32_t count = 0;
+  if (accalloc_device_count_on(kAccallocType, &count) != ACCALLOC_OK) {
+    return 0;
+  }
+  return static_cast<c10::DeviceIndex>(count);
+}
+
+// ---- device guard -----------------------------------------------------------------------------------
+
+struct HostGuardImpl final : public c10::impl::DeviceGuardImplInterface {
+  c10::DeviceType type() const override { return kType; }
+
+  c10::Device exchangeDevice(c10::Device device) const override {
+    TORCH_CHECK(device.type() == kType, "expected a ", kType, " device, got ", device);
+    c10::Device old = getDevice();
+    if (old.index() != device.index()) {
+      set_current_device(device.index());
+    }
+    return old;
+  }
+
+  c10::Device getDevice() const override { return c10::Device(kType, current_device()); }
+
+  void setDevice(c10::Device device) const override {
+    TORCH_CHECK(device.type() == kType, "expected a ", kType, " device, got ", device);
+    set_current_device(device.index());
+  }
+
+  void uncheckedSetDevice(c10::Device device) const noexcept override {
+    (void)accalloc_set_device_on(kAccallocType, device.index());
+  }
+
+  // Host memory is written synchronously: each device has one stream, the default one.
+  c10::Stream getStream(c10::Device device) const override {
+    return c10::Stream(c10::Stream::DEFAULT, device);
+  }
+  c10::Stream getDefaultStream(c10::Device device) const override { return getStream(device); }
+  c10::Stream getStreamFromGlobalPool(c10::Device device, bool /*high_priority*/) const override {
+    return getStream(device);
+  }
+  c10::Stream getNewStream(c10::Device device, int /*priority*/) const override { return getStream(device); }
+  c10::Stream exchangeStream(c10::Stream stream) const override { return getStream(stream.device()); }
+  void* getStreamNativeHandle(const c10::Stream /*stream*/) const override { return nullptr; }
+  bool queryStream(const c10::Stream& /*stream*/) const override { return true; }
+  void synchronizeStream(const c10::Stream& /*stream*/) const override {}
+  void synchronizeDevice(const c10::DeviceIndex /*device_index*/) const override {}
+
+  // Events complete when recorded: the work before them already has.
+  void record(void** /*event*/, const c10::Stream& /*stream*/, const c10::DeviceIndex /*device_index*/,
+              const c10::EventFlag /*flag*/) const override {}
+  void block(void* /*event*/, const c10::Stream& /*stream*/) const override {}
+  bool queryEvent(void* /*event*/) const override { return true; }
+  void synchronizeEvent(void* /*event*/) const override {}
+  void destroyEvent(void* /*event*/, const c10::DeviceIndex /*device_index*/) const noexcept override {}
+  void recordDataPtrOnStream(const c10::DataPtr& /*data_ptr*/, const c10::Stream& /*stream*/) const override {}
+
+  c10::DeviceIndex deviceCount() const noexcept override { return device_count(); }
+};
+
+C10_REGISTER_GUARD_IMPL(PrivateUse1, HostGuardImpl);
+
+// ---- hooks ------------------------------------------------------------------------------------------
+
+struct HostHooks final : public at::PrivateUse1HooksInterface {
+  bool isBuilt() const override { return true; }
+  bool isAvailable() const override { return device_count() > 0; }
+  bool hasPrimaryContext(c10::DeviceIndex /*device_index*/) const override { return true; }
+  c10::DeviceIndex deviceCount() const override { return device_count(); }
+  void setCurrentDevice(c10::DeviceIndex device) const override { set_current_device(device); }
+  c10::DeviceIndex getCurrentDevice() const override { return current_device(); }
+  c10::DeviceIndex exchangeDevice(c10::DeviceIndex device) const override {
+    c10::DeviceIndex old = current_device();
+    if (old != device) {
+      set_current_device(device);
+    }
+    return old;
+  }
+  c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex device) const override { return exchangeDevice(device); }
+
+  // Random numbers come from the CPU generator: the kernels that draw them run on the CPU fallback.
+  const at::Generator& getDefaultGenerator(c10::DeviceIndex /*device_index*/) const override {
+    return at::detail::getDefaultCPUGenerator();
+  }
+
+  // accalloc's C ABI does not say which device owns a pointer; the current device is the answer for
+  // tensors made on it.
+  at::Device getDeviceFromPtr(void* /*data*/) const override { return at::Device(kType, current_device()); }
+
+  at::Allocator* getPinnedMemoryAllocator() const override { return at::getCPUAllocator(); }
+
+  // Storage.resize_ on this device: a new block of the new size, the old bytes copied over.
+  void resizePrivateUse1Bytes(const c10::Storage& storage, size_t new_bytes) const override {
+    c10::StorageImpl* impl = storage.unsafeGetStorageImpl();
+    TORCH_CHECK(impl->resizable(), "Trying to resize storage that is not resizable");
+    c10::DataPtr fresh = allocator().allocate(new_bytes);
+    size_t keep = std::min(new_bytes, impl->nbytes());
+    if (keep > 0 && impl->data() != nullptr) {
+      allocator().copy_data(fresh.get(), impl->data(), keep);
+    }
+    impl->set_data_ptr_noswap(std::move(fresh));
+    impl->set_nbytes(new_bytes);
+  }
+};
+
+// ---- kernels ----------------------------------------------------------------------------------------
+
+c10::DispatchKeySet key_set() { return c10::DispatchKeySet(c10::DispatchKey::PrivateUse1); }
+
+at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
+                               std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+                               std::optional<bool> /*pin_memory*/,
+                               std::optional<c10::MemoryFormat> memory_format) {
+  TORCH_CHECK(!layout.has_value() || *layout == c10::kStrided, "only strided tensors live on this device");
+  c10::OptionalDeviceGuard guard(device);
+  return at::detail::empty_generic(size, &allocator(), key_set(), c10::dtype_or_default(dtype), memory_format);
+}
+
+at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<c10::ScalarType> dtype,
+                         std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+                         std::optional<bool> /*pin_memory*/) {
+  TORCH_CHECK(!layout.has_value() || *layout == c10::kStrided, "only strided tensors live on this device");
+  c10::OptionalDeviceGuard guard(device);
+  return at::detail::empty_strided_generic(size, stride, &allocator(), key_set(), c10::dtype_or_default(dtype));
+}
+
+at::Tensor as_strided(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride,
+                      std::optional<int64_t> storage_offset) {
+  return at::native::as_strided_tensorimpl(self, size, stride, storage_offset);
+}
+
+const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
+                          std::optional<c10::MemoryFormat> memory_format) {
+  return at::native::resize_(self, size, memory_format);
+}
+
+at::Tensor reshape_alias(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride) {
+  return at::native::_reshape_alias(self, size, stride);
+}
+
+at::Tensor view(const at::Tensor& self, c10::IntArrayRef size) { return at::native::view(self, size); }
+
+// A CPU tensor over the same bytes: the device's memory is host memory.
+at::Tensor cpu_alias(const at::Tensor& t) {
+  if (!t.is_privateuseone()) {
+    return t;
+  }
+  return at::from_blob(t.data_ptr(), t.sizes(), t.strides(), [](void*) {}, t.options().device(c10::kCPU));
+}
+
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_blocking*/) {
+  TORCH_CHECK(self.sizes() == dst.sizes(), "copy between tensors of different sizes: ", self.sizes(), " and ",
+              dst.sizes());
+  at::Tensor dst_alias = cpu_alias(dst);
+  dst_alias.copy_(cpu_alias(self));
+  return dst;
+}
+
+at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  dst.resize_(self.sizes());
+  return copy_from(self, dst, false);
+}
+
+at::Scalar local_scalar_dense(const at::Tensor& self) { return at::_local_scalar_dense(cpu_alias(self)); }
+
+at::Tensor& set_source_storage_offset(at::Tensor& self, c10::Storage source, int64_t storage_offset,
+                                      c10::IntArrayRef size, c10::IntArrayRef stride) {
+  return at::native::set_storage_cpu_(self, std::move(source), storage_offset, size, stride);
+}
+
+at::Tensor& set_source_storage(at::Tensor& self, c10::Storage source) {
+  int64_t elements = static_cast<int64_t>(source.nbytes() / self.dtype().itemsize());
+  return self.set_(std::move(source), 0, {elements}, {});
+}
+
+at::Tensor& set_empty(at::Tensor& self) {
+  c10::Storage storage(c10::Storage::use_byte_size_t(), 0, &allocator(), /*resizable=*/true);
+  return self.set_(std::move(storage), 0, {0}, {});
+}
+
+void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) { at::native::cpu_fallback(op, stack); }
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", empty_memory_format);
+  m.impl("empty_strided", empty_strided);
+  m.impl("as_strided", as_strided);
+  m.impl("resize_", resize_);
+  m.impl("_reshape_alias", reshape_alias);
+  m.impl("view", view);
+  m.impl("_copy_from", copy_from);
+  m.impl("_copy_from_and_resize", copy_from_and_resize);
+  m.impl("_local_scalar_dense", local_scalar_dense);
+  m.impl("set_.source_Storage_storage_offset", set_source_storage_offset);
+  m.impl("set_.source_Storage", set_source_storage);
+  m.impl("set_", set_empty);
+}
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>()); }
+
+}  // namespace
+
+extern "C" {
+
+// Make accalloc's host backend PyTorch's PrivateUse1 allocator and hooks (once; later calls do
+// nothing). Returns 0, or -1 when accalloc cannot start (its message in accalloc_last_error_message).
+__attribute__((visibility("default"))) int accalloc_torch_register_host_device(void) {
+  static std::once_flag once;
+  static int result = 0;
+  std::call_once(once, [] {
+    int32_t count = 0;
+    if (accalloc_device_count_on(kAccallocType, &count) != ACCALLOC_OK) {
+      result = -1;
+      return;
+    }
+    c10::SetAllocator(kType, &allocator());
+    at::RegisterPrivateUse1HooksInterface(new HostHooks());
+  });
+  return result;
+}
+
+}  // extern "C"

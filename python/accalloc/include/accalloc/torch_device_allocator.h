@@ -1,0 +1,174 @@
+// accalloc as PyTorch's c10::DeviceAllocator, for any accalloc device type.
+//
+// A PrivateUse1 backend (or any out-of-tree accelerator) adopts accalloc in two steps: its driver's raw
+// functions go to accalloc_register_backend() as an AccallocBackendVTable, and the AccallocDeviceType
+// that call returns goes to this class, registered with c10::SetAllocator for the backend's
+// c10::DeviceType. torch.accelerator.memory_stats(), memory_allocated(), empty_cache(),
+// get_memory_info() and the rest are then answered by accalloc, with PyTorch's own statistics.
+//
+//     static accalloc_torch::DeviceAllocator allocator(my_accalloc_type, c10::DeviceType::PrivateUse1,
+//                                                      &my_copy_function, &my_stream_handle);
+//     c10::SetAllocator(c10::DeviceType::PrivateUse1, &allocator);
+//
+// Header-only; needs accalloc.h and libaccalloc at link time, and PyTorch's c10 headers (no ATen).
+#pragma once
+
+#include <c10/core/CachingDeviceAllocator.h>
+#include <c10/core/Device.h>
+#include <c10/core/Stream.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/util/Exception.h>
+
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "accalloc.h"
+
+namespace accalloc_torch {
+
+// Turn a failed accalloc call into the c10 error PyTorch users expect: an out-of-memory is
+// c10::OutOfMemoryError (torch.OutOfMemoryError in Python), a bad device an IndexError, anything else
+// a RuntimeError; each carries accalloc's message.
+inline void check(AccallocStatus status, const char* what) {
+  if (status == ACCALLOC_OK) {
+    return;
+  }
+  const char* message = accalloc_last_error_message();
+  TORCH_CHECK_WITH(OutOfMemoryError, status != ACCALLOC_ERROR_OUT_OF_MEMORY, message);
+  TORCH_CHECK_INDEX(status != ACCALLOC_ERROR_INVALID_DEVICE, what, ": ", message);
+  TORCH_CHECK(false, what, " failed (", accalloc_status_name(status), "): ", message);
+}
+
+inline void copy_stat(c10::CachingAllocator::Stat& to, const AccallocStat& from) {
+  to.current = from.current;
+  to.peak = from.peak;
+  to.allocated = from.allocated;
+  to.freed = from.freed;
+}
+
+inline void copy_stat_array(c10::CachingAllocator::StatArray& to, const AccallocStat (&from)[3]) {
+  // accalloc's pools are indexed as c10's: ACCALLOC_STAT_ALL, _SMALL_POOL, _LARGE_POOL.
+  static_assert(ACCALLOC_STAT_ALL == 0 && ACCALLOC_STAT_SMALL_POOL == 1 && ACCALLOC_STAT_LARGE_POOL == 2,
+                "accalloc's pool indices are c10's StatType");
+  for (size_t pool = 0; pool < 3; ++pool) {
+    copy_stat(to[pool], from[pool]);
+  }
+}
+
+// c10's DeviceStats from accalloc's, field by field (DeviceStats holds a hash map, so it is no C
+// struct). The two fields Python does not report stay as c10 initialises them: no private pools,
+// no OOM rejections.
+inline c10::CachingDeviceAllocator::DeviceStats to_device_stats(const AccallocDeviceStats& s) {
+  c10::CachingDeviceAllocator::DeviceStats out;
+  copy_stat_array(out.allocation, s.allocation);
+  copy_stat_array(out.segment, s.segment);
+  copy_stat_array(out.active, s.active);
+  copy_stat_array(out.inactive_split, s.inactive_split);
+  copy_stat_array(out.allocated_bytes, s.allocated_bytes);
+  copy_stat_array(out.reserved_bytes, s.reserved_bytes);
+  copy_stat_array(out.active_bytes, s.active_bytes);
+  copy_stat_array(out.inactive_split_bytes, s.inactive_split_bytes);
+  copy_stat_array(out.requested_bytes, s.requested_bytes);
+  copy_stat(out.oversize_allocations, s.oversize_allocations);
+  copy_stat(out.oversize_segments, s.oversize_segments);
+  out.num_alloc_retries = s.num_alloc_retries;
+  out.num_ooms = s.num_ooms;
+  out.num_sync_all_streams = s.num_sync_all_streams;
+  out.num_device_alloc = s.num_device_alloc;
+  out.num_device_free = s.num_device_free;
+  out.max_split_size = s.max_split_size;
+  return out;
+}
+
+// The deleter of every DataPtr: a pointer knows the device type and device that own it. A deleter
+// cannot throw, so a failure (a bug elsewhere: a double free) is a warning with accalloc's message.
+inline void free_block(void* ptr) {
+  if (accalloc_free(ptr) != ACCALLOC_OK) {
+    TORCH_WARN("accalloc_free(", ptr, "): ", accalloc_last_error_message());
+  }
+}
+
+class DeviceAllocator : public c10::DeviceAllocator {
+ public:
+  // Copies n bytes between two blocks of this device (default: memcpy, right for host memory).
+  using CopyFn = void (*)(void* dst, const void* src, size_t n);
+  // The driver's handle of a c10::Stream, as the backend's event functions take it (default: NULL,
+  // the default stream, for every stream).
+  using StreamHandleFn = void* (*)(c10::Stream);
+
+  DeviceAllocator(AccallocDeviceType accalloc_type, c10::DeviceType torch_type, CopyFn copy = nullptr,
+                  StreamHandleFn stream_handle = nullptr)
+      : accalloc_type_(accalloc_type), torch_type_(torch_type), copy_(copy), stream_handle_(stream_handle) {}
+
+  AccallocDeviceType accalloc_type() const { return accalloc_type_; }
+
+  // n bytes on the current device of torch_type (its device guard's), on its current stream.
+  c10::DataPtr allocate(size_t n) override {
+    const c10::impl::DeviceGuardImplInterface* guard = c10::impl::getDeviceGuardImpl(torch_type_);
+    c10::Device device = guard->getDevice();
+    void* stream = stream_handle_ ? stream_handle_(guard->getStream(device)) : nullptr;
+    void* ptr = nullptr;
+    check(accalloc_malloc_on(accalloc_type_, &ptr, n, device.index(), stream), "accalloc_malloc");
+    return {ptr, ptr, &free_block, device};
+  }
+
+  c10::DeleterFnPtr raw_deleter() const override { return &free_block; }
+
+  void copy_data(void* dst, const void* src, std::size_t n) const override {
+    if (copy_ != nullptr) {
+      copy_(dst, src, n);
+    } else {
+      std::memcpy(dst, src, n);
+    }
+  }
+
+  bool initialized() override {
+    int32_t count = 0;
+    return accalloc_device_count_on(accalloc_type_, &count) == ACCALLOC_OK && count > 0;
+  }
+
+  // accalloc has no private pools: every id empties the device type's whole cache.
+  void emptyCache(c10::MempoolId_t /*mempool_id*/) override {
+    check(accalloc_empty_cache_on(accalloc_type_), "accalloc_empty_cache");
+  }
+
+  void recordStream(const c10::DataPtr& ptr, c10::Stream stream) override {
+    void* handle = stream_handle_ ? stream_handle_(stream) : nullptr;
+    if (handle == nullptr) {
+      return;  // the default stream: the block's own stream, nothing to wait for
+    }
+    check(accalloc_record_stream(ptr.get(), handle), "accalloc_record_stream");
+  }
+
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override {
+    AccallocDeviceStats stats;
+    std::memset(&stats, 0, sizeof stats);
+    stats.struct_size = sizeof stats;
+    check(accalloc_get_device_stats_on(accalloc_type_, device, &stats), "accalloc_get_device_stats");
+    return to_device_stats(stats);
+  }
+
+  void resetAccumulatedStats(c10::DeviceIndex device) override {
+    check(accalloc_reset_accumulated_memory_stats_on(accalloc_type_, device),
+          "accalloc_reset_accumulated_memory_stats");
+  }
+
+  void resetPeakStats(c10::DeviceIndex device) override {
+    check(accalloc_reset_peak_memory_stats_on(accalloc_type_, device), "accalloc_reset_peak_memory_stats");
+  }
+
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
+    uint64_t free = 0, total = 0;
+    check(accalloc_mem_get_info_on(accalloc_type_, device, &free, &total), "accalloc_mem_get_info");
+    return {static_cast<size_t>(free), static_cast<size_t>(total)};
+  }
+
+ private:
+  AccallocDeviceType accalloc_type_;
+  c10::DeviceType torch_type_;
+  CopyFn copy_;
+  StreamHandleFn stream_handle_;
+};
+
+}  // namespace accalloc_torch

@@ -1,0 +1,146 @@
+"""accalloc inside PyTorch.
+
+- register_host_device(name="accalloc"): an accelerator on DeviceType::PrivateUse1 whose memory is
+  accalloc's host backend; torch.accelerator's whole API (memory included) then works on it.
+- use_for_cuda(): accalloc becomes PyTorch's CUDA allocator, with torch.cuda.memory_stats() and
+  torch.accelerator.memory_stats() reporting accalloc's figures.
+
+Both are explicit: importing this module changes nothing in PyTorch. The C++ allocator both use,
+accalloc_torch::DeviceAllocator, is in include/accalloc/torch_device_allocator.h (include_dir()), for a
+vendor's PrivateUse1 backend to adopt.
+"""
+import ctypes
+import importlib
+import sys
+import threading
+import types
+from pathlib import Path
+
+import torch
+
+import accalloc
+from accalloc._library import DEVICE_HOST, library
+
+_PACKAGE = Path(__file__).resolve().parent.parent
+_lock = threading.Lock()
+_host_name = None
+_cuda_allocator = None
+
+
+def include_dir():
+    """The folder to add to a C++ backend's include path: accalloc.h and accalloc/torch_device_allocator.h."""
+    return str(_PACKAGE / "include")
+
+
+def _checked_build_info():
+    try:
+        info = importlib.import_module("accalloc.torch._build_info")
+    except ImportError:
+        raise ImportError("accalloc.torch's C++ extensions were not built: torch was not importable when the "
+                          "package was installed. Reinstall it into this environment: python3 -m pip install "
+                          "--no-build-isolation ./python") from None
+    built_for, running = info.TORCH_VERSION, torch.__version__
+    if built_for != running:
+        raise ImportError(f"accalloc.torch was built for torch {built_for}, but this is torch {running}: "
+                          "reinstall accalloc into this environment (python3 -m pip install --no-build-isolation "
+                          "--force-reinstall ./python)")
+    return info
+
+
+def _extension(name):
+    _checked_build_info()
+    library()  # libaccalloc first, globally: the extension links this same copy
+    found = sorted(_PACKAGE.glob(f"{name}.*.so")) or sorted(_PACKAGE.glob(f"{name}.so"))
+    if not found:
+        raise ImportError(f"accalloc.torch's extension {name} is not installed in {_PACKAGE}")
+    return ctypes.CDLL(str(found[0]), mode=ctypes.RTLD_GLOBAL)
+
+
+def _device_module(name):
+    """The Python module torch._register_device_module needs for the host accelerator."""
+    module = types.ModuleType(f"accalloc.torch.{name}")
+
+    def device_count():
+        return accalloc.device_count("host")
+
+    def current_device():
+        return accalloc.current_device("host")
+
+    def set_device(device):
+        index = device if isinstance(device, int) else torch.device(device).index
+        accalloc.set_device(f"host:{index}")
+
+    module.is_available = lambda: device_count() > 0
+    module.is_initialized = lambda: True
+    module._is_in_bad_fork = lambda: False
+    module.device_count = device_count
+    module.current_device = current_device
+    module.set_device = set_device
+    module.synchronize = lambda device=None: None  # host memory: every operation has completed
+    module.manual_seed = lambda seed: None  # random numbers come from the CPU generator (torch.manual_seed)
+    module.manual_seed_all = lambda seed: None
+    module.get_rng_state = lambda device=None: torch.get_rng_state()
+    module.set_rng_state = lambda state, device=None: torch.set_rng_state(state)
+    module.get_amp_supported_dtype = lambda: [torch.float16, torch.bfloat16]
+    for function in ("memory_stats", "memory_allocated", "max_memory_allocated", "memory_reserved",
+                     "max_memory_reserved", "reset_peak_memory_stats", "reset_accumulated_memory_stats",
+                     "memory_summary", "get_memory_info"):
+        setattr(module, function, getattr(torch.accelerator, function, getattr(accalloc, function)))
+    module.empty_cache = torch.accelerator.empty_cache
+    return module
+
+
+def register_host_device(name="accalloc"):
+    """Make accalloc's host backend PyTorch's PrivateUse1 accelerator, named `name`; returns the name.
+
+    Once per process (a second call with the same name returns it; another name is an error). From
+    then on torch.accelerator.current_accelerator().type == name, tensors go to f"{name}:0" (one device
+    per ACCALLOC_HOST_DEVICES), and every torch.accelerator memory figure is accalloc's.
+    """
+    global _host_name
+    with _lock:
+        if _host_name is not None:
+            if name != _host_name:
+                raise RuntimeError(f"the host accelerator is already registered as {_host_name!r}")
+            return _host_name
+        current = torch._C._get_privateuse1_backend_name()
+        if current not in ("privateuseone", name):
+            raise RuntimeError(f"PyTorch's PrivateUse1 device is already {current!r}: one per process")
+        extension = _extension("_torch_host")
+        if extension.accalloc_torch_register_host_device() != 0:
+            accalloc._library.check(library().accalloc_device_count_on(DEVICE_HOST, ctypes.byref(ctypes.c_int32())))
+            raise RuntimeError("accalloc could not start its host backend")
+        if current != name:
+            torch.utils.rename_privateuse1_backend(name)
+        torch._register_device_module(name, _device_module(name))
+        torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True,
+                                                              for_storage=True)
+        accalloc._HOST_NAMES.add(name)
+        sys.modules[f"torch.{name}"] = getattr(torch, name)
+        _host_name = name
+        return name
+
+
+def use_for_cuda():
+    """Make accalloc PyTorch's CUDA allocator, keeping PyTorch's statistics; call before CUDA allocates.
+
+    torch.cuda.memory_stats(), max_memory_allocated(), reset_peak_memory_stats(), memory_summary() and
+    torch.accelerator.memory_stats() then report accalloc's figures.
+    """
+    global _cuda_allocator
+    with _lock:
+        if _cuda_allocator is not None:
+            return
+        info = _checked_build_info()
+        if not info.CUDA_EXTENSION:
+            raise RuntimeError("accalloc.torch was built without CUDA support (this torch is not a CUDA build, "
+                               "or the CUDA runtime headers were missing at install time)")
+        if not torch.cuda.is_available():
+            raise RuntimeError("use_for_cuda: CUDA is not available in this process (no GPU or no driver)")
+        extension = _extension("_torch_cuda")
+        extension.accalloc_torch_use_for_cuda.restype = ctypes.c_int
+        extension.accalloc_torch_use_for_cuda_error.restype = ctypes.c_char_p
+        if extension.accalloc_torch_use_for_cuda() != 0:
+            raise RuntimeError(f"use_for_cuda: {extension.accalloc_torch_use_for_cuda_error().decode()} (call "
+                               "accalloc.torch.use_for_cuda() before the first CUDA tensor is made)")
+        _cuda_allocator = extension
