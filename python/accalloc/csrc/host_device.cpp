@@ -22,10 +22,13 @@
 #include <ATen/ops/_local_scalar_dense.h>
 #include <ATen/ops/from_blob.h>
 #include <c10/core/CPUAllocator.h>
+#include <c10/core/impl/alloc_cpu.h>
 #include <torch/library.h>
 
 #include <accalloc/torch_device_allocator.h>
 
+#include <cstring>
+#include <map>
 #include <mutex>
 
 namespace {
@@ -111,6 +114,56 @@ struct HostGuardImpl final : public c10::impl::DeviceGuardImplInterface {
 
 C10_REGISTER_GUARD_IMPL(PrivateUse1, HostGuardImpl);
 
+// ---- pinned host memory -----------------------------------------------------------------------------
+
+// Page-locked memory is what a real device would copy asynchronously from; here it is host memory
+// the allocator remembers, so that is_pinned() answers for it (a non-blocking copy to the CPU lands
+// in it, as on any accelerator).
+class PinnedAllocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(size_t n) override {
+    void* ptr = n == 0 ? nullptr : c10::alloc_cpu(n);
+    if (ptr != nullptr) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      live_.emplace(ptr, n);
+    }
+    return {ptr, ptr, &release, c10::Device(c10::DeviceType::CPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
+  void copy_data(void* dst, const void* src, std::size_t n) const override { std::memcpy(dst, src, n); }
+
+  bool is_pinned(const void* ptr) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto after = live_.upper_bound(const_cast<void*>(ptr));
+    if (after == live_.begin()) {
+      return false;
+    }
+    --after;
+    auto start = static_cast<const char*>(after->first);
+    return static_cast<const char*>(ptr) < start + after->second;
+  }
+
+  static PinnedAllocator& instance() {
+    static auto* pinned = new PinnedAllocator();  // never destroyed, as the device allocator
+    return *pinned;
+  }
+
+ private:
+  static void release(void* ptr) {
+    if (ptr == nullptr) {
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> lock(instance().mutex_);
+      instance().live_.erase(ptr);
+    }
+    c10::free_cpu(ptr);
+  }
+
+  std::mutex mutex_;
+  std::map<void*, size_t> live_;
+};
+
 // ---- hooks ------------------------------------------------------------------------------------------
 
 struct HostHooks final : public at::PrivateUse1HooksInterface {
@@ -138,7 +191,8 @@ struct HostHooks final : public at::PrivateUse1HooksInterface {
   // tensors made on it.
   at::Device getDeviceFromPtr(void* /*data*/) const override { return at::Device(kType, current_device()); }
 
-  at::Allocator* getPinnedMemoryAllocator() const override { return at::getCPUAllocator(); }
+  at::Allocator* getPinnedMemoryAllocator() const override { return &PinnedAllocator::instance(); }
+  bool isPinnedPtr(const void* data) const override { return PinnedAllocator::instance().is_pinned(data); }
 
   // Storage.resize_ on this device: a new block of the new size, the old bytes copied over.
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t new_bytes) const override {

@@ -1,0 +1,203 @@
+"""PyTorch on the host accelerator: tensors, models, torch.accelerator, memory figures, errors."""
+import gc
+
+import pytest
+import torch
+
+import accalloc
+from conftest import DEVICE, MiB
+
+
+def test_it_is_pytorchs_accelerator():
+    assert DEVICE == "accalloc"
+    assert torch.accelerator.is_available()
+    assert torch.accelerator.current_accelerator().type == "accalloc"
+    assert torch.accelerator.device_count() == 2
+    assert torch.accalloc.device_count() == 2
+    assert torch.device("accalloc:1").type == "accalloc"
+
+
+def test_current_device_and_the_device_index_context(fresh_device):
+    assert torch.accelerator.current_device_index() == 0
+    with torch.accelerator.device_index(1):
+        assert torch.accelerator.current_device_index() == 1
+        t = torch.empty(4096, dtype=torch.uint8, device="accalloc")
+        assert t.device == torch.device("accalloc:1")
+        assert torch.accelerator.memory_allocated(1) == 4096
+        assert torch.accelerator.memory_allocated(0) == 0
+        del t
+    assert torch.accelerator.current_device_index() == 0
+    torch.accelerator.set_device_index(1)
+    assert torch.accelerator.current_device_index() == 1
+    torch.accelerator.set_device_index(0)
+
+
+def test_streams_are_the_default_stream(fresh_device):
+    stream = torch.accelerator.current_stream()
+    assert stream.device == torch.device("accalloc:0") and stream.stream_id == 0
+    torch.accelerator.synchronize()
+    torch.accelerator.synchronize(1)
+
+
+def test_tensors_compute_and_copy_both_ways(fresh_device):
+    a = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    d = a.to("accalloc")
+    assert d.device.type == "accalloc"
+    assert torch.equal((d * 2 + 1).cpu(), a * 2 + 1)
+    assert torch.equal(d.t().contiguous().cpu(), a.t().contiguous())
+    assert torch.equal(d[1:, ::2].cpu(), a[1:, ::2])
+    assert d.sum().item() == 66.0
+    assert torch.equal((d @ d.T).cpu(), a @ a.T)
+    d.add_(1)
+    assert torch.equal(d.cpu(), a + 1)
+    e = torch.zeros(3, 4, device="accalloc:1")
+    e.copy_(d)  # across devices
+    assert torch.equal(e.cpu(), a + 1)
+    assert "accalloc" in repr(d)
+    grown = torch.empty(0, device="accalloc")
+    grown.resize_(100)
+    assert grown.numel() == 100
+
+
+def test_a_tensor_on_device_1_is_counted_on_device_1_only(fresh_device):
+    t = torch.empty(5 * MiB, dtype=torch.uint8, device="accalloc:1")
+    assert torch.accelerator.memory_allocated(1) == 5 * MiB
+    assert torch.accelerator.memory_reserved(1) == 20 * MiB
+    assert torch.accelerator.memory_allocated(0) == 0
+    assert torch.accelerator.memory_reserved(0) == 0
+    del t
+    assert torch.accelerator.memory_allocated(1) == 0
+    assert torch.accelerator.max_memory_allocated(1) == 5 * MiB
+
+
+def test_memory_stats_are_accallocs_at_the_same_moment(fresh_device):
+    keep = [torch.empty(n, device="accalloc") for n in (10, 1000, 300_000, 5_000_000)]
+    assert torch.accelerator.memory_stats() == accalloc.memory_stats("accalloc:0")
+    assert torch.accelerator.memory_stats(0) == accalloc.memory_stats(f"{DEVICE}:0")
+    assert len(torch.accelerator.memory_stats()) == 122
+    del keep
+    assert torch.accelerator.memory_stats() == accalloc.memory_stats("accalloc:0")
+
+
+def test_figures_of_a_sequence_of_empty_follow_pytorchs_rules(fresh_device):
+    # 1000 bytes: rounded to 1024 (512-byte steps), a 2 MiB small-pool segment, split.
+    a = torch.empty(1000, dtype=torch.uint8, device="accalloc")
+    # 1 MiB exactly: still small (<= 1 MiB), rounded to itself, from the same small segment.
+    b = torch.empty(MiB, dtype=torch.uint8, device="accalloc")
+    # 3 MiB: large pool; a new 20 MiB segment (requests between 1 and 10 MiB), split.
+    c = torch.empty(3 * MiB // 4, dtype=torch.float32, device="accalloc")
+    # 18 MiB: more than the 17 MiB left of that segment, so a segment of its own, rounded up to a
+    # multiple of 2 MiB (18 MiB), not split.
+    d = torch.empty(18 * MiB, dtype=torch.uint8, device="accalloc")
+    s = torch.accelerator.memory_stats()
+    assert s["allocation.all.current"] == 4
+    assert s["allocation.small_pool.current"] == 2 and s["allocation.large_pool.current"] == 2
+    assert s["allocated_bytes.small_pool.current"] == 1024 + MiB
+    assert s["allocated_bytes.large_pool.current"] == 3 * MiB + 18 * MiB
+    assert s["requested_bytes.all.current"] == 1000 + MiB + 3 * MiB + 18 * MiB
+    assert s["reserved_bytes.small_pool.current"] == 2 * MiB
+    assert s["reserved_bytes.large_pool.current"] == 20 * MiB + 18 * MiB
+    assert s["segment.all.current"] == 3 and s["num_device_alloc"] == 3
+    # The remainders of the two split segments are inactive splits.
+    assert s["inactive_split.small_pool.current"] == 1
+    assert s["inactive_split_bytes.small_pool.current"] == 2 * MiB - 1024 - MiB
+    assert s["inactive_split.large_pool.current"] == 1
+    assert s["inactive_split_bytes.large_pool.current"] == 17 * MiB
+    # Freeing b merges it with the small remainder: one inactive split of 2 MiB - 1024.
+    del b
+    s = torch.accelerator.memory_stats()
+    assert s["inactive_split_bytes.small_pool.current"] == 2 * MiB - 1024
+    assert s["allocated_bytes.all.freed"] == MiB
+    del a, c, d
+    s = torch.accelerator.memory_stats()
+    assert s["allocated_bytes.all.current"] == 0 and s["reserved_bytes.all.current"] == 40 * MiB
+    assert s["allocated_bytes.all.peak"] == 1024 + MiB + 21 * MiB
+    assert s["inactive_split.all.current"] == 0  # whole free segments are not splits
+    torch.accelerator.empty_cache()
+    s = torch.accelerator.memory_stats()
+    assert s["reserved_bytes.all.current"] == 0 and s["num_device_free"] == 3
+    assert torch.accelerator.max_memory_reserved() == 40 * MiB
+    torch.accelerator.reset_peak_memory_stats()
+    assert torch.accelerator.max_memory_reserved() == 0
+    torch.accelerator.reset_accumulated_memory_stats()
+    assert torch.accelerator.memory_stats()["num_device_alloc"] == 0
+
+
+def test_get_memory_info(fresh_device):
+    free, total = torch.accelerator.get_memory_info(0)
+    assert total == 2 << 30 and free == total
+    t = torch.empty(5 * MiB, dtype=torch.uint8, device="accalloc")
+    free, total = torch.accelerator.get_memory_info(0)
+    assert free == total - 20 * MiB
+    del t
+
+
+def test_out_of_memory_is_torchs_error_and_the_allocator_keeps_working(fresh_device):
+    keep = torch.empty(MiB, device="accalloc")
+    with pytest.raises(torch.OutOfMemoryError, match="out of memory. Tried to allocate 3.00 GiB"):
+        torch.empty(3 << 30, dtype=torch.uint8, device="accalloc")
+    # The allocator keeps working: 1.5 GiB still fits beside what it holds, and the failed request
+    # left no trace but the OOM count.
+    assert torch.accelerator.memory_allocated() == 4 * MiB
+    big = torch.empty(3 << 29, dtype=torch.uint8, device="accalloc")
+    s = torch.accelerator.memory_stats()
+    assert s["num_ooms"] == 1
+    assert torch.accelerator.memory_allocated() == 4 * MiB + (3 << 29)
+    del big, keep
+
+
+def mlp():
+    return torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.GELU(), torch.nn.Linear(64, 4))
+
+
+class TransformerBlock(torch.nn.Module):
+    def __init__(self, width=32, heads=4):
+        super().__init__()
+        self.norm1 = torch.nn.LayerNorm(width)
+        self.attention = torch.nn.MultiheadAttention(width, heads, batch_first=True)
+        self.norm2 = torch.nn.LayerNorm(width)
+        self.feed_forward = torch.nn.Sequential(torch.nn.Linear(width, 4 * width), torch.nn.GELU(),
+                                                torch.nn.Linear(4 * width, width))
+        self.head = torch.nn.Linear(width, 4)
+
+    def forward(self, x):
+        y = self.norm1(x)
+        x = x + self.attention(y, y, y, need_weights=False)[0]
+        x = x + self.feed_forward(self.norm2(x))
+        return self.head(x.mean(dim=1))
+
+
+def train(model, inputs, targets, device, steps=8):
+    model = model.to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    losses = []
+    for step in range(steps):
+        x, y = inputs[step].to(device), targets[step].to(device)
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+@pytest.mark.parametrize("make, shape", [(mlp, (32, 16)), (TransformerBlock, (8, 10, 32))],
+                         ids=["mlp", "transformer_block"])
+def test_a_model_trains_with_the_losses_of_the_cpu_and_nothing_leaks(fresh_device, make, shape):
+    torch.manual_seed(0)
+    reference = make()
+    inputs = [torch.randn(*shape) for _ in range(8)]
+    targets = [torch.randint(0, 4, (shape[0],)) for _ in range(8)]
+    on_device = make()
+    on_device.load_state_dict(reference.state_dict())
+    cpu_losses = train(reference, inputs, targets, "cpu")
+    device_losses = train(on_device, inputs, targets, "accalloc")
+    assert device_losses == pytest.approx(cpu_losses, rel=1e-5, abs=1e-6)
+    assert device_losses[-1] < device_losses[0], "the model learns"
+    assert torch.accelerator.max_memory_allocated() > 0
+    assert torch.accelerator.memory_stats() == accalloc.memory_stats("accalloc:0")
+    del on_device
+    gc.collect()
+    assert torch.accelerator.memory_allocated() == 0
+    torch.accelerator.empty_cache()
+    assert torch.accelerator.memory_reserved() == 0

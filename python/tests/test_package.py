@@ -1,0 +1,104 @@
+"""The accalloc package over the C ABI, and its errors: what a user sees before any registration."""
+import ctypes
+
+import pytest
+
+import accalloc
+from conftest import MiB, run_python
+
+
+def test_memory_api_has_torch_accelerators_names_and_figures(fresh_device):
+    stats = accalloc.memory_stats("host:0")
+    assert len(stats) == 122 and list(stats) == sorted(stats)
+    lib = accalloc._library.library()
+    ptr = ctypes.c_void_p()
+    # 3 MiB on host device 0: a 20 MiB large-pool segment, split (PyTorch's rules).
+    accalloc.check(lib.accalloc_malloc_on(0, ctypes.byref(ptr), 3 * MiB, 0, None))
+    try:
+        assert accalloc.memory_allocated("host:0") == 3 * MiB
+        assert accalloc.memory_reserved("host:0") == 20 * MiB
+        stats = accalloc.memory_stats("host:0")
+        assert stats["inactive_split_bytes.large_pool.current"] == 17 * MiB
+        assert stats["segment.large_pool.current"] == 1
+        assert accalloc.device_stats("host:0").allocated_bytes[0].current == 3 * MiB
+        assert accalloc.memory_allocated("host:1") == 0
+        free, total = accalloc.get_memory_info("host:0")
+        assert total == 2 << 30 and free == total - 20 * MiB
+        assert "Allocated memory" in accalloc.memory_summary("host:0")
+    finally:
+        accalloc.check(lib.accalloc_free(ptr))
+    assert accalloc.max_memory_allocated("host:0") == 3 * MiB
+    accalloc.reset_peak_memory_stats("host:0")
+    assert accalloc.max_memory_allocated("host:0") == 0
+    accalloc.empty_cache()
+    assert accalloc.memory_reserved("host:0") == 0
+    assert accalloc.memory_stats("host:0")["num_device_free"] == 1
+    accalloc.reset_accumulated_memory_stats("host:0")
+    assert accalloc.memory_stats("host:0")["num_device_free"] == 0
+
+
+def test_settings_round_trip_and_bad_settings_are_errors():
+    before = accalloc.get_allocator_settings("host")
+    accalloc.set_allocator_settings("max_split_size_mb:64", "host")
+    try:
+        assert "max_split_size_mb:64" in accalloc.get_allocator_settings("host")
+        assert accalloc.memory_stats("host:0")["max_split_size"] == 64 * MiB
+        with pytest.raises(accalloc.AccallocError, match="max_split_size_mb") as error:
+            accalloc.set_allocator_settings("max_split_size_mb:5", "host")
+        assert error.value.status == "ACCALLOC_ERROR_CONFIG"
+    finally:
+        accalloc.set_allocator_settings(before, "host")
+
+
+def test_device_arguments():
+    assert accalloc.device_count("host") == 2
+    with pytest.raises(accalloc.AccallocError) as error:
+        accalloc.memory_allocated("host:7")
+    assert error.value.status == "ACCALLOC_ERROR_INVALID_DEVICE"
+    with pytest.raises(ValueError, match="no device of type 'xpu'"):
+        accalloc.memory_stats("xpu:0")
+
+
+def test_a_missing_library_says_what_to_do():
+    code, out = run_python("import accalloc", ACCALLOC_LIBRARY="/nonexistent/libaccalloc.so")
+    assert code != 0
+    assert "ACCALLOC_LIBRARY=/nonexistent/libaccalloc.so does not exist" in out
+
+
+def test_importing_changes_nothing_in_pytorch():
+    code, out = run_python("""
+        import torch, accalloc, accalloc.torch
+        assert torch._C._get_privateuse1_backend_name() == "privateuseone"
+        accelerator = torch.accelerator.current_accelerator()
+        assert accelerator is None or accelerator.type != "accalloc", accelerator
+        print("untouched")
+    """)
+    assert code == 0 and "untouched" in out, out
+
+
+def test_a_second_name_is_refused():
+    with pytest.raises(RuntimeError, match="already registered as 'accalloc'"):
+        accalloc.torch.register_host_device("other")
+    assert accalloc.torch.register_host_device("accalloc") == "accalloc"
+
+
+def test_a_torch_other_than_the_one_built_for_is_refused():
+    code, out = run_python("""
+        import torch
+        torch.__version__ = "0.0.1"
+        import accalloc.torch
+        accalloc.torch.register_host_device()
+    """)
+    assert code != 0
+    assert "accalloc.torch was built for torch" in out and "but this is torch 0.0.1" in out
+    assert "pip install --no-build-isolation --force-reinstall ./python" in out
+
+
+def test_use_for_cuda_without_a_gpu_says_why():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: tests/test_cuda.py covers use_for_cuda")
+    code, out = run_python("import accalloc.torch; accalloc.torch.use_for_cuda()")
+    assert code != 0
+    assert "CUDA is not available in this process" in out or "built without CUDA support" in out, out
