@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# On a machine with an NVIDIA GPU, in under 8 minutes: build accalloc, run the CUDA tests, train a small
-# model in PyTorch with accalloc as the pluggable allocator and with PyTorch's own allocator (peak
+# On a machine with an NVIDIA GPU, in under 8 minutes: build accalloc, run the CUDA tests, install the
+# Python package and run its tests (use_for_cuda included), train a small model in PyTorch with accalloc
+# as its CUDA allocator (accalloc.torch.use_for_cuda) and with PyTorch's own allocator (peak
 # reserved and time per step), and replay the sample traces through accalloc and through PyTorch's own
 # caching allocator, comparing all 122 statistics (they must match in the default configuration) and
 # the time per operation. The output is saved to docs/gpu-results.md with the date and the device.
@@ -28,20 +29,24 @@ echo "== CUDA tests"
 timeout 120 cargo test --release --test cuda -- --nocapture || status=1
 ./target/release/accalloc info
 
-lib=$PWD/target/release/libaccalloc.so
-if ! python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+# The Python with torch: ACCALLOC_TORCH_VENV (as scripts/test-python.sh makes it) when there, else python3.
+python=${ACCALLOC_TORCH_VENV:-$HOME/.cache/accalloc/torch-2.15}/bin/python
+[ -x "$python" ] || python=python3
+if ! "$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
   echo "PyTorch with CUDA is not available: skipping the PyTorch comparisons"
 else
-  echo "== training a small model: accalloc (pluggable) vs PyTorch's allocator"
+  echo "== accalloc.torch: the package, use_for_cuda and its tests"
+  "$python" -m pip install --quiet --no-build-isolation --no-deps --force-reinstall ./python || status=1
+  (cd python/tests && timeout 300 "$python" -m pytest -q -p no:cacheprovider -rs) || status=1
+  echo "== training a small model: accalloc (accalloc.torch.use_for_cuda) vs PyTorch's allocator"
   for which in pytorch accalloc; do
-    ACCALLOC_LIBRARY=$lib WHICH=$which timeout 120 python3 - <<'PY' || status=1
+    WHICH=$which timeout 120 "$python" - <<'PY' || status=1
 import os, sys, time
-sys.path.insert(0, "examples")
 which = os.environ["WHICH"]
 import torch
 if which == "accalloc":
-    import accalloc_torch as acc
-    acc.use_as_pytorch_allocator()
+    import accalloc, accalloc.torch
+    accalloc.torch.use_for_cuda()
 torch.manual_seed(0)
 layers = []
 for _ in range(8):
@@ -58,17 +63,17 @@ for step in range(30):
     opt.zero_grad(set_to_none=True); loss.backward(); opt.step()
     torch.cuda.synchronize(); times.append(time.perf_counter() - t)
 step_ms = 1000 * sorted(times[5:])[len(times[5:]) // 2]
+# With use_for_cuda, torch.cuda's figures are accalloc's: the same calls serve both.
+peak = torch.cuda.max_memory_reserved(); allocated = torch.cuda.max_memory_allocated()
 if which == "accalloc":
-    peak = acc.max_memory_reserved(0); allocated = acc.max_memory_allocated(0)
-else:
-    peak = torch.cuda.max_memory_reserved(); allocated = torch.cuda.max_memory_allocated()
+    assert torch.cuda.memory_stats() == accalloc.memory_stats("cuda:0")
 print(f"{which:9s} peak reserved {peak/2**20:9.1f} MiB  peak allocated {allocated/2**20:9.1f} MiB  median step {step_ms:.2f} ms")
 PY
   done
 
   echo "== replaying the sample traces: PyTorch's caching allocator vs accalloc (CUDA backend)"
   for trace in examples/traces/*.jsonl; do
-    timeout 120 python3 - "$trace" "$PWD/target/release/accalloc" <<'PY' || status=1
+    timeout 120 "$python" - "$trace" "$PWD/target/release/accalloc" <<'PY' || status=1
 import json, subprocess, sys, time
 import torch
 trace, tool = sys.argv[1], sys.argv[2]

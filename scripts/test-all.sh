@@ -56,8 +56,10 @@ c++ -std=c++17 -Wall -Wextra -Werror -Iinclude examples/framework_backend.cpp -L
   -Wl,-rpath,"$PWD/target/release" -o build/framework_backend
 ./build/framework_backend
 
-echo "== examples/accalloc_torch.py (statistics through ctypes, on the host)"
-ACCALLOC_DEVICE=host python3 examples/accalloc_torch.py
+echo "== the Python package inside PyTorch (scripts/test-python.sh)"
+scripts/test-python.sh
+echo "== examples/torch_host_device.py"
+ACCALLOC_DEVICE=host "${ACCALLOC_TORCH_VENV:-$HOME/.cache/accalloc/torch-2.15}/bin/python" examples/torch_host_device.py
 
 if [ -n "${ACCALLOC_FUZZ_SECONDS:-}" ]; then
   echo "== fuzzing (${ACCALLOC_FUZZ_SECONDS}s a target)"

@@ -1,0 +1,55 @@
+"""accalloc as PyTorch's CUDA allocator, with PyTorch's statistics kept. Needs a GPU: without one each
+test skips, saying so (scripts/gpu-check.sh runs them where there is one)."""
+import pytest
+import torch
+
+from conftest import run_python
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
+                                reason="no CUDA GPU on this machine: accalloc.torch.use_for_cuda is tested by "
+                                       "scripts/gpu-check.sh on one")
+
+
+def test_cuda_statistics_are_accallocs():
+    code, out = run_python("""
+        import torch, accalloc, accalloc.torch
+        accalloc.torch.use_for_cuda()
+        MiB = 1 << 20
+        a = torch.empty(3 * MiB, dtype=torch.uint8, device="cuda")
+        b = torch.empty(1000, dtype=torch.uint8, device="cuda")
+        s = torch.cuda.memory_stats()
+        assert s == accalloc.memory_stats("cuda:0"), "torch.cuda.memory_stats is accalloc's"
+        assert torch.accelerator.memory_stats() == s, "and so is torch.accelerator's"
+        assert s["allocated_bytes.all.current"] == 3 * MiB + 1024
+        assert s["reserved_bytes.large_pool.current"] == 20 * MiB
+        assert torch.cuda.max_memory_allocated() == 3 * MiB + 1024
+        del a, b
+        torch.cuda.reset_peak_memory_stats()
+        assert torch.cuda.max_memory_allocated() == 0
+        torch.cuda.empty_cache()
+        assert torch.cuda.memory_reserved() == 0
+        assert "Allocated memory" in torch.cuda.memory_summary()
+        free, total = torch.cuda.mem_get_info()
+        assert 0 < free <= total
+        try:
+            torch.empty(1 << 50, dtype=torch.uint8, device="cuda")
+        except torch.OutOfMemoryError as e:
+            assert "out of memory" in str(e)
+        else:
+            raise AssertionError("no OOM")
+        assert torch.cuda.memory_stats()["num_ooms"] == 1
+        x = torch.randn(256, 256, device="cuda")
+        assert torch.isfinite((x @ x).sum()).item()
+        print("cuda ok")
+    """)
+    assert code == 0 and "cuda ok" in out, out
+
+
+def test_use_for_cuda_too_late_says_what_to_do():
+    code, out = run_python("""
+        import torch, accalloc.torch
+        torch.empty(10, device="cuda")
+        accalloc.torch.use_for_cuda()
+    """)
+    assert code != 0
+    assert "before the first CUDA tensor" in out, out
