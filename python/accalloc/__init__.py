@@ -7,8 +7,8 @@
 
 Every function works over accalloc's C ABI (ctypes), with or without PyTorch. `device` is what
 torch.accelerator takes: None (this thread's current device), an index, "accalloc:1" / "cuda:0", or a
-torch.device. A device of the type accalloc.torch.register_host_device() named, or "host", is accalloc's
-host backend; "cuda" its CUDA backend; an index alone, accalloc's current accelerator. PyTorch's own
+torch.device. "host" is accalloc's host backend, "cuda" its CUDA backend, the name accalloc.torch registered the
+accelerator under its device type; an index alone means accalloc's current accelerator. PyTorch's own
 integration is in accalloc.torch.
 """
 import ctypes
@@ -25,8 +25,8 @@ __all__ = [
     "current_accelerator", "library_path",
 ]
 
-# Device type names that mean accalloc's host backend; accalloc.torch adds the name it registers.
-_HOST_NAMES = {"host"}
+# Device type names and the accalloc device types they mean; accalloc.torch adds the name it registers.
+_DEVICE_TYPES = {"host": DEVICE_HOST, "cuda": DEVICE_CUDA}
 
 
 def _device_type_and_index(device):
@@ -40,11 +40,9 @@ def _device_type_and_index(device):
         index = int(index) if index else -1
     else:  # torch.device, or anything with .type and .index
         name, index = device.type, (-1 if device.index is None else device.index)
-    if name in _HOST_NAMES:
-        return DEVICE_HOST, index
-    if name == "cuda":
-        return DEVICE_CUDA, index
-    raise ValueError(f"accalloc serves no device of type {name!r} (known: cuda, {', '.join(sorted(_HOST_NAMES))})")
+    if name in _DEVICE_TYPES:
+        return _DEVICE_TYPES[name], index
+    raise ValueError(f"accalloc serves no device of type {name!r} (known: {', '.join(sorted(_DEVICE_TYPES))})")
 
 
 def _int64(function, device):

@@ -1,13 +1,16 @@
-// An accelerator on PyTorch's DeviceType::PrivateUse1 whose memory is accalloc's host backend.
+// An accelerator on PyTorch's DeviceType::PrivateUse1 whose memory is accalloc's host backend (or any
+// accalloc device type whose memory the CPU can address: a backend registered from C over malloc, a
+// simulator, unified memory).
 //
 // What a PrivateUse1 backend needs, and no more: the allocator (accalloc_torch::DeviceAllocator over
-// ACCALLOC_DEVICE_HOST), a device guard (current device = accalloc's per-thread current device, one
+// the device type), a device guard (current device = accalloc's per-thread current device, one
 // default stream per device, synchronous events), the hooks, the ATen kernels that create, view and
 // copy tensors, and a boxed CPU fallback for every other operator (the memory is host memory, so the
 // CPU kernels work on it in place of device kernels).
 //
-// Loading this library registers the guard and the kernels; accalloc_torch_register_host_device()
-// registers the allocator and the hooks. accalloc.torch.register_host_device() does both, once.
+// Loading this library registers the guard and the kernels; accalloc_torch_register_device() chooses
+// the accalloc device type and registers the allocator and the hooks. accalloc.torch.register_device()
+// and register_host_device() do both, once.
 #include <ATen/EmptyTensor.h>
 #include <ATen/core/GeneratorForPrivateuseone.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
@@ -34,7 +37,8 @@
 namespace {
 
 constexpr c10::DeviceType kType = c10::DeviceType::PrivateUse1;
-constexpr AccallocDeviceType kAccallocType = ACCALLOC_DEVICE_HOST;
+// The accalloc device type behind PrivateUse1, chosen once by accalloc_torch_register_device.
+AccallocDeviceType kAccallocType = ACCALLOC_DEVICE_HOST;
 
 accalloc_torch::DeviceAllocator& allocator() {
   // Never destroyed: DataPtr deleters may run during interpreter shutdown.
@@ -306,21 +310,25 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromB
 
 extern "C" {
 
-// Make accalloc's host backend PyTorch's PrivateUse1 allocator and hooks (once; later calls do
-// nothing). Returns 0, or -1 when accalloc cannot start (its message in accalloc_last_error_message).
-__attribute__((visibility("default"))) int accalloc_torch_register_host_device(void) {
-  static std::once_flag once;
-  static int result = 0;
-  std::call_once(once, [] {
-    int32_t count = 0;
-    if (accalloc_device_count_on(kAccallocType, &count) != ACCALLOC_OK) {
-      result = -1;
-      return;
-    }
-    c10::SetAllocator(kType, &allocator());
-    at::RegisterPrivateUse1HooksInterface(new HostHooks());
-  });
-  return result;
+// Make accalloc's device type `device_type` PyTorch's PrivateUse1 allocator and hooks (once; a later
+// call with the same type does nothing). Returns 0; -1 when accalloc cannot start or the type has no
+// device (accalloc_last_error_message says why); -2 when another type was registered before.
+__attribute__((visibility("default"))) int accalloc_torch_register_device(AccallocDeviceType device_type) {
+  static std::mutex mutex;
+  static bool registered = false;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (registered) {
+    return device_type == kAccallocType ? 0 : -2;
+  }
+  int32_t count = 0;
+  if (accalloc_device_count_on(device_type, &count) != ACCALLOC_OK) {
+    return -1;
+  }
+  kAccallocType = device_type;
+  c10::SetAllocator(kType, &allocator());
+  at::RegisterPrivateUse1HooksInterface(new HostHooks());
+  registered = true;
+  return 0;
 }
 
 }  // extern "C"

@@ -56,19 +56,24 @@ def _extension(name):
     return ctypes.CDLL(str(found[0]), mode=ctypes.RTLD_GLOBAL)
 
 
-def _device_module(name):
-    """The Python module torch._register_device_module needs for the host accelerator."""
-    module = types.ModuleType(f"accalloc.torch.{name}")
+def _device_module(accalloc_device_type):
+    """The Python module torch._register_device_module needs for the accelerator."""
+    module = types.ModuleType("accalloc.torch.device")
+    lib = library()
 
     def device_count():
-        return accalloc.device_count("host")
+        count = ctypes.c_int32()
+        accalloc._library.check(lib.accalloc_device_count_on(accalloc_device_type, ctypes.byref(count)))
+        return count.value
 
     def current_device():
-        return accalloc.current_device("host")
+        index = ctypes.c_int32()
+        accalloc._library.check(lib.accalloc_current_device_on(accalloc_device_type, ctypes.byref(index)))
+        return index.value
 
     def set_device(device):
         index = device if isinstance(device, int) else torch.device(device).index
-        accalloc.set_device(f"host:{index}")
+        accalloc._library.check(lib.accalloc_set_device_on(accalloc_device_type, index))
 
     module.is_available = lambda: device_count() > 0
     module.is_initialized = lambda: True
@@ -97,25 +102,39 @@ def register_host_device(name="accalloc"):
     then on torch.accelerator.current_accelerator().type == name, tensors go to f"{name}:0" (one device
     per ACCALLOC_HOST_DEVICES), and every torch.accelerator memory figure is accalloc's.
     """
+    return register_device(name, DEVICE_HOST)
+
+
+def register_device(name, accalloc_device_type):
+    """Make an accalloc device type PyTorch's PrivateUse1 accelerator, named `name`; returns the name.
+
+    `accalloc_device_type` is ACCALLOC_DEVICE_HOST or a type accalloc_register_backend returned for a
+    backend written in C whose memory the CPU can address (operators run on the CPU, over that memory).
+    """
     global _host_name
     with _lock:
         if _host_name is not None:
             if name != _host_name:
-                raise RuntimeError(f"the host accelerator is already registered as {_host_name!r}")
+                raise RuntimeError(f"the accalloc accelerator is already registered as {_host_name!r}")
             return _host_name
         current = torch._C._get_privateuse1_backend_name()
         if current not in ("privateuseone", name):
             raise RuntimeError(f"PyTorch's PrivateUse1 device is already {current!r}: one per process")
         extension = _extension("_torch_host")
-        if extension.accalloc_torch_register_host_device() != 0:
-            accalloc._library.check(library().accalloc_device_count_on(DEVICE_HOST, ctypes.byref(ctypes.c_int32())))
-            raise RuntimeError("accalloc could not start its host backend")
+        extension.accalloc_torch_register_device.argtypes = [ctypes.c_int32]
+        result = extension.accalloc_torch_register_device(accalloc_device_type)
+        if result == -2:
+            raise RuntimeError("another accalloc device type is already PyTorch's PrivateUse1 device")
+        if result != 0:
+            count = ctypes.c_int32()
+            accalloc._library.check(library().accalloc_device_count_on(accalloc_device_type, ctypes.byref(count)))
+            raise RuntimeError(f"accalloc device type {accalloc_device_type} has no device")
         if current != name:
             torch.utils.rename_privateuse1_backend(name)
-        torch._register_device_module(name, _device_module(name))
+        torch._register_device_module(name, _device_module(accalloc_device_type))
         torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True,
                                                               for_storage=True)
-        accalloc._HOST_NAMES.add(name)
+        accalloc._DEVICE_TYPES[name] = accalloc_device_type
         sys.modules[f"torch.{name}"] = getattr(torch, name)
         _host_name = name
         return name
