@@ -201,3 +201,21 @@ def test_a_model_trains_with_the_losses_of_the_cpu_and_nothing_leaks(fresh_devic
     assert torch.accelerator.memory_allocated() == 0
     torch.accelerator.empty_cache()
     assert torch.accelerator.memory_reserved() == 0
+
+
+def test_oversize_and_max_split_size_reach_torch(fresh_device):
+    before = accalloc.get_allocator_settings("host")
+    accalloc.set_allocator_settings("max_split_size_mb:20", "host")
+    try:
+        big = torch.empty(25 * MiB, dtype=torch.uint8, device="accalloc")  # 25 MiB >= 20 MiB: oversize
+        s = torch.accelerator.memory_stats()
+        assert s["max_split_size"] == 20 * MiB
+        assert s["oversize_allocations.current"] == 1 and s["oversize_segments.current"] == 1
+        assert s["inactive_split.all.current"] == 0, "an oversize block is never split"
+        del big
+        s = torch.accelerator.memory_stats()
+        assert s["oversize_allocations.current"] == 0 and s["oversize_allocations.freed"] == 1
+    finally:
+        accalloc.set_allocator_settings(before, "host")
+        torch.accelerator.empty_cache()
+    assert torch.accelerator.memory_stats()["max_split_size"] == -1
