@@ -39,50 +39,38 @@ fn stat(json: &str, key: &str) -> i64 {
     value["stats"][key].as_i64().unwrap()
 }
 
+/// (max_split_size, oversize allocations) of a simulated replay of `trace()` with `ACCALLOC_CONF` set
+/// to `env` (or unset) and `--config` given as `config` (or not).
+fn replay_figures(env: Option<&str>, config: Option<&str>) -> (i64, i64) {
+    let trace = trace();
+    let mut args = vec!["replay", &trace, "--json", "--simulate"];
+    if let Some(config) = config {
+        args.extend(["--config", config]);
+    }
+    let env: Vec<(&str, &str)> = env.map(|v| ("ACCALLOC_CONF", v)).into_iter().collect();
+    let (ok, out, err) = accalloc(&args, &env);
+    assert!(ok, "{err}");
+    (
+        stat(&out, "max_split_size"),
+        stat(&out, "oversize_allocations.allocated"),
+    )
+}
+
 #[test]
 fn replay_honours_accalloc_conf_and_config_overrides_its_keys() {
-    let trace = trace();
-    let (ok, out, err) = accalloc(&["replay", &trace, "--json", "--simulate"], &[]);
-    assert!(ok, "{err}");
-    assert_eq!(stat(&out, "max_split_size"), -1);
-    assert_eq!(stat(&out, "oversize_allocations.allocated"), 0);
-
-    let env = [("ACCALLOC_CONF", "max_split_size_mb:20")];
-    let (ok, out, err) = accalloc(&["replay", &trace, "--json", "--simulate"], &env);
-    assert!(ok, "{err}");
-    assert_eq!(stat(&out, "max_split_size"), 20 << 20);
-    assert_eq!(stat(&out, "oversize_allocations.allocated"), 1);
-
+    assert_eq!(replay_figures(None, None), (-1, 0));
+    let env = Some("max_split_size_mb:20");
+    assert_eq!(replay_figures(env, None), (20 << 20, 1));
     // --config names the same key: its value wins.
-    let (ok, out, err) = accalloc(
-        &[
-            "replay",
-            &trace,
-            "--json",
-            "--simulate",
-            "--config",
-            "max_split_size_mb:40",
-        ],
-        &env,
+    assert_eq!(
+        replay_figures(env, Some("max_split_size_mb:40")),
+        (40 << 20, 0)
     );
-    assert!(ok, "{err}");
-    assert_eq!(stat(&out, "max_split_size"), 40 << 20);
-    assert_eq!(stat(&out, "oversize_allocations.allocated"), 0);
-
     // --config names another key: the environment's max_split_size stays.
-    let (ok, out, err) = accalloc(
-        &[
-            "replay",
-            &trace,
-            "--json",
-            "--simulate",
-            "--config",
-            "roundup_power2_divisions:4",
-        ],
-        &env,
+    assert_eq!(
+        replay_figures(env, Some("roundup_power2_divisions:4")),
+        (20 << 20, 1)
     );
-    assert!(ok, "{err}");
-    assert_eq!(stat(&out, "max_split_size"), 20 << 20);
 }
 
 #[test]
