@@ -57,7 +57,7 @@ c++ -std=c++17 -Wall -Wextra -Werror -Iinclude examples/framework_backend.cpp -L
 ./build/framework_backend
 
 echo "== the Python package inside PyTorch (scripts/test-python.sh)"
-scripts/test-python.sh
+scripts/test-python.sh 2>&1 | tee build/logs/pytest.log
 echo "== examples/torch_host_device.py"
 ACCALLOC_DEVICE=host "${ACCALLOC_TORCH_VENV:-$HOME/.cache/accalloc/torch-2.15}/bin/python" examples/torch_host_device.py
 

@@ -3,8 +3,8 @@
 
     test_counts.py LOG_DIR README.md
 
-LOG_DIR holds cargo-test.log (cargo test), model.log (scripts/check_model.py) and ctest.log (ctest of
-c_tests without sanitizers). The README's block between the `<!-- test-counts:begin -->` and
+LOG_DIR holds cargo-test.log (cargo test), model.log (scripts/check_model.py), ctest.log (ctest of
+c_tests without sanitizers) and pytest.log (scripts/test-python.sh). The README's block between the `<!-- test-counts:begin -->` and
 `<!-- test-counts:end -->` lines is compared with the figures: when they differ it is rewritten, except
 under CI (CI set), where a stale block fails the run, as a stale header does.
 """
@@ -45,6 +45,10 @@ def block(logs: Path) -> str:
     total, unit = cargo_counts(cargo)
     model = last_match(r"^(\d+) passed, 0 failed$", (logs / "model.log").read_text())
     ctest = last_match(r"tests passed, 0 tests failed out of (\d+)", (logs / "ctest.log").read_text())
+    pytest_log = (logs / "pytest.log").read_text()
+    pytest_passed = last_match(r"^(\d+) passed", pytest_log)
+    skipped = re.findall(r"^\d+ passed, (\d+) skipped", pytest_log, flags=re.M)
+    pytest_skipped = int(skipped[-1]) if skipped else 0
     return "\n".join([
         BEGIN,
         "| runner | tests that passed | what |",
@@ -54,6 +58,9 @@ def block(logs: Path) -> str:
         f"| `scripts/check_model.py` | {model} | cases compared key by key with the Python model of PyTorch |",
         f"| `ctest` (c_tests) | {ctest} | C, C++, dlopen, Python ctypes, OpenACC side by side, install and"
         " consumers, exports (more under ASan and valgrind) |",
+        f"| `pytest` (python/tests) | {pytest_passed} | the Python package inside PyTorch: the host accelerator,"
+        f" a backend registered from ctypes, device-generic torch.accelerator tests ({pytest_skipped} skipped"
+        " without a GPU: use_for_cuda) |",
         END,
     ])
 
