@@ -127,6 +127,33 @@ pub struct AccallocBackendVTable {
     >,
 }
 
+/// Why the range [ptr, ptr + size) a backend handed out cannot be used, if it cannot: NULL,
+/// not aligned to `alignment`, or running past the end of the address space.
+fn unusable_range(ptr: usize, size: usize, alignment: usize) -> Option<String> {
+    if ptr == 0 {
+        Some("NULL with success".into())
+    } else if ptr % alignment != 0 {
+        Some(format!("not a {alignment}-byte aligned address"))
+    } else if ptr.checked_add(size).is_none() {
+        Some("a range that wraps around the end of the address space".into())
+    } else {
+        None
+    }
+}
+
+/// The error for a refused answer of `call`.
+fn refused(call: &str, ptr: usize, size: usize, why: &str) -> BackendError {
+    let handed_back = if ptr == 0 {
+        ""
+    } else {
+        "; accalloc handed it back"
+    };
+    BackendError::Failed {
+        code: -1,
+        message: format!("{call} returned {ptr:#x} for {size} bytes, {why}{handed_back}"),
+    }
+}
+
 /// A registered C backend.
 pub struct CustomBackend {
     name: String,
@@ -243,15 +270,15 @@ impl Backend for CustomBackend {
         self.call("raw_alloc", self.table.raw_alloc, |f, ctx| unsafe {
             f(ctx, device as i32, size, stream as *mut c_void, &mut out)
         })?;
-        if out.is_null() || (out as usize) % 512 != 0 {
-            return Err(BackendError::Failed {
-                code: -1,
-                message: format!(
-                    "raw_alloc returned {out:p}, which is not a 512-byte aligned address"
-                ),
-            });
+        let ptr = out as usize;
+        if let Some(why) = unusable_range(ptr, size, 512) {
+            // Whatever the backend handed out goes back, so that a refused segment costs nothing.
+            if ptr != 0 {
+                let _ = self.raw_free(device, ptr, size);
+            }
+            return Err(refused("raw_alloc", ptr, size, &why));
         }
-        Ok(out as usize)
+        Ok(ptr)
     }
 
     fn raw_free(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError> {
@@ -350,7 +377,15 @@ impl Backend for CustomBackend {
         self.call("vm_reserve", self.table.vm_reserve, |f, ctx| unsafe {
             f(ctx, device as i32, size, &mut out)
         })?;
-        Ok(out as usize)
+        let ptr = out as usize;
+        let alignment = self.vm_granularity(device).unwrap_or(1).max(512);
+        if let Some(why) = unusable_range(ptr, size, alignment) {
+            if ptr != 0 {
+                let _ = self.vm_release(device, ptr, size);
+            }
+            return Err(refused("vm_reserve", ptr, size, &why));
+        }
+        Ok(ptr)
     }
 
     fn vm_map(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError> {

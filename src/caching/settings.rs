@@ -5,7 +5,7 @@
 //! had unless named. Errors name the key, the value and what is allowed; on error nothing changes.
 
 use super::config::{CachingConfig, ROUNDUP_POWER2_INTERVALS};
-use crate::error::{Error, Result};
+use crate::error::{bounded, quote, Error, Result};
 
 /// Every key accalloc understands (release_lock_on_cudamalloc is PyTorch's name for
 /// release_lock_on_malloc and is accepted too; expandable_trim is accalloc's own).
@@ -67,9 +67,9 @@ impl Parser<'_> {
 
     fn malformed(&self, what: &str) -> Error {
         Error::config(format!(
-            "malformed allocator settings '{}': {what} (the form is key:value,key:value, with \
+            "malformed allocator settings {}: {what} (the form is key:value,key:value, with \
              roundup_power2_divisions also taking [MiB:divisions,...,>:divisions])",
-            self.text
+            quote(self.text)
         ))
     }
 
@@ -78,10 +78,15 @@ impl Parser<'_> {
             Some(t) if t == token => Ok(()),
             Some(t) => {
                 let t = t.to_string();
-                Err(self.malformed(&format!("expected '{token}' after '{after}', found '{t}'")))
+                Err(self.malformed(&format!(
+                    "expected '{token}' after {}, found {}",
+                    quote(after),
+                    quote(&t)
+                )))
             }
             None => Err(self.malformed(&format!(
-                "expected '{token}' after '{after}', found the end"
+                "expected '{token}' after {}, found the end",
+                quote(after)
             ))),
         }
     }
@@ -97,7 +102,9 @@ impl Parser<'_> {
 
 fn invalid(key: &str, value: &str, allowed: &str) -> Error {
     Error::config(format!(
-        "invalid allocator setting {key}:{value}: {allowed}"
+        "invalid allocator setting {}:{}: {allowed}",
+        bounded(key),
+        bounded(value)
     ))
 }
 
@@ -222,10 +229,11 @@ pub fn parse_settings(text: &str, current: &CachingConfig) -> Result<CachingConf
     while let Some(key) = parser.next().map(str::to_string) {
         if !KNOWN_KEYS.contains(&key.as_str()) {
             if [",", ":", "[", "]"].contains(&key.as_str()) {
-                return Err(parser.malformed(&format!("expected a key, found '{key}'")));
+                return Err(parser.malformed(&format!("expected a key, found {}", quote(&key))));
             }
             return Err(Error::config(format!(
-                "unrecognized key '{key}' in allocator settings; known keys: {}",
+                "unrecognized key {} in allocator settings; known keys: {}",
+                quote(&key),
                 KNOWN_KEYS.join(", ")
             )));
         }
@@ -272,7 +280,8 @@ pub fn parse_settings(text: &str, current: &CachingConfig) -> Result<CachingConf
             Some(other) => {
                 let other = other.to_string();
                 return Err(parser.malformed(&format!(
-                    "expected ',' after the value of {key}, found '{other}'"
+                    "expected ',' after the value of {key}, found {}",
+                    quote(&other)
                 )));
             }
         }

@@ -91,8 +91,9 @@ impl Runtime {
             Ok(value) if value == "host" || value == "cuda" => Some(value),
             Ok(value) => {
                 return Err(Error::config(format!(
-                    "{DEVICE_VAR}='{value}' is not a valid accelerator: give host or cuda (or leave it \
-                     unset to use CUDA when a GPU is present)"
+                    "{DEVICE_VAR}={} is not a valid accelerator: give host or cuda (or leave it \
+                     unset to use CUDA when a GPU is present)",
+                    crate::error::quote(&value)
                 )))
             }
         };
@@ -191,7 +192,8 @@ impl Runtime {
                 .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
         {
             return Err(Error::invalid_argument(format!(
-                "backend name '{name}' is not valid: use 1 to 64 letters, digits, '_' or '-'"
+                "backend name {} is not valid: use 1 to 64 letters, digits, '_' or '-'",
+                crate::error::quote(&name)
             )));
         }
         if ["host", "cuda"].contains(&name.as_str())

@@ -22,8 +22,25 @@ impl SegmentIndex {
         (ptr < end).then_some(owner)
     }
 
-    fn insert(&self, start: usize, size: usize, owner: Owner) {
-        self.ranges.write().insert(start, (start + size, owner));
+    /// Record [start, start + size) as `owner`'s, unless it wraps around the address space or
+    /// overlaps a range held already (by any backend): then Err says why and nothing is recorded.
+    fn insert(&self, start: usize, size: usize, owner: Owner) -> Result<(), String> {
+        let end = start
+            .checked_add(size)
+            .filter(|_| start != 0)
+            .ok_or_else(|| "a range that wraps around the address space (or starts at NULL)")?;
+        let mut ranges = self.ranges.write();
+        if let Some((&held, &(held_end, (device_type, device)))) = ranges.range(..end).next_back() {
+            if held_end > start {
+                return Err(format!(
+                    "a range overlapping one already held ({held:#x}, {} bytes, of device type \
+                     {device_type} device {device})",
+                    held_end - held
+                ));
+            }
+        }
+        ranges.insert(start, (end, owner));
+        Ok(())
     }
 
     fn remove(&self, start: usize) {
@@ -64,7 +81,11 @@ impl Backend for IndexedBackend {
         stream: StreamId,
     ) -> Result<usize, BackendError> {
         let ptr = self.inner.raw_alloc(device, size, stream)?;
-        self.index.insert(ptr, size, (self.device_type, device));
+        if let Err(why) = self.index.insert(ptr, size, (self.device_type, device)) {
+            // Refused: the backend gets its segment back (what it does with it is its business).
+            let _ = self.inner.raw_free(device, ptr, size);
+            return Err(refused_range("raw_alloc", ptr, size, &why));
+        }
         Ok(ptr)
     }
 
@@ -121,7 +142,10 @@ impl Backend for IndexedBackend {
 
     fn vm_reserve(&self, device: usize, size: usize) -> Result<usize, BackendError> {
         let ptr = self.inner.vm_reserve(device, size)?;
-        self.index.insert(ptr, size, (self.device_type, device));
+        if let Err(why) = self.index.insert(ptr, size, (self.device_type, device)) {
+            let _ = self.inner.vm_release(device, ptr, size);
+            return Err(refused_range("vm_reserve", ptr, size, &why));
+        }
         Ok(ptr)
     }
 
@@ -137,6 +161,16 @@ impl Backend for IndexedBackend {
         self.inner.vm_release(device, ptr, size)?;
         self.index.remove(ptr);
         Ok(())
+    }
+}
+
+/// The error for a range the index refused (the backend's name is added by the caller's message).
+fn refused_range(call: &str, ptr: usize, size: usize, why: &str) -> BackendError {
+    BackendError::Failed {
+        code: -1,
+        message: format!(
+            "{call} returned {ptr:#x} for {size} bytes, {why}; accalloc refused it and handed it back"
+        ),
     }
 }
 

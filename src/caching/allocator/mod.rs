@@ -234,6 +234,13 @@ impl CachingAllocator {
     }
 
     fn free_unchecked(&mut self, ptr: usize) -> Result<()> {
+        // A block other streams used needs their events (or their synchronization) first: when the
+        // backend fails them, the free is refused and the block stays allocated.
+        let stream_events = if self.stream_uses.is_empty() {
+            None
+        } else {
+            self.prepare_stream_events(ptr)?
+        };
         let Some(id) = self.active.remove(&ptr) else {
             return Err(Error::invalid_pointer(format!(
                 "pointer {ptr:#x} is not a live allocation of {} device {}: it was already freed, or it \
@@ -256,19 +263,14 @@ impl CachingAllocator {
         if std::mem::take(&mut self.blocks[id].counted_oversize_allocation) {
             self.stats.oversize_allocations.decrease(1);
         }
-        // Most blocks are never shared across streams: skip the lookup when none is.
-        let uses = if self.stream_uses.is_empty() {
-            None
-        } else {
-            self.stream_uses.remove(&id)
-        };
-        match uses {
-            Some(streams) => self.insert_events(id, streams),
-            None => {
-                self.return_to_pool(id);
-                Ok(())
+        match stream_events {
+            Some(events) => {
+                self.stream_uses.remove(&id);
+                self.insert_events(id, events);
             }
+            None => self.return_to_pool(id),
         }
+        Ok(())
     }
 
     /// Release every cached block that is a whole segment back to the backend.
