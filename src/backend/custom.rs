@@ -194,9 +194,10 @@ impl CustomBackend {
         }
         let mut count = 0;
         let rc = (table.device_count.unwrap())(table.context, &mut count);
-        if rc != ACCALLOC_BACKEND_OK || count < 1 {
+        if rc != ACCALLOC_BACKEND_OK || count < 1 || count as usize > super::MAX_DEVICES {
             return Err(format!(
-                "device_count returned {rc} with {count} device(s); at least 1 is needed"
+                "device_count returned {rc} with {count} device(s); 1 to {} are supported",
+                super::MAX_DEVICES
             ));
         }
         let events = table.event_create.is_some()

@@ -59,6 +59,16 @@ impl CachingAllocator {
         fits
     }
 
+    /// The address space of a new reservation: 1 1/8 of the device's memory, as PyTorch reserves, in
+    /// whole pages. None when that is more than MAX_RESERVATION (a backend reporting an enormous
+    /// capacity): expandable segments then fall back to ordinary ones instead of failing.
+    pub(super) fn reservation_size(&self, page: usize) -> Option<usize> {
+        self.capacity
+            .checked_add(self.capacity / 8)?
+            .checked_next_multiple_of(page)
+            .filter(|&size| size <= MAX_RESERVATION)
+    }
+
     /// Grow (or start) an expandable segment of this pool and stream by at least `size` bytes and
     /// return the free block covering them, out of the pool. Ok(None) when the device has no room.
     pub(super) fn try_allocate_expandable_block(
@@ -126,14 +136,18 @@ impl CachingAllocator {
                 return Ok(start);
             }
         }
-        // A new range of 1 1/8 the device's memory, as PyTorch reserves, in whole pages.
         // PyTorch maps 20 MiB pages in the large pool; expandable_trim maps 2 MiB pages everywhere.
         let page = if pool == PoolKind::Small || self.config.expandable_trim {
             SMALL_PAGE
         } else {
             LARGE_PAGE
         };
-        let reserve = (self.capacity + self.capacity / 8).next_multiple_of(page);
+        let Some(reserve) = self.reservation_size(page) else {
+            return Err(Error::new(
+                ErrorKind::Internal,
+                "expandable segments were used with a capacity too large for a reservation",
+            ));
+        };
         let base = self
             .backend
             .vm_reserve(self.device, reserve)
@@ -343,6 +357,10 @@ impl CachingAllocator {
         }
     }
 }
+
+/// The largest reservation: 4 TiB of address space (a device of about 3.5 TiB), whose page table
+/// takes 2 MB at 2 MiB pages.
+pub(super) const MAX_RESERVATION: usize = 1 << 42;
 
 /// Page sizes of expandable segments, as PyTorch maps them.
 pub(super) const SMALL_PAGE: usize = super::super::policy::SMALL_BUFFER;

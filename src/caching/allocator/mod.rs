@@ -60,6 +60,9 @@ pub struct CachingAllocator {
     stats: DeviceStats,
     /// Bytes of all segments held from the backend (PyTorch's total_allocated_memory).
     reserved_total: usize,
+    /// Bytes of segments being asked for without the lock (release_lock_on_malloc): the memory
+    /// fraction counts them as reserved already, so that threads cannot overshoot it together.
+    reserving_unlocked: usize,
     /// Set by set_memory_fraction: reserved memory may not grow past this.
     allowed_maximum: Option<usize>,
     /// Streams other than its own that use a live block (accalloc_record_stream).
@@ -96,6 +99,7 @@ impl CachingAllocator {
             active: PtrMap::default(),
             stats: DeviceStats::default(),
             reserved_total: 0,
+            reserving_unlocked: 0,
             allowed_maximum: None,
             stream_uses: HashMap::new(),
             pending_events: BTreeMap::new(),
@@ -172,6 +176,7 @@ impl CachingAllocator {
                     self.garbage_collect_cached_blocks()?;
                 }
                 if self.within_fraction(alloc_size) {
+                    self.reserving_unlocked += alloc_size;
                     return Ok(MallocStep::NeedSegment(SegmentRequest {
                         size: alloc_size,
                         stream,
@@ -210,6 +215,7 @@ impl CachingAllocator {
             rounded,
             pool,
         } = request;
+        self.reserving_unlocked -= size;
         let id = match raw {
             Ok(ptr) => self.account_segment(pool, stream, ptr, size),
             Err(BackendError::OutOfMemory) => {
