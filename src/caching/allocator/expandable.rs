@@ -152,13 +152,23 @@ impl CachingAllocator {
             .backend
             .vm_reserve(self.device, reserve)
             .map_err(|e| backend_error(&*self.backend, self.device, "vm_reserve", e))?;
-        let index = self.expandable.len() as u32;
-        self.expandable.push(ExpandableSegment {
+        let segment = ExpandableSegment {
             base,
             size: reserve,
             page,
             mapped: vec![false; reserve / page],
-        });
+        };
+        // Blocks refer to reservations by index: a released one leaves a hole, reused here.
+        let index = match self.expandable.iter().position(|s| s.size == 0) {
+            Some(hole) => {
+                self.expandable[hole] = segment;
+                hole as u32
+            }
+            None => {
+                self.expandable.push(segment);
+                (self.expandable.len() - 1) as u32
+            }
+        };
         let id = self.blocks.insert(Block {
             mapped: false,
             expandable: Some(index),
@@ -338,9 +348,52 @@ impl CachingAllocator {
         Ok(())
     }
 
+    /// empty_cache: give back each reservation that holds nothing (a single unmapped block covers
+    /// it), so that streams used once do not keep their address space for ever. Nothing in the
+    /// statistics changes: only mapped memory counts as reserved.
+    pub(super) fn release_empty_reservations(&mut self) -> Result<()> {
+        for pool in [PoolKind::Large, PoolKind::Small] {
+            let unmapped = match pool {
+                PoolKind::Small => &self.small.unmapped,
+                PoolKind::Large => &self.large.unmapped,
+            };
+            let blocks = &self.blocks;
+            let empty: Vec<BlockId> = unmapped
+                .values()
+                .copied()
+                .filter(|&id| blocks[id].prev.is_none() && blocks[id].next.is_none())
+                .collect();
+            for id in empty {
+                let block = self.blocks[id];
+                let index = block.expandable.expect("unmapped blocks are expandable") as usize;
+                let (base, size) = self.expandable[index].range();
+                self.backend
+                    .vm_release(self.device, base, size)
+                    .map_err(|e| backend_error(&*self.backend, self.device, "vm_release", e))?;
+                self.pool_mut(pool)
+                    .unmapped
+                    .remove(&(block.stream, block.ptr));
+                self.blocks.remove(id);
+                self.expandable[index] = ExpandableSegment {
+                    base: 0,
+                    size: 0,
+                    page: SMALL_PAGE,
+                    mapped: Vec::new(),
+                };
+            }
+        }
+        while self.expandable.last().is_some_and(|s| s.size == 0) {
+            self.expandable.pop();
+        }
+        Ok(())
+    }
+
     /// Give every reservation back (used when the allocator goes away).
     pub(super) fn release_reservations(&mut self) {
-        for segment in std::mem::take(&mut self.expandable) {
+        for segment in std::mem::take(&mut self.expandable)
+            .into_iter()
+            .filter(|s| s.size > 0)
+        {
             for (page, _) in segment
                 .mapped
                 .iter()

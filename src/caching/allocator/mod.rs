@@ -281,7 +281,13 @@ impl CachingAllocator {
 
     /// Release every cached block that is a whole segment back to the backend.
     pub fn empty_cache(&mut self) -> Result<()> {
-        let result = self.release_cached_blocks();
+        let result = self.release_cached_blocks().and_then(|()| {
+            if self.expandable.is_empty() {
+                Ok(())
+            } else {
+                self.release_empty_reservations()
+            }
+        });
         self.verify("empty_cache");
         result
     }
