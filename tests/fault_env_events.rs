@@ -16,7 +16,10 @@ const OK: AccallocStatus = AccallocStatus::ACCALLOC_OK;
 fn every_third_event_call_fails_and_nothing_is_lost() {
     std::env::set_var("ACCALLOC_HOST_FAIL", "alloc:every=1000, event:every=3");
     std::env::set_var("ACCALLOC_HOST_CAPACITY", "1GiB");
-    let (stream1, stream2) = (1usize as *mut c_void, 2usize as *mut c_void);
+    let (stream1, stream2) = (
+        std::ptr::without_provenance_mut::<c_void>(1),
+        std::ptr::without_provenance_mut::<c_void>(2),
+    );
     unsafe {
         let mut p: *mut c_void = null_mut();
         assert_eq!(accalloc_malloc(&mut p, 1000, -1, null_mut()), OK);

@@ -151,7 +151,7 @@ fn event_workload(event_rule: FailRule, settings: &str) -> (usize, usize) {
     let (mut refused, mut retried_empty) = (0, 0);
     let mut live = Vec::new();
     // Each call that fails is retried; at most a few tries are needed since the failures are spaced.
-    let mut free = |a: &mut CachingAllocator, p: usize, refused: &mut usize| {
+    let free = |a: &mut CachingAllocator, p: usize, refused: &mut usize| {
         for _ in 0..8 {
             match a.free(p) {
                 Ok(()) => return,

@@ -29,7 +29,7 @@ impl SegmentIndex {
         let end = start
             .checked_add(size)
             .filter(|_| start != 0)
-            .ok_or_else(|| "a range that wraps around the address space (or starts at NULL)")?;
+            .ok_or("a range that wraps around the address space (or starts at NULL)")?;
         let mut ranges = self.ranges.write();
         if let Some((&held, &(held_end, (device_type, device)))) = ranges.range(..end).next_back() {
             if held_end > start {
