@@ -17,7 +17,12 @@ pub const ACCALLOC_BACKEND_OUT_OF_MEMORY: i32 = 2;
 /// accalloc_record_stream falls back to stream_synchronize when there is one and is otherwise
 /// ACCALLOC_ERROR_NOT_SUPPORTED; without the five virtual-memory functions, expandable segments fall back
 /// to ordinary segments. The functions may be called from any thread, and with the same context
-/// concurrently for different devices.
+/// concurrently for different devices. They may call accalloc for other device types (the host,
+/// say), but not for their own: such a call returns ACCALLOC_ERROR_NOT_SUPPORTED, since the device is
+/// locked or being set up while they run. What they hand back is checked: a segment or reservation
+/// that is NULL, not aligned (512 bytes; reservations also to vm_granularity), wraps around the
+/// address space or overlaps one accalloc holds is refused with ACCALLOC_ERROR_BACKEND and given back
+/// with raw_free / vm_release; device_count must be 1 to 1024.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct AccallocBackendVTable {
