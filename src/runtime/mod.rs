@@ -60,14 +60,18 @@ static RUNTIME: spin::Once<std::result::Result<Runtime, Error>> = spin::Once::ne
 /// In the child of a fork every call fails (see `fork`).
 #[inline]
 pub fn runtime() -> Result<&'static Runtime> {
-    if !RUNTIME.is_completed() {
-        fork::watch();
-    }
+    let state = match RUNTIME.get() {
+        Some(state) => state,
+        None => {
+            // Before anything a fork could leave half done; the check comes first, since a parent
+            // may have forked while another thread was initialising.
+            fork::watch();
+            fork::check()?;
+            RUNTIME.call_once(Runtime::from_env)
+        }
+    };
     fork::check()?;
-    RUNTIME
-        .call_once(Runtime::from_env)
-        .as_ref()
-        .map_err(Clone::clone)
+    state.as_ref().map_err(Clone::clone)
 }
 
 #[cfg(feature = "cuda")]
