@@ -474,6 +474,16 @@ fn capacities_near_two_to_the_64_are_checked() {
         "{}",
         last_error()
     );
+    // Reusing a cached 2^61-byte block over and over: the running totals pass i64::MAX and saturate.
+    let mut block = live.pop().unwrap();
+    for _ in 0..6 {
+        assert_eq!(unsafe { accalloc_free(block as *mut c_void) }, OK);
+        let (status, again) = malloc(t, 1 << 61);
+        assert_eq!(status, OK, "{}", last_error());
+        assert_eq!(again, block, "served from the cache");
+        block = again;
+    }
+    live.push(block);
     let (status, p) = malloc(t, 4096);
     assert_eq!(status, OK, "{}", last_error());
     live.push(p);

@@ -173,7 +173,16 @@ impl Accelerator {
             MallocStep::Done(ptr) => Ok(ptr),
             MallocStep::NeedSegment(request) => {
                 let raw = self.backend.raw_alloc(index, request.size, request.stream);
-                self.lock(index)?.malloc_finish(request, raw)
+                match self.lock(index) {
+                    Ok(mut device) => device.malloc_finish(request, raw),
+                    Err(error) => {
+                        // The device became unusable meanwhile: the new segment goes back.
+                        if let Ok(ptr) = raw {
+                            let _ = self.backend.raw_free(index, ptr, request.size);
+                        }
+                        Err(error)
+                    }
+                }
             }
         }
     }
