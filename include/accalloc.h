@@ -4,7 +4,9 @@
  * Every fallible function returns an AccallocStatus; results come back through out-pointers. On failure,
  * accalloc_last_error_message() tells this thread what went wrong. `device` is an index of the current
  * accelerator, -1 meaning this thread's current device. `stream` is an opaque handle, NULL for the
- * default stream. All functions may be called from any thread.
+ * default stream. All functions may be called from any thread, also from atexit handlers, C++ global
+ * destructors and thread-local destructors. In a fork() child of a process that had used accalloc,
+ * every call returns ACCALLOC_ERROR_NOT_SUPPORTED at once (the parent's state is not valid there).
  */
 
 #ifndef ACCALLOC_H
@@ -130,7 +132,12 @@ typedef int32_t AccallocDeviceType;
  * accalloc_record_stream falls back to stream_synchronize when there is one and is otherwise
  * ACCALLOC_ERROR_NOT_SUPPORTED; without the five virtual-memory functions, expandable segments fall back
  * to ordinary segments. The functions may be called from any thread, and with the same context
- * concurrently for different devices.
+ * concurrently for different devices. They may call accalloc for other device types (the host,
+ * say), but not for their own: such a call returns ACCALLOC_ERROR_NOT_SUPPORTED, since the device is
+ * locked or being set up while they run. What they hand back is checked: a segment or reservation
+ * that is NULL, not aligned (512 bytes; reservations also to vm_granularity), wraps around the
+ * address space or overlaps one accalloc holds is refused with ACCALLOC_ERROR_BACKEND and given back
+ * with raw_free / vm_release; device_count must be 1 to 1024.
  */
 typedef struct AccallocBackendVTable {
   /**

@@ -53,3 +53,56 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {}
 
 pub type Result<T> = std::result::Result<T, Error>;
+
+/// How many bytes of an input a message quotes at most: a 1 MB settings string must not become a
+/// 1 MB message.
+pub const QUOTE_LIMIT: usize = 64;
+
+/// `text` for a message: whole when short, else its first QUOTE_LIMIT bytes (cut at a character
+/// boundary), "..." and its length.
+pub fn bounded(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.len() <= QUOTE_LIMIT {
+        return text.into();
+    }
+    let mut end = QUOTE_LIMIT;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}... ({} bytes)", &text[..end], text.len()).into()
+}
+
+/// `text` in single quotes for a message, bounded as `bounded` does ('abc', or 'abc...' (N bytes)).
+pub fn quote(text: &str) -> String {
+    match bounded(text) {
+        std::borrow::Cow::Borrowed(whole) => format!("'{whole}'"),
+        std::borrow::Cow::Owned(_) => {
+            let mut end = QUOTE_LIMIT;
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            format!("'{}...' ({} bytes)", &text[..end], text.len())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quotes_are_bounded() {
+        assert_eq!(quote("abc"), "'abc'");
+        assert_eq!(bounded("abc"), "abc");
+        let long = "x".repeat(1 << 20);
+        assert_eq!(
+            quote(&long),
+            format!("'{}...' (1048576 bytes)", "x".repeat(64))
+        );
+        assert_eq!(
+            bounded(&long),
+            format!("{}... (1048576 bytes)", "x".repeat(64))
+        );
+        let wide = "é".repeat(100);
+        assert!(quote(&wide).starts_with(&format!("'{}...'", "é".repeat(32))));
+    }
+}

@@ -103,3 +103,52 @@ fn cached_allocations_proceed_while_a_device_allocation_waits() {
     assert_eq!(stats.allocated_bytes[0].current, 64 << 20);
     accelerator.lock(0).unwrap().free(big).unwrap();
 }
+
+#[test]
+fn the_memory_fraction_holds_while_segments_are_asked_for_without_the_lock() {
+    let (entered_tx, entered_rx) = mpsc::channel();
+    let backend = Arc::new(GatedBackend {
+        inner: TestBackend::new(1, 64 << 20),
+        slow_size: 20 << 20,
+        open: Mutex::new(false),
+        opened: Condvar::new(),
+        entered: Mutex::new(Some(entered_tx)),
+    });
+    let config = parse_settings(
+        "release_lock_on_malloc:True,per_process_memory_fraction:0.5",
+        &CachingConfig::default(),
+    )
+    .unwrap();
+    let accelerator = Arc::new(Accelerator::new(
+        7,
+        backend.clone(),
+        Arc::new(SegmentIndex::default()),
+        config,
+    ));
+    // 32 MiB allowed. One thread waits in the backend for a 20 MiB segment, without the lock...
+    let slow = {
+        let accelerator = accelerator.clone();
+        std::thread::spawn(move || accelerator.malloc(0, 20 << 20, 0))
+    };
+    entered_rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the slow allocation started");
+    // ...so another 22 MiB would take reserved memory to 42 MiB: refused without asking the device.
+    let error = accelerator.malloc(0, 22 << 20, 0).unwrap_err();
+    assert_eq!(error.kind, accalloc::error::ErrorKind::OutOfMemory);
+    assert!(
+        error.message.contains("32.00 MiB allowed"),
+        "{}",
+        error.message
+    );
+    *backend.open.lock().unwrap() = true;
+    backend.opened.notify_all();
+    let first = slow.join().unwrap().unwrap();
+    let stats = accelerator.lock(0).unwrap().stats();
+    assert_eq!(stats.reserved_bytes[0].current, 20 << 20);
+    assert_eq!(stats.num_device_alloc, 1);
+    // With the first segment held, 10 MiB more still fit.
+    let second = accelerator.malloc(0, 10 << 20, 0).unwrap();
+    accelerator.lock(0).unwrap().free(second).unwrap();
+    accelerator.lock(0).unwrap().free(first).unwrap();
+}

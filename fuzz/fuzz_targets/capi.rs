@@ -1,16 +1,136 @@
 //! Sequences of C API calls with hostile arguments: foreign, interior and freed pointers, huge sizes,
-//! negative and missing devices, NULL out-pointers, bad keys, fractions and settings strings. Every
-//! call must return a status (never ACCALLOC_ERROR_INTERNAL, which would mean a caught panic), and after
-//! freeing what it got, each input leaves nothing allocated.
+//! negative and missing devices, NULL out-pointers, bad keys, fractions and settings strings, and a
+//! hostile registered backend whose every callback may lie (error codes, out of memory, NULL,
+//! misaligned, repeated, overlapping or wrapping addresses, capacities up to 2^64, failing events
+//! and stream synchronizations), driven by the input's last bytes. Every call must return a status
+//! (never ACCALLOC_ERROR_INTERNAL, which would mean a caught panic), and after freeing what it got,
+//! each input leaves nothing allocated.
 #![no_main]
 
 use accalloc::capi::device::*;
 use accalloc::capi::memory::*;
-use accalloc::capi::settings::accalloc_set_allocator_settings;
+use accalloc::capi::settings::{accalloc_set_allocator_settings, accalloc_set_allocator_settings_on};
 use accalloc::capi::stats::*;
 use accalloc::capi::*;
 use libfuzzer_sys::fuzz_target;
+use std::collections::VecDeque;
 use std::ffi::{c_void, CString};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+/// What the hostile backend's callbacks answer next: one byte per answer, honest when none is left.
+static LIES: Mutex<VecDeque<u8>> = Mutex::new(VecDeque::new());
+/// The hostile backend's next fake address, and the last one it gave.
+static NEXT: AtomicUsize = AtomicUsize::new(0x4000_0000_0000_0000);
+static LAST: AtomicUsize = AtomicUsize::new(0);
+
+fn lie() -> u8 {
+    LIES.lock().unwrap().pop_front().unwrap_or(0)
+}
+
+/// A status: mostly OK, sometimes out of memory or an error code of the backend's own.
+fn status(lie: u8) -> i32 {
+    match lie % 8 {
+        6 => ACCALLOC_BACKEND_OUT_OF_MEMORY,
+        7 => lie as i32 + 3,
+        _ => ACCALLOC_BACKEND_OK,
+    }
+}
+
+/// An address for a segment or reservation of `size` bytes: fresh, or a lie.
+fn address(lie: u8, size: usize) -> usize {
+    let fresh = NEXT.fetch_add(size.next_multiple_of(2 << 20) + (2 << 20), Ordering::Relaxed);
+    let ptr = match lie / 8 % 8 {
+        1 => 0,
+        2 => fresh + 8,
+        3 => LAST.load(Ordering::Relaxed),
+        4 => LAST.load(Ordering::Relaxed) + 4096,
+        5 => 0usize.wrapping_sub(2 << 20),
+        _ => fresh,
+    };
+    LAST.store(ptr, Ordering::Relaxed);
+    ptr
+}
+
+unsafe extern "C" fn h_device_count(_: *mut c_void, out: *mut i32) -> i32 {
+    *out = 2;
+    ACCALLOC_BACKEND_OK
+}
+unsafe extern "C" fn h_raw_alloc(_: *mut c_void, _: i32, size: usize, _: *mut c_void, out: *mut *mut c_void) -> i32 {
+    let l = lie();
+    *out = address(l, size) as *mut c_void;
+    status(l)
+}
+unsafe extern "C" fn h_free(_: *mut c_void, _: i32, _: *mut c_void, _: usize) -> i32 {
+    status(lie())
+}
+unsafe extern "C" fn h_mem_get_info(_: *mut c_void, _: i32, free: *mut u64, total: *mut u64) -> i32 {
+    let l = lie();
+    let capacity = match l / 8 % 4 {
+        1 => u64::MAX,
+        2 => 1 << 62,
+        3 => 0,
+        _ => 1 << 30,
+    };
+    *free = capacity / 2;
+    *total = capacity;
+    status(l)
+}
+unsafe extern "C" fn h_event_create(_: *mut c_void, _: i32, out: *mut *mut c_void) -> i32 {
+    *out = 1usize as *mut c_void;
+    status(lie())
+}
+unsafe extern "C" fn h_event(_: *mut c_void, _: i32, _: *mut c_void) -> i32 {
+    status(lie())
+}
+unsafe extern "C" fn h_event_record(_: *mut c_void, _: i32, _: *mut c_void, _: *mut c_void) -> i32 {
+    status(lie())
+}
+unsafe extern "C" fn h_event_query(_: *mut c_void, _: i32, _: *mut c_void, complete: *mut i32) -> i32 {
+    let l = lie();
+    *complete = (l % 2 == 0) as i32;
+    status(l)
+}
+unsafe extern "C" fn h_granularity(_: *mut c_void, _: i32, out: *mut usize) -> i32 {
+    let l = lie();
+    *out = [2 << 20, 4096, 0, 3 << 20][(l / 8 % 4) as usize];
+    status(l)
+}
+unsafe extern "C" fn h_vm_reserve(_: *mut c_void, _: i32, size: usize, out: *mut *mut c_void) -> i32 {
+    let l = lie();
+    *out = address(l, size) as *mut c_void;
+    status(l)
+}
+
+/// The hostile backend's device type (registered once per process).
+fn hostile() -> AccallocDeviceType {
+    static TYPE: std::sync::OnceLock<AccallocDeviceType> = std::sync::OnceLock::new();
+    *TYPE.get_or_init(|| {
+        let table = AccallocBackendVTable {
+            struct_size: std::mem::size_of::<AccallocBackendVTable>(),
+            context: std::ptr::null_mut(),
+            device_count: Some(h_device_count),
+            raw_alloc: Some(h_raw_alloc),
+            raw_free: Some(h_free),
+            mem_get_info: Some(h_mem_get_info),
+            event_create: Some(h_event_create),
+            event_record: Some(h_event_record),
+            event_query: Some(h_event_query),
+            event_synchronize: Some(h_event),
+            event_destroy: Some(h_event),
+            stream_synchronize: Some(h_event),
+            vm_granularity: Some(h_granularity),
+            vm_reserve: Some(h_vm_reserve),
+            vm_map: Some(h_free),
+            vm_unmap: Some(h_free),
+            vm_release: Some(h_free),
+        };
+        let mut device_type = -1;
+        let status = unsafe { accalloc_register_backend(c"hostile".as_ptr(), &table, &mut device_type) };
+        assert_eq!(status, AccallocStatus::ACCALLOC_OK);
+        device_type
+    })
+}
 
 fn ok_or_expected(status: AccallocStatus) {
     assert_ne!(status, AccallocStatus::ACCALLOC_ERROR_INTERNAL, "a panic reached the boundary");
@@ -22,14 +142,41 @@ fuzz_target!(|data: &[u8]| {
         std::env::set_var("ACCALLOC_HOST_CAPACITY", "512MiB");
         std::env::set_var("ACCALLOC_HOST_DEVICES", "2");
     });
+    let hostile = hostile();
+    // The last quarter of the input is what the hostile backend answers.
+    let (data, lies) = data.split_at(data.len() - data.len() / 4);
+    LIES.lock().unwrap().extend(lies.iter().copied());
     let mut live: Vec<usize> = Vec::new();
+    let mut hostile_live: Vec<usize> = Vec::new();
     let mut bytes = data.chunks(9);
     unsafe {
         while let Some(chunk) = bytes.next() {
             let op = chunk[0];
             let arg = chunk.iter().skip(1).fold(0u64, |acc, &b| (acc << 8) | b as u64);
             let device = (arg as i32 % 4) - 1; // -1 .. 2: current, two devices, one that does not exist
-            match op % 12 {
+            match op % 14 {
+                12 => {
+                    // The hostile backend: any size, its settings, its streams.
+                    let mut p: *mut c_void = std::ptr::null_mut();
+                    let size = (arg % (48 << 20)) as usize;
+                    let stream = ((arg >> 40) % 3) as usize as *mut c_void;
+                    let status = accalloc_malloc_on(hostile, &mut p, size, device, stream);
+                    ok_or_expected(status);
+                    if status == AccallocStatus::ACCALLOC_OK && !p.is_null() {
+                        assert_eq!(p as usize % 512, 0);
+                        assert!(!live.contains(&(p as usize)) && !hostile_live.contains(&(p as usize)));
+                        hostile_live.push(p as usize);
+                    }
+                }
+                13 => {
+                    let conf = [c"expandable_segments:True", c"", c"release_lock_on_malloc:True", c"max_split_size_mb:20"];
+                    ok_or_expected(accalloc_set_allocator_settings_on(hostile, conf[(arg % 4) as usize].as_ptr()));
+                    if let Some(&p) = hostile_live.get(arg as usize % hostile_live.len().max(1)) {
+                        ok_or_expected(accalloc_record_stream(p as *mut c_void, (arg % 5) as usize as *mut c_void));
+                    }
+                    ok_or_expected(accalloc_set_memory_fraction_on(hostile, (arg % 3) as f64 / 2.0, device));
+                    ok_or_expected(accalloc_empty_cache_on(hostile));
+                }
                 0 | 1 | 2 => {
                     let size = match op % 3 {
                         0 => (arg % 4096) as usize,
@@ -97,6 +244,24 @@ fuzz_target!(|data: &[u8]| {
         for p in live {
             assert_eq!(accalloc_free(p as *mut c_void), AccallocStatus::ACCALLOC_OK);
         }
+        // The hostile backend turns honest once its answers are used up: every free then succeeds.
+        for p in hostile_live {
+            let mut status = accalloc_free(p as *mut c_void);
+            while status == AccallocStatus::ACCALLOC_ERROR_BACKEND {
+                status = accalloc_free(p as *mut c_void);
+            }
+            assert_eq!(status, AccallocStatus::ACCALLOC_OK);
+        }
+        LIES.lock().unwrap().clear();
+        for device in 0..2 {
+            let mut allocated = -1;
+            assert_eq!(accalloc_memory_allocated_on(hostile, device, &mut allocated), AccallocStatus::ACCALLOC_OK);
+            assert_eq!(allocated, 0, "hostile allocations lost on device {device}");
+        }
+        accalloc_set_allocator_settings_on(hostile, c"".as_ptr());
+        accalloc_set_memory_fraction_on(hostile, 1.0, 0);
+        accalloc_set_memory_fraction_on(hostile, 1.0, 1);
+        while accalloc_empty_cache_on(hostile) == AccallocStatus::ACCALLOC_ERROR_BACKEND {}
         // Allow the pending (record_stream) blocks to return, then check nothing is left allocated.
         for device in 0..2 {
             let mut allocated = -1;

@@ -17,7 +17,12 @@ pub const ACCALLOC_BACKEND_OUT_OF_MEMORY: i32 = 2;
 /// accalloc_record_stream falls back to stream_synchronize when there is one and is otherwise
 /// ACCALLOC_ERROR_NOT_SUPPORTED; without the five virtual-memory functions, expandable segments fall back
 /// to ordinary segments. The functions may be called from any thread, and with the same context
-/// concurrently for different devices.
+/// concurrently for different devices. They may call accalloc for other device types (the host,
+/// say), but not for their own: such a call returns ACCALLOC_ERROR_NOT_SUPPORTED, since the device is
+/// locked or being set up while they run. What they hand back is checked: a segment or reservation
+/// that is NULL, not aligned (512 bytes; reservations also to vm_granularity), wraps around the
+/// address space or overlaps one accalloc holds is refused with ACCALLOC_ERROR_BACKEND and given back
+/// with raw_free / vm_release; device_count must be 1 to 1024.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct AccallocBackendVTable {
@@ -127,6 +132,33 @@ pub struct AccallocBackendVTable {
     >,
 }
 
+/// Why the range [ptr, ptr + size) a backend handed out cannot be used, if it cannot: NULL,
+/// not aligned to `alignment`, or running past the end of the address space.
+fn unusable_range(ptr: usize, size: usize, alignment: usize) -> Option<String> {
+    if ptr == 0 {
+        Some("NULL with success".into())
+    } else if ptr % alignment != 0 {
+        Some(format!("not a {alignment}-byte aligned address"))
+    } else if ptr.checked_add(size).is_none() {
+        Some("a range that wraps around the end of the address space".into())
+    } else {
+        None
+    }
+}
+
+/// The error for a refused answer of `call`.
+fn refused(call: &str, ptr: usize, size: usize, why: &str) -> BackendError {
+    let handed_back = if ptr == 0 {
+        ""
+    } else {
+        "; accalloc handed it back"
+    };
+    BackendError::Failed {
+        code: -1,
+        message: format!("{call} returned {ptr:#x} for {size} bytes, {why}{handed_back}"),
+    }
+}
+
 /// A registered C backend.
 pub struct CustomBackend {
     name: String,
@@ -167,9 +199,10 @@ impl CustomBackend {
         }
         let mut count = 0;
         let rc = (table.device_count.unwrap())(table.context, &mut count);
-        if rc != ACCALLOC_BACKEND_OK || count < 1 {
+        if rc != ACCALLOC_BACKEND_OK || count < 1 || count as usize > super::MAX_DEVICES {
             return Err(format!(
-                "device_count returned {rc} with {count} device(s); at least 1 is needed"
+                "device_count returned {rc} with {count} device(s); 1 to {} are supported",
+                super::MAX_DEVICES
             ));
         }
         let events = table.event_create.is_some()
@@ -243,15 +276,15 @@ impl Backend for CustomBackend {
         self.call("raw_alloc", self.table.raw_alloc, |f, ctx| unsafe {
             f(ctx, device as i32, size, stream as *mut c_void, &mut out)
         })?;
-        if out.is_null() || (out as usize) % 512 != 0 {
-            return Err(BackendError::Failed {
-                code: -1,
-                message: format!(
-                    "raw_alloc returned {out:p}, which is not a 512-byte aligned address"
-                ),
-            });
+        let ptr = out as usize;
+        if let Some(why) = unusable_range(ptr, size, 512) {
+            // Whatever the backend handed out goes back, so that a refused segment costs nothing.
+            if ptr != 0 {
+                let _ = self.raw_free(device, ptr, size);
+            }
+            return Err(refused("raw_alloc", ptr, size, &why));
         }
-        Ok(out as usize)
+        Ok(ptr)
     }
 
     fn raw_free(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError> {
@@ -350,7 +383,15 @@ impl Backend for CustomBackend {
         self.call("vm_reserve", self.table.vm_reserve, |f, ctx| unsafe {
             f(ctx, device as i32, size, &mut out)
         })?;
-        Ok(out as usize)
+        let ptr = out as usize;
+        let alignment = self.vm_granularity(device).unwrap_or(1).max(512);
+        if let Some(why) = unusable_range(ptr, size, alignment) {
+            if ptr != 0 {
+                let _ = self.vm_release(device, ptr, size);
+            }
+            return Err(refused("vm_reserve", ptr, size, &why));
+        }
+        Ok(ptr)
     }
 
     fn vm_map(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError> {

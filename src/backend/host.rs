@@ -2,7 +2,7 @@
 //! segment really goes back (munmap). Each host "device" has a capacity that the backend enforces.
 //! Always available; the default accelerator when no GPU is found.
 
-use super::{Backend, BackendError, MemInfo, StreamId};
+use super::{Backend, BackendError, EventId, MemInfo, StreamId};
 use crate::error::{Error, Result};
 use crate::units::parse_byte_size;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -11,9 +11,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 pub const CAPACITY_VAR: &str = "ACCALLOC_HOST_CAPACITY";
 /// Environment variable: how many host devices to present.
 pub const DEVICES_VAR: &str = "ACCALLOC_HOST_DEVICES";
-/// Environment variable: make device allocations fail on purpose, to test the out-of-memory paths:
-/// "alloc:every=7" (every 7th raw allocation or mapping fails) or "alloc:after=100" (all after the
-/// first 100 fail).
+/// Environment variable: make device calls fail on purpose, to test the failure paths:
+/// "alloc:every=7" (every 7th raw allocation or mapping fails as out of memory), "alloc:after=100"
+/// (all after the first 100 fail), "event:every=3" / "event:after=N" (the event and stream calls:
+/// create, record, query, synchronize and destroy an event, synchronize a stream, fail with an
+/// error), or one of each, separated by a comma: "alloc:every=7,event:every=3".
 pub const FAIL_VAR: &str = "ACCALLOC_HOST_FAIL";
 /// Upper bound on ACCALLOC_HOST_DEVICES, matching the widest device index PyTorch supports (int8).
 pub const MAX_HOST_DEVICES: usize = 64;
@@ -31,7 +33,30 @@ pub enum FailRule {
 impl FailRule {
     /// Parse "alloc:every=N" (N >= 1) or "alloc:after=N".
     pub fn parse(text: &str) -> Result<FailRule> {
-        let rule = text.trim().strip_prefix("alloc:").and_then(|rest| {
+        Self::parse_for("alloc", text).ok_or_else(|| invalid_fail_rule(text))
+    }
+
+    /// Parse ACCALLOC_HOST_FAIL: (the rule for allocations, the rule for event and stream calls).
+    pub fn parse_rules(text: &str) -> Result<(Option<FailRule>, Option<FailRule>)> {
+        let (mut alloc, mut event) = (None, None);
+        for part in text.split(',') {
+            let slot = if part.trim().starts_with("event:") {
+                (&mut event, "event")
+            } else {
+                (&mut alloc, "alloc")
+            };
+            let rule = Self::parse_for(slot.1, part).ok_or_else(|| invalid_fail_rule(text))?;
+            if slot.0.replace(rule).is_some() {
+                return Err(invalid_fail_rule(text));
+            }
+        }
+        Ok((alloc, event))
+    }
+
+    /// "{kind}:every=N" (N >= 1) or "{kind}:after=N".
+    fn parse_for(kind: &str, text: &str) -> Option<FailRule> {
+        let rest = text.trim().strip_prefix(kind)?.strip_prefix(':');
+        rest.and_then(|rest| {
             let (kind, n) = rest.split_once('=')?;
             let n: u64 = n.trim().parse().ok()?;
             match kind.trim() {
@@ -39,11 +64,6 @@ impl FailRule {
                 "after" => Some(FailRule::After(n)),
                 _ => None,
             }
-        });
-        rule.ok_or_else(|| {
-            Error::config(format!(
-                "{FAIL_VAR}='{text}' is not a valid failure rule: give alloc:every=N (N >= 1) or alloc:after=N"
-            ))
         })
     }
 
@@ -56,6 +76,14 @@ impl FailRule {
     }
 }
 
+fn invalid_fail_rule(text: &str) -> Error {
+    Error::config(format!(
+        "{FAIL_VAR}={} is not a valid failure rule: give alloc:every=N (N >= 1), alloc:after=N, \
+         event:every=N or event:after=N, or one alloc and one event rule separated by a comma",
+        crate::error::quote(text)
+    ))
+}
+
 /// How the host backend is laid out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HostSettings {
@@ -65,6 +93,8 @@ pub struct HostSettings {
     pub devices: usize,
     /// Injected allocation failures (ACCALLOC_HOST_FAIL), for tests.
     pub fail: Option<FailRule>,
+    /// Injected failures of event and stream calls (ACCALLOC_HOST_FAIL's event: rule), for tests.
+    pub event_fail: Option<FailRule>,
 }
 
 impl HostSettings {
@@ -74,8 +104,8 @@ impl HostSettings {
             std::env::var(CAPACITY_VAR).ok().as_deref(),
             std::env::var(DEVICES_VAR).ok().as_deref(),
         )?;
-        if let Ok(rule) = std::env::var(FAIL_VAR) {
-            settings.fail = Some(FailRule::parse(&rule)?);
+        if let Ok(rules) = std::env::var(FAIL_VAR) {
+            (settings.fail, settings.event_fail) = FailRule::parse_rules(&rules)?;
         }
         Ok(settings)
     }
@@ -89,9 +119,10 @@ impl HostSettings {
                 Some(bytes) if bytes >= 512 && bytes <= isize::MAX as u64 => bytes as usize,
                 _ => {
                     return Err(Error::config(format!(
-                    "{CAPACITY_VAR}='{text}' is not a valid capacity: give bytes or a size with a \
-                         unit such as 512MiB or 8GiB (at least 512 bytes)"
-                )))
+                        "{CAPACITY_VAR}={} is not a valid capacity: give bytes or a size with a \
+                         unit such as 512MiB or 8GiB (at least 512 bytes)",
+                        crate::error::quote(text)
+                    )))
                 }
             },
         };
@@ -101,8 +132,9 @@ impl HostSettings {
                 Ok(n) if (1..=MAX_HOST_DEVICES).contains(&n) => n,
                 _ => {
                     return Err(Error::config(format!(
-                        "{DEVICES_VAR}='{text}' is not a valid device count: give an integer from 1 to \
-                         {MAX_HOST_DEVICES}"
+                        "{DEVICES_VAR}={} is not a valid device count: give an integer from 1 to \
+                         {MAX_HOST_DEVICES}",
+                        crate::error::quote(text)
                     )))
                 }
             },
@@ -111,6 +143,7 @@ impl HostSettings {
             capacity,
             devices,
             fail: None,
+            event_fail: None,
         })
     }
 }
@@ -136,6 +169,8 @@ pub struct HostBackend {
     used: Vec<AtomicUsize>,
     /// Device allocations asked for so far (for injected failures).
     allocations: std::sync::atomic::AtomicU64,
+    /// Event and stream calls made so far (for injected failures).
+    event_calls: std::sync::atomic::AtomicU64,
 }
 
 impl HostBackend {
@@ -144,6 +179,7 @@ impl HostBackend {
             settings,
             used: (0..settings.devices).map(|_| AtomicUsize::new(0)).collect(),
             allocations: std::sync::atomic::AtomicU64::new(0),
+            event_calls: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -166,6 +202,24 @@ impl HostBackend {
                     .filter(|&total| total <= self.settings.capacity)
             })
             .is_ok()
+    }
+}
+
+impl HostBackend {
+    /// The host's work is synchronous, so events complete at once; an event or stream call fails
+    /// only when ACCALLOC_HOST_FAIL's event rule says so.
+    fn event_call(&self, call: &str) -> std::result::Result<(), BackendError> {
+        let Some(rule) = self.settings.event_fail else {
+            return Ok(());
+        };
+        let number = self.event_calls.fetch_add(1, Ordering::AcqRel) + 1;
+        if rule.fails(number) {
+            return Err(BackendError::Failed {
+                code: -1,
+                message: format!("{call} failed (injected by {FAIL_VAR}, call {number})"),
+            });
+        }
+        Ok(())
     }
 }
 
@@ -227,6 +281,51 @@ impl Backend for HostBackend {
             free: self.settings.capacity.saturating_sub(used),
             total: self.settings.capacity,
         })
+    }
+
+    fn create_event(&self, _device: usize) -> std::result::Result<EventId, BackendError> {
+        self.event_call("create_event").map(|()| 0)
+    }
+
+    fn record_event(
+        &self,
+        _device: usize,
+        _event: EventId,
+        _stream: StreamId,
+    ) -> std::result::Result<(), BackendError> {
+        self.event_call("record_event")
+    }
+
+    fn query_event(
+        &self,
+        _device: usize,
+        _event: EventId,
+    ) -> std::result::Result<bool, BackendError> {
+        self.event_call("query_event").map(|()| true)
+    }
+
+    fn synchronize_event(
+        &self,
+        _device: usize,
+        _event: EventId,
+    ) -> std::result::Result<(), BackendError> {
+        self.event_call("synchronize_event")
+    }
+
+    fn destroy_event(
+        &self,
+        _device: usize,
+        _event: EventId,
+    ) -> std::result::Result<(), BackendError> {
+        self.event_call("destroy_event")
+    }
+
+    fn synchronize_stream(
+        &self,
+        _device: usize,
+        _stream: StreamId,
+    ) -> std::result::Result<(), BackendError> {
+        self.event_call("stream_synchronize")
     }
 
     // Virtual memory: a reservation is an inaccessible mapping; mapping a range makes it readable and
@@ -348,7 +447,8 @@ mod tests {
             HostSettings {
                 capacity: 512 << 20,
                 devices: 3,
-                fail: None
+                fail: None,
+                event_fail: None,
             }
         );
     }
@@ -400,10 +500,47 @@ mod tests {
                 err.message
             );
         }
+        assert_eq!(
+            FailRule::parse_rules("alloc:every=7").unwrap(),
+            (Some(FailRule::Every(7)), None)
+        );
+        assert_eq!(
+            FailRule::parse_rules("event:every=3").unwrap(),
+            (None, Some(FailRule::Every(3)))
+        );
+        assert_eq!(
+            FailRule::parse_rules("alloc:after=5, event:after=2").unwrap(),
+            (Some(FailRule::After(5)), Some(FailRule::After(2)))
+        );
+        for bad in [
+            "event:every=0",
+            "alloc:every=2,alloc:every=3",
+            "event:",
+            "alloc:every=2,",
+        ] {
+            let err = FailRule::parse_rules(bad).unwrap_err();
+            assert!(
+                err.message
+                    .starts_with(&format!("ACCALLOC_HOST_FAIL='{bad}'")),
+                "{}",
+                err.message
+            );
+        }
+        let backend = HostBackend::new(HostSettings {
+            capacity: 64 << 20,
+            devices: 1,
+            fail: None,
+            event_fail: Some(FailRule::Every(2)),
+        });
+        assert!(backend.create_event(0).is_ok());
+        assert!(backend.record_event(0, 0, 1).is_err());
+        assert_eq!(backend.query_event(0, 0), Ok(true));
+        assert!(backend.destroy_event(0, 0).is_err());
         let backend = HostBackend::new(HostSettings {
             capacity: 64 << 20,
             devices: 1,
             fail: Some(FailRule::Every(3)),
+            event_fail: None,
         });
         let outcomes: Vec<bool> = (0..6)
             .map(|_| backend.raw_alloc(0, 4096, 0).is_ok())
@@ -417,6 +554,7 @@ mod tests {
             capacity: 4 << 20,
             devices: 2,
             fail: None,
+            event_fail: None,
         });
         let a = backend.raw_alloc(0, 2 << 20, 0).unwrap();
         assert_eq!(a % 4096, 0, "segments are page aligned");
@@ -447,6 +585,7 @@ mod tests {
             capacity: 4 << 20,
             devices: 1,
             fail: None,
+            event_fail: None,
         });
         assert_eq!(backend.vm_granularity(0), Some(page_size()));
         let base = backend.vm_reserve(0, 64 << 20).unwrap();

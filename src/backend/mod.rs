@@ -9,6 +9,10 @@ pub mod testing;
 
 use std::fmt;
 
+/// The most devices one backend may drive (a backend reporting more is refused): PyTorch's device
+/// indices are 8-bit, so this leaves room to spare while bounding what per-device tables cost.
+pub const MAX_DEVICES: usize = 1024;
+
 /// An opaque stream handle (`void*` at the C boundary); 0 is the default stream.
 pub type StreamId = usize;
 

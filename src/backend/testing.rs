@@ -20,6 +20,8 @@ struct State {
     next_reservation: usize,
     /// Mapped pages of reservations: address -> size.
     mapped: BTreeMap<usize, usize>,
+    /// Reservations held: address -> size.
+    reservations: BTreeMap<usize, usize>,
 }
 
 impl State {
@@ -54,6 +56,12 @@ pub struct TestBackend {
     granularity: Option<usize>,
     state: Mutex<Vec<State>>,
     events: Mutex<(EventId, HashMap<EventId, EventState>)>,
+    /// Calls made to fail, by name: (successes still to let through first, failures then).
+    failing_calls: Mutex<HashMap<&'static str, (usize, usize)>>,
+    /// Whether synchronize_stream is provided (as a backend without it would not).
+    stream_sync: bool,
+    /// Whether the event functions are provided.
+    events_on: bool,
 }
 
 impl TestBackend {
@@ -65,6 +73,55 @@ impl TestBackend {
             granularity: Some(2 << 20),
             state: Mutex::new((0..devices).map(|_| State::default()).collect()),
             events: Mutex::new((1, HashMap::new())),
+            failing_calls: Mutex::new(HashMap::new()),
+            stream_sync: true,
+            events_on: true,
+        }
+    }
+
+    /// The same without events: blocks used by other streams are handled by stream_synchronize.
+    pub fn without_events(devices: usize, capacity: usize) -> Self {
+        TestBackend {
+            events_on: false,
+            ..Self::new(devices, capacity)
+        }
+    }
+
+    /// Make the next `times` calls of `call` fail with an error: "create_event", "record_event",
+    /// "query_event", "synchronize_event", "destroy_event", "stream_synchronize" or "vm_release".
+    pub fn fail_calls(&self, call: &'static str, times: usize) {
+        self.fail_calls_after(call, 0, times);
+    }
+
+    /// The same, after `successes` more calls of `call` succeed.
+    pub fn fail_calls_after(&self, call: &'static str, successes: usize, times: usize) {
+        self.failing_calls
+            .lock()
+            .unwrap()
+            .insert(call, (successes, times));
+    }
+
+    /// Reservations held on `device` (vm_reserve'd and not released).
+    pub fn live_reservations(&self, device: usize) -> usize {
+        self.state.lock().unwrap()[device].reservations.len()
+    }
+
+    /// Err when a failure of `call` is due.
+    fn injected(&self, call: &'static str) -> Result<(), BackendError> {
+        let mut failing = self.failing_calls.lock().unwrap();
+        match failing.get_mut(call) {
+            Some((skip, _)) if *skip > 0 => {
+                *skip -= 1;
+                Ok(())
+            }
+            Some((_, left)) if *left > 0 => {
+                *left -= 1;
+                Err(BackendError::Failed {
+                    code: 9,
+                    message: format!("{call} failed (injected)"),
+                })
+            }
+            _ => Ok(()),
         }
     }
 
@@ -179,6 +236,7 @@ impl Backend for TestBackend {
         let state = &mut states[device];
         let address = BASE_ADDRESS + (device << 40) + RESERVATION_OFFSET + state.next_reservation;
         state.next_reservation += size.next_multiple_of(2 << 20) + (2 << 20);
+        state.reservations.insert(address, size);
         Ok(address)
     }
 
@@ -221,7 +279,8 @@ impl Backend for TestBackend {
     }
 
     fn vm_release(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError> {
-        let states = self.state.lock().unwrap();
+        self.injected("vm_release")?;
+        let mut states = self.state.lock().unwrap();
         if states[device]
             .mapped
             .range(ptr..ptr + size)
@@ -233,10 +292,31 @@ impl Backend for TestBackend {
                 message: "release of a mapped reservation".into(),
             });
         }
+        if states[device].reservations.remove(&ptr) != Some(size) {
+            return Err(BackendError::Failed {
+                code: 6,
+                message: format!("release of an unknown reservation {ptr:#x}+{size}"),
+            });
+        }
+        Ok(())
+    }
+
+    fn events_supported(&self) -> bool {
+        self.events_on
+    }
+
+    fn stream_synchronize_supported(&self) -> bool {
+        self.stream_sync
+    }
+
+    fn synchronize_stream(&self, _device: usize, stream: StreamId) -> Result<(), BackendError> {
+        self.injected("stream_synchronize")?;
+        self.complete_stream(stream);
         Ok(())
     }
 
     fn create_event(&self, _device: usize) -> Result<EventId, BackendError> {
+        self.injected("create_event")?;
         let mut events = self.events.lock().unwrap();
         let id = events.0;
         events.0 += 1;
@@ -250,6 +330,7 @@ impl Backend for TestBackend {
         event: EventId,
         stream: StreamId,
     ) -> Result<(), BackendError> {
+        self.injected("record_event")?;
         let mut events = self.events.lock().unwrap();
         let state = events
             .1
@@ -263,6 +344,7 @@ impl Backend for TestBackend {
     }
 
     fn query_event(&self, _device: usize, event: EventId) -> Result<bool, BackendError> {
+        self.injected("query_event")?;
         let events = self.events.lock().unwrap();
         Ok(events
             .1
@@ -272,6 +354,7 @@ impl Backend for TestBackend {
     }
 
     fn synchronize_event(&self, _device: usize, event: EventId) -> Result<(), BackendError> {
+        self.injected("synchronize_event")?;
         let mut events = self.events.lock().unwrap();
         events
             .1
@@ -282,6 +365,7 @@ impl Backend for TestBackend {
     }
 
     fn destroy_event(&self, _device: usize, event: EventId) -> Result<(), BackendError> {
+        self.injected("destroy_event")?;
         let mut events = self.events.lock().unwrap();
         events
             .1

@@ -43,7 +43,7 @@ pub fn round_size(size: usize, config: &CachingConfig) -> Option<usize> {
         return Some(MIN_BLOCK_SIZE);
     }
     let divisions = config.roundup_power2_divisions_for(size);
-    if divisions > 1 && size > MIN_BLOCK_SIZE * divisions {
+    if divisions > 1 && size > MIN_BLOCK_SIZE.saturating_mul(divisions) {
         return round_to_power2_division(size, divisions);
     }
     size.checked_next_multiple_of(MIN_BLOCK_SIZE)

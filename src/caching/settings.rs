@@ -5,7 +5,7 @@
 //! had unless named. Errors name the key, the value and what is allowed; on error nothing changes.
 
 use super::config::{CachingConfig, ROUNDUP_POWER2_INTERVALS};
-use crate::error::{Error, Result};
+use crate::error::{bounded, quote, Error, Result};
 
 /// Every key accalloc understands (release_lock_on_cudamalloc is PyTorch's name for
 /// release_lock_on_malloc and is accepted too; expandable_trim is accalloc's own).
@@ -67,9 +67,9 @@ impl Parser<'_> {
 
     fn malformed(&self, what: &str) -> Error {
         Error::config(format!(
-            "malformed allocator settings '{}': {what} (the form is key:value,key:value, with \
+            "malformed allocator settings {}: {what} (the form is key:value,key:value, with \
              roundup_power2_divisions also taking [MiB:divisions,...,>:divisions])",
-            self.text
+            quote(self.text)
         ))
     }
 
@@ -78,10 +78,15 @@ impl Parser<'_> {
             Some(t) if t == token => Ok(()),
             Some(t) => {
                 let t = t.to_string();
-                Err(self.malformed(&format!("expected '{token}' after '{after}', found '{t}'")))
+                Err(self.malformed(&format!(
+                    "expected '{token}' after {}, found {}",
+                    quote(after),
+                    quote(&t)
+                )))
             }
             None => Err(self.malformed(&format!(
-                "expected '{token}' after '{after}', found the end"
+                "expected '{token}' after {}, found the end",
+                quote(after)
             ))),
         }
     }
@@ -97,7 +102,9 @@ impl Parser<'_> {
 
 fn invalid(key: &str, value: &str, allowed: &str) -> Error {
     Error::config(format!(
-        "invalid allocator setting {key}:{value}: {allowed}"
+        "invalid allocator setting {}:{}: {allowed}",
+        bounded(key),
+        bounded(value)
     ))
 }
 
@@ -138,15 +145,25 @@ fn parse_fraction(key: &str, value: &str, open: bool) -> Result<f64> {
     }
 }
 
+/// The most divisions of one interval: steps of the widest interval the table names (from 32 GiB)
+/// are then 512 bytes, the block granularity; more divisions could not make any step smaller.
+pub const MAX_DIVISIONS: usize = 1 << 26;
+
 fn parse_divisions(key: &str, value: &str, zero_allowed: bool) -> Result<usize> {
     let allowed = if zero_allowed {
-        format!("{key} divisions must be a power of two, or 0 to turn rounding off")
+        format!(
+            "{key} divisions must be a power of two from 1 to {MAX_DIVISIONS}, or 0 to turn \
+             rounding off"
+        )
     } else {
-        format!("{key} must be a power of two, or a list such as [64:8,256:4,>:1]")
+        format!(
+            "{key} must be a power of two from 1 to {MAX_DIVISIONS}, or a list such as \
+             [64:8,256:4,>:1]"
+        )
     };
     match value.parse::<usize>() {
         Ok(0) if zero_allowed => Ok(0),
-        Ok(d) if d.is_power_of_two() => Ok(d),
+        Ok(d) if d.is_power_of_two() && d <= MAX_DIVISIONS => Ok(d),
         _ => Err(invalid(key, value, &allowed)),
     }
 }
@@ -222,10 +239,11 @@ pub fn parse_settings(text: &str, current: &CachingConfig) -> Result<CachingConf
     while let Some(key) = parser.next().map(str::to_string) {
         if !KNOWN_KEYS.contains(&key.as_str()) {
             if [",", ":", "[", "]"].contains(&key.as_str()) {
-                return Err(parser.malformed(&format!("expected a key, found '{key}'")));
+                return Err(parser.malformed(&format!("expected a key, found {}", quote(&key))));
             }
             return Err(Error::config(format!(
-                "unrecognized key '{key}' in allocator settings; known keys: {}",
+                "unrecognized key {} in allocator settings; known keys: {}",
+                quote(&key),
                 KNOWN_KEYS.join(", ")
             )));
         }
@@ -272,7 +290,8 @@ pub fn parse_settings(text: &str, current: &CachingConfig) -> Result<CachingConf
             Some(other) => {
                 let other = other.to_string();
                 return Err(parser.malformed(&format!(
-                    "expected ',' after the value of {key}, found '{other}'"
+                    "expected ',' after the value of {key}, found {}",
+                    quote(&other)
                 )));
             }
         }
@@ -354,8 +373,10 @@ mod tests {
             ("expandable_segments:true", "invalid allocator setting expandable_segments:true: expandable_segments must be True or False"),
             ("release_lock_on_malloc:1", "invalid allocator setting release_lock_on_malloc:1: release_lock_on_malloc must be True or False"),
             ("per_process_memory_fraction:1.5", "invalid allocator setting per_process_memory_fraction:1.5: per_process_memory_fraction must be a number in [0, 1]"),
-            ("roundup_power2_divisions:3", "invalid allocator setting roundup_power2_divisions:3: roundup_power2_divisions must be a power of two, or a list such as [64:8,256:4,>:1]"),
-            ("roundup_power2_divisions:[64:3]", "invalid allocator setting roundup_power2_divisions:3: roundup_power2_divisions divisions must be a power of two, or 0 to turn rounding off"),
+            ("roundup_power2_divisions:3", "invalid allocator setting roundup_power2_divisions:3: roundup_power2_divisions must be a power of two from 1 to 67108864, or a list such as [64:8,256:4,>:1]"),
+            ("roundup_power2_divisions:[64:3]", "invalid allocator setting roundup_power2_divisions:3: roundup_power2_divisions divisions must be a power of two from 1 to 67108864, or 0 to turn rounding off"),
+            ("roundup_power2_divisions:9223372036854775808", "invalid allocator setting roundup_power2_divisions:9223372036854775808: roundup_power2_divisions must be a power of two from 1 to 67108864, or a list such as [64:8,256:4,>:1]"),
+            ("roundup_power2_divisions:[>:134217728]", "invalid allocator setting roundup_power2_divisions:134217728: roundup_power2_divisions divisions must be a power of two from 1 to 67108864, or 0 to turn rounding off"),
             ("roundup_power2_divisions:[100:4]", "invalid allocator setting roundup_power2_divisions:[100:4]: roundup_power2_divisions interval starts must be powers of two (in MiB) or '>'"),
             ("backend:cudaMallocAsync", "invalid allocator setting backend:cudaMallocAsync: backend must be native: accalloc's caching allocator is the only policy"),
             ("max_split_size:64", "unrecognized key 'max_split_size' in allocator settings; known keys: max_split_size_mb, max_non_split_rounding_mb, roundup_power2_divisions, garbage_collection_threshold, expandable_segments, expandable_trim, release_lock_on_malloc, release_lock_on_cudamalloc, per_process_memory_fraction, backend"),

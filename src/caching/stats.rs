@@ -15,14 +15,15 @@ impl Stat {
     pub fn increase(&mut self, amount: u64) {
         self.current += amount as i64;
         self.peak = self.peak.max(self.current);
-        self.allocated += amount as i64;
+        // The running totals saturate: with a backend reporting exabytes they could pass i64::MAX.
+        self.allocated = self.allocated.saturating_add(amount as i64);
     }
 
     #[inline]
     pub fn decrease(&mut self, amount: u64) {
         self.current -= amount as i64;
         debug_assert!(self.current >= 0, "statistic went negative");
-        self.freed += amount as i64;
+        self.freed = self.freed.saturating_add(amount as i64);
     }
 
     fn reset_accumulated(&mut self) {

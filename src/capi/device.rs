@@ -156,7 +156,10 @@ pub unsafe extern "C" fn accalloc_register_backend(
             unsafe { vtable.as_ref() }.ok_or_else(|| Error::invalid_argument("vtable is NULL"))?;
         // SAFETY: the caller promises valid functions and context for the life of the process.
         let backend = unsafe { CustomBackend::new(name, table) }.map_err(|why| {
-            Error::invalid_argument(format!("backend '{name}' was not registered: {why}"))
+            Error::invalid_argument(format!(
+                "backend {} was not registered: {why}",
+                crate::error::quote(name)
+            ))
         })?;
         *out = runtime()?.register(Arc::new(backend))?;
         Ok(())

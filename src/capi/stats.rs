@@ -194,8 +194,9 @@ pub unsafe extern "C" fn accalloc_memory_stat_on(
 fn lookup(stats: &DeviceStats, key: &str) -> Result<i64> {
     stats.get(key).ok_or_else(|| {
         Error::invalid_argument(format!(
-            "unknown statistic '{key}': keys look like 'allocated_bytes.all.current' \
-             (<family>.<all|small_pool|large_pool>.<current|peak|allocated|freed>) or 'num_ooms'"
+            "unknown statistic {}: keys look like 'allocated_bytes.all.current' \
+             (<family>.<all|small_pool|large_pool>.<current|peak|allocated|freed>) or 'num_ooms'",
+            crate::error::quote(key)
         ))
     })
 }

@@ -22,18 +22,21 @@ pub struct Accelerator {
     config: Mutex<CachingConfig>,
     /// History recording for devices created from now on: Some(max entries) when on.
     history: Mutex<Option<usize>>,
-    devices: Vec<spin::Once<Mutex<CachingAllocator>>>,
+    /// One slot per device; a device's allocator is made (and its memory taken) on first use, so
+    /// that devices never used cost a few bytes each.
+    devices: Vec<spin::Once<Box<Mutex<CachingAllocator>>>>,
 }
 
 impl Accelerator {
-    /// Wrap `backend` so that its segments are recorded in `index`.
+    /// Wrap `backend` so that its segments are recorded in `index`. Devices past MAX_DEVICES are
+    /// not offered (Runtime::register refuses such a backend).
     pub fn new(
         device_type: DeviceType,
         backend: Arc<dyn Backend>,
         index: Arc<SegmentIndex>,
         config: CachingConfig,
     ) -> Self {
-        let count = backend.device_count();
+        let count = backend.device_count().min(crate::backend::MAX_DEVICES);
         let c_name = std::ffi::CString::new(backend.name().replace('\0', " ")).unwrap_or_default();
         Accelerator {
             device_type,
@@ -58,16 +61,28 @@ impl Accelerator {
     }
 
     /// Apply a configuration string on top of the settings in force, on every device; on error nothing
-    /// changes.
+    /// changes. A per_process_memory_fraction reaches the devices only from a string that names it,
+    /// so a fraction set since with set_memory_fraction is not undone by an unrelated string.
     pub fn set_settings(&self, text: &str) -> Result<()> {
         let mut config = self.config();
-        let updated = parse_settings(text, &config)?;
+        let named = parse_settings(
+            text,
+            &CachingConfig {
+                per_process_memory_fraction: None,
+                ..config.clone()
+            },
+        )?;
         for (index, slot) in self.devices.iter().enumerate() {
             if slot.is_completed() {
-                self.lock(index)?.set_config(updated.clone());
+                self.lock(index)?.set_config(named.clone());
             }
         }
-        *config = updated;
+        *config = CachingConfig {
+            per_process_memory_fraction: named
+                .per_process_memory_fraction
+                .or(config.per_process_memory_fraction),
+            ..named
+        };
         Ok(())
     }
 
@@ -110,12 +125,13 @@ impl Accelerator {
     /// Lock the caching allocator of device `index` (a resolved index), creating it on first use.
     pub fn lock(&self, index: usize) -> Result<MutexGuard<'_, CachingAllocator>> {
         let slot = self.devices[index].try_call_once(|| {
-            let mut allocator =
-                CachingAllocator::new(self.backend.clone(), index, self.config().clone())?;
+            // The settings are copied first: the backend's mem_get_info runs without our locks.
+            let config = self.config().clone();
+            let mut allocator = CachingAllocator::new(self.backend.clone(), index, config)?;
             if let Some(entries) = *self.history.lock().unwrap_or_else(|p| p.into_inner()) {
                 allocator.record_history(true, entries);
             }
-            Ok::<_, Error>(Mutex::new(allocator))
+            Ok::<_, Error>(Box::new(Mutex::new(allocator)))
         })?;
         slot.lock().map_err(|_| {
             Error::new(
@@ -157,7 +173,16 @@ impl Accelerator {
             MallocStep::Done(ptr) => Ok(ptr),
             MallocStep::NeedSegment(request) => {
                 let raw = self.backend.raw_alloc(index, request.size, request.stream);
-                self.lock(index)?.malloc_finish(request, raw)
+                match self.lock(index) {
+                    Ok(mut device) => device.malloc_finish(request, raw),
+                    Err(error) => {
+                        // The device became unusable meanwhile: the new segment goes back.
+                        if let Ok(ptr) = raw {
+                            let _ = self.backend.raw_free(index, ptr, request.size);
+                        }
+                        Err(error)
+                    }
+                }
             }
         }
     }

@@ -1,25 +1,33 @@
 //! The current device of each thread, per device type (as cudaSetDevice is per thread).
 
-use super::DeviceType;
-use std::cell::RefCell;
+use super::{DeviceType, MAX_DEVICE_TYPES};
+use std::cell::Cell;
 
 thread_local! {
-    static CURRENT_DEVICE: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
+    // Plain cells with no destructor: the slot outlives this thread's other thread-locals, so calls
+    // from TLS destructors and atexit handlers still see (and may set) their current device.
+    static CURRENT_DEVICE: [Cell<usize>; MAX_DEVICE_TYPES] =
+        const { [const { Cell::new(0) }; MAX_DEVICE_TYPES] };
 }
 
 /// This thread's current device of `device_type` (0 until set).
 pub fn current_device_of(device_type: DeviceType) -> usize {
-    CURRENT_DEVICE.with(|c| c.borrow().get(device_type as usize).copied().unwrap_or(0))
+    let Ok(slot) = usize::try_from(device_type) else {
+        return 0;
+    };
+    CURRENT_DEVICE
+        .try_with(|current| current.get(slot).map_or(0, Cell::get))
+        .unwrap_or(0)
 }
 
 /// Make `index` this thread's current device of `device_type`.
 pub fn set_current_device_of(device_type: DeviceType, index: usize) {
-    CURRENT_DEVICE.with(|c| {
-        let mut current = c.borrow_mut();
-        let slot = device_type as usize;
-        if current.len() <= slot {
-            current.resize(slot + 1, 0);
+    let Ok(slot) = usize::try_from(device_type) else {
+        return;
+    };
+    let _ = CURRENT_DEVICE.try_with(|current| {
+        if let Some(cell) = current.get(slot) {
+            cell.set(index);
         }
-        current[slot] = index;
-    })
+    });
 }

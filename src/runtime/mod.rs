@@ -8,7 +8,9 @@
 
 pub mod accelerator;
 pub mod current_device;
+mod fork;
 pub mod ownership;
+mod reentry;
 
 pub use accelerator::Accelerator;
 
@@ -55,11 +57,21 @@ static RUNTIME: spin::Once<std::result::Result<Runtime, Error>> = spin::Once::ne
 
 /// The runtime, initialised from the environment on first call; a configuration error is returned by
 /// every call after it, unchanged.
+/// In the child of a fork every call fails (see `fork`).
+#[inline]
 pub fn runtime() -> Result<&'static Runtime> {
-    RUNTIME
-        .call_once(Runtime::from_env)
-        .as_ref()
-        .map_err(Clone::clone)
+    let state = match RUNTIME.get() {
+        Some(state) => state,
+        None => {
+            // Before anything a fork could leave half done; the check comes first, since a parent
+            // may have forked while another thread was initialising.
+            fork::watch();
+            fork::check()?;
+            RUNTIME.call_once(Runtime::from_env)
+        }
+    };
+    fork::check()?;
+    state.as_ref().map_err(Clone::clone)
 }
 
 #[cfg(feature = "cuda")]
@@ -91,8 +103,9 @@ impl Runtime {
             Ok(value) if value == "host" || value == "cuda" => Some(value),
             Ok(value) => {
                 return Err(Error::config(format!(
-                    "{DEVICE_VAR}='{value}' is not a valid accelerator: give host or cuda (or leave it \
-                     unset to use CUDA when a GPU is present)"
+                    "{DEVICE_VAR}={} is not a valid accelerator: give host or cuda (or leave it \
+                     unset to use CUDA when a GPU is present)",
+                    crate::error::quote(&value)
                 )))
             }
         };
@@ -145,13 +158,20 @@ impl Runtime {
     #[inline]
     pub fn current(&self) -> &'static Accelerator {
         let device_type = self.current.load(Ordering::Acquire);
-        self.accelerator(device_type)
+        self.lookup(device_type)
             .expect("the current device type always exists")
     }
 
-    /// The accelerator of a device type.
+    /// The accelerator of a device type, to act on: refused from inside one of its own backend's
+    /// callbacks (see `reentry`).
     #[inline]
     pub fn accelerator(&self, device_type: DeviceType) -> Result<&'static Accelerator> {
+        let accelerator = self.lookup(device_type)?;
+        reentry::check(device_type, accelerator.name())?;
+        Ok(accelerator)
+    }
+
+    fn lookup(&self, device_type: DeviceType) -> Result<&'static Accelerator> {
         usize::try_from(device_type)
             .ok()
             .and_then(|slot| self.accelerators.get(slot))
@@ -184,6 +204,14 @@ impl Runtime {
     pub fn register(&self, backend: Arc<dyn Backend>) -> Result<DeviceType> {
         let _serial = self.registering.lock().unwrap_or_else(|p| p.into_inner());
         let name = backend.name().to_string();
+        let devices = backend.device_count();
+        if !(1..=crate::backend::MAX_DEVICES).contains(&devices) {
+            return Err(Error::invalid_argument(format!(
+                "backend {} drives {devices} device(s); 1 to {} are supported",
+                crate::error::quote(&name),
+                crate::backend::MAX_DEVICES
+            )));
+        }
         if name.is_empty()
             || name.len() > 64
             || !name
@@ -191,7 +219,8 @@ impl Runtime {
                 .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
         {
             return Err(Error::invalid_argument(format!(
-                "backend name '{name}' is not valid: use 1 to 64 letters, digits, '_' or '-'"
+                "backend name {} is not valid: use 1 to 64 letters, digits, '_' or '-'",
+                crate::error::quote(&name)
             )));
         }
         if ["host", "cuda"].contains(&name.as_str())

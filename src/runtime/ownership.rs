@@ -1,6 +1,7 @@
 //! Which device owns an address. `accalloc_free` gets only a pointer; this index of every segment held from
 //! any backend answers "whose is it?" without locking any device.
 
+use super::reentry::CallbackScope;
 use crate::backend::{Backend, BackendError, EventId, MemInfo, StreamId};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -22,8 +23,25 @@ impl SegmentIndex {
         (ptr < end).then_some(owner)
     }
 
-    fn insert(&self, start: usize, size: usize, owner: Owner) {
-        self.ranges.write().insert(start, (start + size, owner));
+    /// Record [start, start + size) as `owner`'s, unless it wraps around the address space or
+    /// overlaps a range held already (by any backend): then Err says why and nothing is recorded.
+    fn insert(&self, start: usize, size: usize, owner: Owner) -> Result<(), String> {
+        let end = start
+            .checked_add(size)
+            .filter(|_| start != 0)
+            .ok_or("a range that wraps around the address space (or starts at NULL)")?;
+        let mut ranges = self.ranges.write();
+        if let Some((&held, &(held_end, (device_type, device)))) = ranges.range(..end).next_back() {
+            if held_end > start {
+                return Err(format!(
+                    "a range overlapping one already held ({held:#x}, {} bytes, of device type \
+                     {device_type} device {device})",
+                    held_end - held
+                ));
+            }
+        }
+        ranges.insert(start, (end, owner));
+        Ok(())
     }
 
     fn remove(&self, start: usize) {
@@ -63,18 +81,25 @@ impl Backend for IndexedBackend {
         size: usize,
         stream: StreamId,
     ) -> Result<usize, BackendError> {
+        let _inside = CallbackScope::enter(self.device_type, "raw_alloc");
         let ptr = self.inner.raw_alloc(device, size, stream)?;
-        self.index.insert(ptr, size, (self.device_type, device));
+        if let Err(why) = self.index.insert(ptr, size, (self.device_type, device)) {
+            // Refused: the backend gets its segment back (what it does with it is its business).
+            let _ = self.inner.raw_free(device, ptr, size);
+            return Err(refused_range("raw_alloc", ptr, size, &why));
+        }
         Ok(ptr)
     }
 
     fn raw_free(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError> {
+        let _inside = CallbackScope::enter(self.device_type, "raw_free");
         self.inner.raw_free(device, ptr, size)?;
         self.index.remove(ptr);
         Ok(())
     }
 
     fn mem_get_info(&self, device: usize) -> Result<MemInfo, BackendError> {
+        let _inside = CallbackScope::enter(self.device_type, "mem_get_info");
         self.inner.mem_get_info(device)
     }
 
@@ -87,10 +112,12 @@ impl Backend for IndexedBackend {
     }
 
     fn synchronize_stream(&self, device: usize, stream: StreamId) -> Result<(), BackendError> {
+        let _inside = CallbackScope::enter(self.device_type, "stream_synchronize");
         self.inner.synchronize_stream(device, stream)
     }
 
     fn create_event(&self, device: usize) -> Result<EventId, BackendError> {
+        let _inside = CallbackScope::enter(self.device_type, "create_event");
         self.inner.create_event(device)
     }
 
@@ -100,43 +127,65 @@ impl Backend for IndexedBackend {
         event: EventId,
         stream: StreamId,
     ) -> Result<(), BackendError> {
+        let _inside = CallbackScope::enter(self.device_type, "record_event");
         self.inner.record_event(device, event, stream)
     }
 
     fn query_event(&self, device: usize, event: EventId) -> Result<bool, BackendError> {
+        let _inside = CallbackScope::enter(self.device_type, "query_event");
         self.inner.query_event(device, event)
     }
 
     fn synchronize_event(&self, device: usize, event: EventId) -> Result<(), BackendError> {
+        let _inside = CallbackScope::enter(self.device_type, "synchronize_event");
         self.inner.synchronize_event(device, event)
     }
 
     fn destroy_event(&self, device: usize, event: EventId) -> Result<(), BackendError> {
+        let _inside = CallbackScope::enter(self.device_type, "destroy_event");
         self.inner.destroy_event(device, event)
     }
 
     fn vm_granularity(&self, device: usize) -> Option<usize> {
+        let _inside = CallbackScope::enter(self.device_type, "vm_granularity");
         self.inner.vm_granularity(device)
     }
 
     fn vm_reserve(&self, device: usize, size: usize) -> Result<usize, BackendError> {
+        let _inside = CallbackScope::enter(self.device_type, "vm_reserve");
         let ptr = self.inner.vm_reserve(device, size)?;
-        self.index.insert(ptr, size, (self.device_type, device));
+        if let Err(why) = self.index.insert(ptr, size, (self.device_type, device)) {
+            let _ = self.inner.vm_release(device, ptr, size);
+            return Err(refused_range("vm_reserve", ptr, size, &why));
+        }
         Ok(ptr)
     }
 
     fn vm_map(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError> {
+        let _inside = CallbackScope::enter(self.device_type, "vm_map");
         self.inner.vm_map(device, ptr, size)
     }
 
     fn vm_unmap(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError> {
+        let _inside = CallbackScope::enter(self.device_type, "vm_unmap");
         self.inner.vm_unmap(device, ptr, size)
     }
 
     fn vm_release(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError> {
+        let _inside = CallbackScope::enter(self.device_type, "vm_release");
         self.inner.vm_release(device, ptr, size)?;
         self.index.remove(ptr);
         Ok(())
+    }
+}
+
+/// The error for a range the index refused (the backend's name is added by the caller's message).
+fn refused_range(call: &str, ptr: usize, size: usize, why: &str) -> BackendError {
+    BackendError::Failed {
+        code: -1,
+        message: format!(
+            "{call} returned {ptr:#x} for {size} bytes, {why}; accalloc refused it and handed it back"
+        ),
     }
 }
 

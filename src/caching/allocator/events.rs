@@ -33,29 +33,82 @@ impl CachingAllocator {
         Ok(())
     }
 
-    /// Record an event on each stream that used a freed block; it stays out of the pool until they
-    /// complete.
-    pub(super) fn insert_events(&mut self, id: BlockId, streams: Vec<StreamId>) -> Result<()> {
+    /// Before a block that other streams used is freed: wait for those streams (no events), or
+    /// create and record one event on each. None when `ptr` is no live block or no other stream used
+    /// it. When the backend fails, whatever this call created is destroyed again and the error says
+    /// that the block is still allocated: the free did not happen and may be retried.
+    pub(super) fn prepare_stream_events(
+        &mut self,
+        ptr: usize,
+    ) -> Result<Option<Vec<(StreamId, EventId)>>> {
+        let Some(&id) = self.active.get(&ptr) else {
+            return Ok(None);
+        };
+        let Some(streams) = self.stream_uses.get(&id).cloned() else {
+            return Ok(None);
+        };
+        let still_allocated = |error: Error| {
+            Error::new(
+                error.kind,
+                format!(
+                    "{}; the block at {ptr:#x} is still allocated (free it again)",
+                    error.message
+                ),
+            )
+        };
         if !self.backend.events_supported() {
             // No events: wait for the streams now, then the block is free at once.
-            for stream in streams {
+            for &stream in &streams {
                 self.backend
                     .synchronize_stream(self.device, stream)
                     .map_err(|e| {
-                        backend_error(&*self.backend, self.device, "stream_synchronize", e)
+                        still_allocated(backend_error(
+                            &*self.backend,
+                            self.device,
+                            "stream_synchronize",
+                            e,
+                        ))
                     })?;
             }
-            self.return_to_pool(id);
-            return Ok(());
+            return Ok(Some(Vec::new()));
         }
-        for stream in streams {
-            let event = self
-                .backend
-                .create_event(self.device)
-                .map_err(|e| backend_error(&*self.backend, self.device, "create_event", e))?;
-            self.backend
-                .record_event(self.device, event, stream)
-                .map_err(|e| backend_error(&*self.backend, self.device, "record_event", e))?;
+        let mut events = Vec::with_capacity(streams.len());
+        for &stream in &streams {
+            match self.create_recorded_event(stream) {
+                Ok(event) => events.push((stream, event)),
+                Err(error) => {
+                    for (_, event) in events {
+                        let _ = self.backend.destroy_event(self.device, event);
+                    }
+                    return Err(still_allocated(error));
+                }
+            }
+        }
+        Ok(Some(events))
+    }
+
+    /// A new event recorded on `stream` (destroyed again when recording fails).
+    fn create_recorded_event(&mut self, stream: StreamId) -> Result<EventId> {
+        let event = self
+            .backend
+            .create_event(self.device)
+            .map_err(|e| backend_error(&*self.backend, self.device, "create_event", e))?;
+        if let Err(e) = self.backend.record_event(self.device, event, stream) {
+            let _ = self.backend.destroy_event(self.device, event);
+            return Err(backend_error(
+                &*self.backend,
+                self.device,
+                "record_event",
+                e,
+            ));
+        }
+        Ok(event)
+    }
+
+    /// The freed block waits for the events recorded on the streams that used it; it returns to the
+    /// pool when they complete (at once when there are none).
+    pub(super) fn insert_events(&mut self, id: BlockId, events: Vec<(StreamId, EventId)>) {
+        for (stream, event) in events {
             self.blocks[id].event_count += 1;
             self.pending_events
                 .entry(stream)
@@ -65,10 +118,11 @@ impl CachingAllocator {
         if self.blocks[id].event_count == 0 {
             self.return_to_pool(id);
         }
-        Ok(())
     }
 
     /// Return the blocks whose events have all completed (checked at the start of every malloc).
+    /// An event leaves its queue only once it is complete and destroyed, so a backend call that
+    /// fails leaves it pending for the next try.
     pub(super) fn process_events(&mut self) -> Result<()> {
         let streams: Vec<StreamId> = self.pending_events.keys().copied().collect();
         for stream in streams {
@@ -80,8 +134,8 @@ impl CachingAllocator {
                 if !done {
                     break;
                 }
-                self.pending_events.get_mut(&stream).unwrap().pop_front();
                 self.event_completed(event, id)?;
+                self.pending_events.get_mut(&stream).unwrap().pop_front();
             }
             if self.pending_events[&stream].is_empty() {
                 self.pending_events.remove(&stream);
@@ -91,21 +145,27 @@ impl CachingAllocator {
     }
 
     /// Wait for every pending event and return their blocks (PyTorch's synchronize_and_free_events).
+    /// As in process_events, an event whose synchronization or destruction fails stays pending.
     pub(super) fn synchronize_and_free_events(&mut self) -> Result<()> {
         self.stats.num_sync_all_streams += 1;
-        while let Some((_, mut queue)) = self.pending_events.pop_first() {
-            while let Some((event, id)) = queue.pop_front() {
+        let streams: Vec<StreamId> = self.pending_events.keys().copied().collect();
+        for stream in streams {
+            while let Some(&(event, id)) = self.pending_events[&stream].front() {
                 self.backend
                     .synchronize_event(self.device, event)
                     .map_err(|e| {
                         backend_error(&*self.backend, self.device, "synchronize_event", e)
                     })?;
                 self.event_completed(event, id)?;
+                self.pending_events.get_mut(&stream).unwrap().pop_front();
             }
+            self.pending_events.remove(&stream);
         }
         Ok(())
     }
 
+    /// A completed event is destroyed; its block returns to the pool with its last event. Nothing
+    /// changes when the backend cannot destroy it.
     pub(super) fn event_completed(&mut self, event: EventId, id: BlockId) -> Result<()> {
         self.backend
             .destroy_event(self.device, event)

@@ -59,6 +59,16 @@ impl CachingAllocator {
         fits
     }
 
+    /// The address space of a new reservation: 1 1/8 of the device's memory, as PyTorch reserves, in
+    /// whole pages. None when that is more than MAX_RESERVATION (a backend reporting an enormous
+    /// capacity): expandable segments then fall back to ordinary ones instead of failing.
+    pub(super) fn reservation_size(&self, page: usize) -> Option<usize> {
+        self.capacity
+            .checked_add(self.capacity / 8)?
+            .checked_next_multiple_of(page)
+            .filter(|&size| size <= MAX_RESERVATION)
+    }
+
     /// Grow (or start) an expandable segment of this pool and stream by at least `size` bytes and
     /// return the free block covering them, out of the pool. Ok(None) when the device has no room.
     pub(super) fn try_allocate_expandable_block(
@@ -126,25 +136,39 @@ impl CachingAllocator {
                 return Ok(start);
             }
         }
-        // A new range of 1 1/8 the device's memory, as PyTorch reserves, in whole pages.
         // PyTorch maps 20 MiB pages in the large pool; expandable_trim maps 2 MiB pages everywhere.
         let page = if pool == PoolKind::Small || self.config.expandable_trim {
             SMALL_PAGE
         } else {
             LARGE_PAGE
         };
-        let reserve = (self.capacity + self.capacity / 8).next_multiple_of(page);
+        let Some(reserve) = self.reservation_size(page) else {
+            return Err(Error::new(
+                ErrorKind::Internal,
+                "expandable segments were used with a capacity too large for a reservation",
+            ));
+        };
         let base = self
             .backend
             .vm_reserve(self.device, reserve)
             .map_err(|e| backend_error(&*self.backend, self.device, "vm_reserve", e))?;
-        let index = self.expandable.len() as u32;
-        self.expandable.push(ExpandableSegment {
+        let segment = ExpandableSegment {
             base,
             size: reserve,
             page,
             mapped: vec![false; reserve / page],
-        });
+        };
+        // Blocks refer to reservations by index: a released one leaves a hole, reused here.
+        let index = match self.expandable.iter().position(|s| s.size == 0) {
+            Some(hole) => {
+                self.expandable[hole] = segment;
+                hole as u32
+            }
+            None => {
+                self.expandable.push(segment);
+                (self.expandable.len() - 1) as u32
+            }
+        };
         let id = self.blocks.insert(Block {
             mapped: false,
             expandable: Some(index),
@@ -324,9 +348,52 @@ impl CachingAllocator {
         Ok(())
     }
 
+    /// empty_cache: give back each reservation that holds nothing (a single unmapped block covers
+    /// it), so that streams used once do not keep their address space for ever. Nothing in the
+    /// statistics changes: only mapped memory counts as reserved.
+    pub(super) fn release_empty_reservations(&mut self) -> Result<()> {
+        for pool in [PoolKind::Large, PoolKind::Small] {
+            let unmapped = match pool {
+                PoolKind::Small => &self.small.unmapped,
+                PoolKind::Large => &self.large.unmapped,
+            };
+            let blocks = &self.blocks;
+            let empty: Vec<BlockId> = unmapped
+                .values()
+                .copied()
+                .filter(|&id| blocks[id].prev.is_none() && blocks[id].next.is_none())
+                .collect();
+            for id in empty {
+                let block = self.blocks[id];
+                let index = block.expandable.expect("unmapped blocks are expandable") as usize;
+                let (base, size) = self.expandable[index].range();
+                self.backend
+                    .vm_release(self.device, base, size)
+                    .map_err(|e| backend_error(&*self.backend, self.device, "vm_release", e))?;
+                self.pool_mut(pool)
+                    .unmapped
+                    .remove(&(block.stream, block.ptr));
+                self.blocks.remove(id);
+                self.expandable[index] = ExpandableSegment {
+                    base: 0,
+                    size: 0,
+                    page: SMALL_PAGE,
+                    mapped: Vec::new(),
+                };
+            }
+        }
+        while self.expandable.last().is_some_and(|s| s.size == 0) {
+            self.expandable.pop();
+        }
+        Ok(())
+    }
+
     /// Give every reservation back (used when the allocator goes away).
     pub(super) fn release_reservations(&mut self) {
-        for segment in std::mem::take(&mut self.expandable) {
+        for segment in std::mem::take(&mut self.expandable)
+            .into_iter()
+            .filter(|s| s.size > 0)
+        {
             for (page, _) in segment
                 .mapped
                 .iter()
@@ -343,6 +410,10 @@ impl CachingAllocator {
         }
     }
 }
+
+/// The largest reservation: 4 TiB of address space (a device of about 3.5 TiB), whose page table
+/// takes 2 MB at 2 MiB pages.
+pub(super) const MAX_RESERVATION: usize = 1 << 42;
 
 /// Page sizes of expandable segments, as PyTorch maps them.
 pub(super) const SMALL_PAGE: usize = super::super::policy::SMALL_BUFFER;

@@ -60,6 +60,9 @@ pub struct CachingAllocator {
     stats: DeviceStats,
     /// Bytes of all segments held from the backend (PyTorch's total_allocated_memory).
     reserved_total: usize,
+    /// Bytes of segments being asked for without the lock (release_lock_on_malloc): the memory
+    /// fraction counts them as reserved already, so that threads cannot overshoot it together.
+    reserving_unlocked: usize,
     /// Set by set_memory_fraction: reserved memory may not grow past this.
     allowed_maximum: Option<usize>,
     /// Streams other than its own that use a live block (accalloc_record_stream).
@@ -96,6 +99,7 @@ impl CachingAllocator {
             active: PtrMap::default(),
             stats: DeviceStats::default(),
             reserved_total: 0,
+            reserving_unlocked: 0,
             allowed_maximum: None,
             stream_uses: HashMap::new(),
             pending_events: BTreeMap::new(),
@@ -172,6 +176,7 @@ impl CachingAllocator {
                     self.garbage_collect_cached_blocks()?;
                 }
                 if self.within_fraction(alloc_size) {
+                    self.reserving_unlocked += alloc_size;
                     return Ok(MallocStep::NeedSegment(SegmentRequest {
                         size: alloc_size,
                         stream,
@@ -210,6 +215,7 @@ impl CachingAllocator {
             rounded,
             pool,
         } = request;
+        self.reserving_unlocked -= size;
         let id = match raw {
             Ok(ptr) => self.account_segment(pool, stream, ptr, size),
             Err(BackendError::OutOfMemory) => {
@@ -234,6 +240,13 @@ impl CachingAllocator {
     }
 
     fn free_unchecked(&mut self, ptr: usize) -> Result<()> {
+        // A block other streams used needs their events (or their synchronization) first: when the
+        // backend fails them, the free is refused and the block stays allocated.
+        let stream_events = if self.stream_uses.is_empty() {
+            None
+        } else {
+            self.prepare_stream_events(ptr)?
+        };
         let Some(id) = self.active.remove(&ptr) else {
             return Err(Error::invalid_pointer(format!(
                 "pointer {ptr:#x} is not a live allocation of {} device {}: it was already freed, or it \
@@ -256,24 +269,25 @@ impl CachingAllocator {
         if std::mem::take(&mut self.blocks[id].counted_oversize_allocation) {
             self.stats.oversize_allocations.decrease(1);
         }
-        // Most blocks are never shared across streams: skip the lookup when none is.
-        let uses = if self.stream_uses.is_empty() {
-            None
-        } else {
-            self.stream_uses.remove(&id)
-        };
-        match uses {
-            Some(streams) => self.insert_events(id, streams),
-            None => {
-                self.return_to_pool(id);
-                Ok(())
+        match stream_events {
+            Some(events) => {
+                self.stream_uses.remove(&id);
+                self.insert_events(id, events);
             }
+            None => self.return_to_pool(id),
         }
+        Ok(())
     }
 
     /// Release every cached block that is a whole segment back to the backend.
     pub fn empty_cache(&mut self) -> Result<()> {
-        let result = self.release_cached_blocks();
+        let result = self.release_cached_blocks().and_then(|()| {
+            if self.expandable.is_empty() {
+                Ok(())
+            } else {
+                self.release_empty_reservations()
+            }
+        });
         self.verify("empty_cache");
         result
     }

@@ -1,6 +1,7 @@
 //! Segments from the backend: the miss path (new segment, release of cached memory, one retry,
 //! out of memory) and giving segments back.
 
+use super::expandable::LARGE_PAGE;
 use super::*;
 
 impl CachingAllocator {
@@ -56,15 +57,28 @@ impl CachingAllocator {
         self.out_of_memory_message(alloc_size)
     }
 
-    /// Whether a new segment of `size` bytes stays within the memory fraction.
+    /// Whether a new segment of `size` bytes stays within the memory fraction, counting the
+    /// segments other threads are asking the backend for right now (release_lock_on_malloc). No
+    /// device holds more than isize::MAX bytes, so the statistics (i64) can never overflow, whatever
+    /// capacity a backend reports.
     pub(super) fn within_fraction(&self, size: usize) -> bool {
-        self.allowed_maximum
-            .is_none_or(|allowed| self.reserved_total + size <= allowed)
+        let Some(after) = self
+            .reserved_total
+            .checked_add(self.reserving_unlocked)
+            .and_then(|held| held.checked_add(size))
+            .filter(|&after| after <= isize::MAX as usize)
+        else {
+            return false;
+        };
+        self.allowed_maximum.is_none_or(|allowed| after <= allowed)
     }
 
-    /// Whether new memory comes from growing an expandable segment.
+    /// Whether new memory comes from growing an expandable segment (not when the backend has no
+    /// virtual memory, or reports so much memory that a reservation would be too large).
     pub(super) fn grows_expandable(&self) -> bool {
-        self.config.expandable_segments && self.virtual_memory_available()
+        self.config.expandable_segments
+            && self.virtual_memory_available()
+            && self.reservation_size(LARGE_PAGE).is_some()
     }
 
     /// Ask the backend for a segment. Ok(None) when the device (or the memory fraction) has no room.

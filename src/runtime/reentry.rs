@@ -1,0 +1,75 @@
+//! Calls back into accalloc from a backend's own callbacks. While a backend function runs, the
+//! device's lock may be held (raw_alloc, the event calls) or the device may be half made (the first
+//! mem_get_info), so a call for the same device type from inside it would deadlock or spin. Each
+//! thread remembers which device types it is inside a callback of, and such a call is answered with
+//! ACCALLOC_ERROR_NOT_SUPPORTED and a message instead. Calls for other device types are fine.
+
+use super::DeviceType;
+use crate::error::{Error, ErrorKind, Result};
+use std::cell::Cell;
+
+thread_local! {
+    // Plain cells, no destructor: usable from TLS destructors too.
+    /// One bit per device type whose callback this thread is inside.
+    static INSIDE: Cell<u32> = const { Cell::new(0) };
+    /// The innermost callback's name, for the message.
+    static CALL: Cell<&'static str> = const { Cell::new("") };
+}
+
+/// Marks this thread as inside `call` of `device_type`'s backend until dropped.
+pub(crate) struct CallbackScope {
+    previous_inside: u32,
+    previous_call: &'static str,
+}
+
+impl CallbackScope {
+    #[inline]
+    pub(crate) fn enter(device_type: DeviceType, call: &'static str) -> Self {
+        let bit = bit(device_type);
+        let previous_inside = INSIDE.try_with(|c| c.replace(c.get() | bit)).unwrap_or(0);
+        let previous_call = CALL.try_with(|c| c.replace(call)).unwrap_or("");
+        CallbackScope {
+            previous_inside,
+            previous_call,
+        }
+    }
+}
+
+impl Drop for CallbackScope {
+    #[inline]
+    fn drop(&mut self) {
+        let _ = INSIDE.try_with(|c| c.set(self.previous_inside));
+        let _ = CALL.try_with(|c| c.set(self.previous_call));
+    }
+}
+
+fn bit(device_type: DeviceType) -> u32 {
+    u32::try_from(device_type)
+        .ok()
+        .and_then(|t| 1u32.checked_shl(t))
+        .unwrap_or(0)
+}
+
+/// Err when this thread is inside a callback of `device_type`'s backend (`name` for the message).
+#[inline]
+pub(crate) fn check(device_type: DeviceType, name: &str) -> Result<()> {
+    let inside = INSIDE.try_with(Cell::get).unwrap_or(0);
+    if inside & bit(device_type) == 0 {
+        return Ok(());
+    }
+    Err(reentered(device_type, name))
+}
+
+#[cold]
+fn reentered(device_type: DeviceType, name: &str) -> Error {
+    let call = CALL.try_with(Cell::get).unwrap_or("");
+    Error::new(
+        ErrorKind::NotSupported,
+        format!(
+            "accalloc was called for device type {device_type} ({name}) from inside that backend's \
+             own {call} callback: a backend's callbacks may not call accalloc for their own device \
+             type (the device is locked or being set up; the call would deadlock). Calls for other \
+             device types are allowed"
+        ),
+    )
+}
