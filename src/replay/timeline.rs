@@ -1,7 +1,7 @@
 //! The memory timeline of a replay as an SVG picture: reserved and allocated bytes over the trace,
 //! each stacked by pool (large pool below, small pool above).
 
-use crate::replay::TimelinePoint;
+use super::session::TimelinePoint;
 use crate::units::format_size;
 use std::fmt::Write;
 
