@@ -92,10 +92,17 @@ const MAX_DEPTH: usize = 32;
 /// Decode a pickle of plain Python data into JSON values. Tuples and sets become lists, keys become
 /// strings; the `frames` of segments, blocks and entries (Python stacks) are dropped, as replay does
 /// not use them and they are most of a snapshot's size.
+///
+/// PyTorch shares one dict per distinct stack frame between all the entries that show it, so the
+/// pickle refers back to them; serde-pickle (1.2) resolves a reference inside an object that is
+/// itself shared only once and calls the others recursive. Replacing those by None loses nothing
+/// here: only frames are shared that way, and they are dropped.
 pub fn pickle_to_json(bytes: &[u8]) -> Result<Value> {
-    let value =
-        serde_pickle::value_from_slice(bytes, serde_pickle::DeOptions::new().decode_strings())
-            .map_err(|e| Error::invalid_argument(format!("not a readable pickle: {e}")))?;
+    let options = serde_pickle::DeOptions::new()
+        .decode_strings()
+        .replace_recursive_structures();
+    let value = serde_pickle::value_from_slice(bytes, options)
+        .map_err(|e| Error::invalid_argument(format!("not a readable pickle: {e}")))?;
     to_json(value, 0)
 }
 
