@@ -3,7 +3,7 @@
 //! Each candidate replays on its own simulated device (TestBackend: rising fake addresses, no
 //! memory touched), so the figures are the same on every run and every machine. A candidate fits
 //! when it has no OOM on a device of the given capacity; those that do not fit rank last. Then the
-//! lowest peak reserved memory wins; fewer device calls, then fewer retries, break ties.
+//! lowest peak reserved memory wins; fewer device calls, fewer retries, then fewer keys break ties.
 
 use super::session::{replay, ReplayReport};
 use super::trace::TraceOp;
@@ -14,8 +14,9 @@ use crate::error::Result;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 
-/// Capacity of the simulated device when none is given: large enough that nothing runs out.
-pub const UNLIMITED_CAPACITY: usize = 1 << 50;
+/// Capacity of the simulated device when none is given: 1 TiB, more than any accelerator has (an
+/// expandable segment reserves 1 1/8 of it and keeps a flag per page, so not more).
+pub const UNLIMITED_CAPACITY: usize = 1 << 40;
 
 /// Expandable segments: off, PyTorch's, or with accalloc's trimming.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,6 +31,8 @@ pub enum Expandable {
 pub struct Candidate {
     pub expandable: Expandable,
     pub max_split_size_mb: Option<usize>,
+    /// How much larger a cached block a request >= max_split_size may take (None: 20 MiB).
+    pub max_non_split_rounding_mb: Option<usize>,
     /// roundup_power2_divisions for every size (0: off).
     pub roundup_divisions: usize,
     /// garbage_collection_threshold with the memory fraction it needs: (threshold, fraction).
@@ -41,6 +44,7 @@ impl Candidate {
     pub const DEFAULT: Candidate = Candidate {
         expandable: Expandable::Off,
         max_split_size_mb: None,
+        max_non_split_rounding_mb: None,
         roundup_divisions: 0,
         garbage_collection: None,
     };
@@ -55,6 +59,9 @@ impl Candidate {
         }
         if let Some(mb) = self.max_split_size_mb {
             parts.push(format!("max_split_size_mb:{mb}"));
+        }
+        if let Some(mb) = self.max_non_split_rounding_mb {
+            parts.push(format!("max_non_split_rounding_mb:{mb}"));
         }
         if self.roundup_divisions > 1 {
             parts.push(format!(
@@ -92,9 +99,10 @@ impl Candidate {
     }
 }
 
-/// The default search: expandable segments (off, on, trimmed) x max_split_size_mb (unset, 32 to
-/// 512) x roundup_power2_divisions (off, 2, 4, 8), and, with a capacity, garbage collection at
-/// thresholds 0.6 and 0.8 under memory fractions 0.8 and 0.95.
+/// The default search: expandable segments (off, on, trimmed) x max_split_size_mb (unset, 20 to
+/// 1024) with max_non_split_rounding_mb (20, 64, 256) x roundup_power2_divisions (off, 2, 4, 8, 16);
+/// with a capacity, also garbage collection at thresholds 0.6 and 0.8 under memory fractions 0.8
+/// and 0.95. 330 candidates, 1,650 with a capacity.
 pub fn default_candidates(with_capacity: bool) -> Vec<Candidate> {
     let mut collection = vec![None];
     if with_capacity {
@@ -104,14 +112,21 @@ pub fn default_candidates(with_capacity: bool) -> Vec<Candidate> {
             }
         }
     }
+    let mut splits = vec![(None, None)];
+    for mb in [20, 32, 64, 128, 256, 512, 1024] {
+        for rounding in [None, Some(64), Some(256)] {
+            splits.push((Some(mb), rounding));
+        }
+    }
     let mut candidates = Vec::new();
     for garbage_collection in collection {
         for expandable in [Expandable::Off, Expandable::On, Expandable::Trimmed] {
-            for max_split_size_mb in [None, Some(32), Some(64), Some(128), Some(256), Some(512)] {
-                for roundup_divisions in [0, 2, 4, 8] {
+            for &(max_split_size_mb, max_non_split_rounding_mb) in &splits {
+                for roundup_divisions in [0, 2, 4, 8, 16] {
                     candidates.push(Candidate {
                         expandable,
                         max_split_size_mb,
+                        max_non_split_rounding_mb,
                         roundup_divisions,
                         garbage_collection,
                     });
@@ -157,12 +172,16 @@ impl Outcome {
         self.peak_allocated as f64 / self.peak_reserved.max(1) as f64
     }
 
-    fn rank_key(&self) -> (bool, i64, i64, i64) {
+    /// Fits first, then lower peak reserved, fewer device calls, fewer retries, and among equals
+    /// the settings with fewer keys (a key that changes nothing is left out).
+    fn rank_key(&self) -> (bool, i64, i64, i64, usize) {
+        let keys = self.candidate.accalloc_conf().matches(':').count();
         (
             !self.fits,
             self.peak_reserved,
             self.device_allocs + self.device_frees,
             self.alloc_retries,
+            keys,
         )
     }
 }
@@ -232,26 +251,27 @@ mod tests {
         let candidate = Candidate {
             expandable: Expandable::Trimmed,
             max_split_size_mb: Some(64),
+            max_non_split_rounding_mb: Some(256),
             roundup_divisions: 4,
             garbage_collection: Some((0.8, 0.95)),
         };
         assert_eq!(
             candidate.accalloc_conf(),
             "expandable_segments:True,expandable_trim:True,max_split_size_mb:64,\
-             roundup_power2_divisions:4,garbage_collection_threshold:0.8,per_process_memory_fraction:0.95"
+             max_non_split_rounding_mb:256,roundup_power2_divisions:4,garbage_collection_threshold:0.8,per_process_memory_fraction:0.95"
         );
         assert_eq!(
             candidate.pytorch_conf(),
-            "expandable_segments:True,max_split_size_mb:64,roundup_power2_divisions:4,\
-             garbage_collection_threshold:0.8"
+            "expandable_segments:True,max_split_size_mb:64,max_non_split_rounding_mb:256,\
+             roundup_power2_divisions:4,garbage_collection_threshold:0.8"
         );
         assert!(!candidate.pytorch_can_express());
         assert_eq!(Candidate::DEFAULT.accalloc_conf(), "");
         for candidate in default_candidates(true) {
             candidate.config().unwrap();
         }
-        assert_eq!(default_candidates(false).len(), 72);
-        assert_eq!(default_candidates(true).len(), 360);
+        assert_eq!(default_candidates(false).len(), 330);
+        assert_eq!(default_candidates(true).len(), 1650);
     }
 
     #[test]
