@@ -46,7 +46,8 @@ pub fn comparison_table(labels: &[String], reports: &[ReplayReport]) -> String {
     fn bytes(b: i64) -> String {
         format!("{} ({b})", format_size(b.max(0) as u64))
     }
-    let rows: [(&str, fn(&ReplayReport) -> String); 8] = [
+    type Row = (&'static str, fn(&ReplayReport) -> String);
+    let rows: [Row; 8] = [
         ("peak allocated", |r| bytes(r.peak_allocated())),
         ("peak reserved", |r| bytes(r.peak_reserved())),
         ("utilization (allocated / reserved at peak)", |r| {

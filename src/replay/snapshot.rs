@@ -127,7 +127,7 @@ enum RawOp {
 fn read_device(
     device: usize,
     entries: &[Value],
-    live_at_end: &[(u64, usize, i64)],
+    live_at_end: &[LiveBlock],
     options: &SnapshotOptions,
     import: &mut SnapshotImport,
 ) -> Result<DeviceHistory> {
@@ -282,9 +282,12 @@ fn read_device(
     Ok(history)
 }
 
-/// The `active_allocated` blocks of `segments`, by device: (address, requested size, stream).
-fn live_blocks(snapshot: &Map<String, Value>) -> Result<BTreeMap<usize, Vec<(u64, usize, i64)>>> {
-    let mut by_device: BTreeMap<usize, Vec<(u64, usize, i64)>> = BTreeMap::new();
+/// A block live at the end: (address, requested size, stream value).
+type LiveBlock = (u64, usize, i64);
+
+/// The `active_allocated` blocks of `segments`, by device.
+fn live_blocks(snapshot: &Map<String, Value>) -> Result<BTreeMap<usize, Vec<LiveBlock>>> {
+    let mut by_device: BTreeMap<usize, Vec<LiveBlock>> = BTreeMap::new();
     let segments = match snapshot.get("segments") {
         None | Some(Value::Null) => return Ok(by_device),
         Some(Value::Array(segments)) => segments,
