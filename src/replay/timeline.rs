@@ -164,7 +164,11 @@ fn tick_label(value: i64) -> String {
             );
         }
     }
-    format!("{value} B")
+    if value == 0 {
+        "0".to_string()
+    } else {
+        format!("{value} B")
+    }
 }
 
 /// Two or more replays of one trace in one picture: each run's reserved memory as a line (the first
@@ -333,7 +337,8 @@ mod tests {
         assert_eq!(tick_label(768 * mib), "768 MiB");
         assert_eq!(tick_label(1280 * mib), "1.25 GiB");
         assert_eq!(tick_label(3 * gib), "3 GiB");
-        assert_eq!(tick_label(0), "0 B");
+        assert_eq!(tick_label(0), "0");
+        assert_eq!(tick_label(384), "384 B");
     }
 
     #[test]
