@@ -339,4 +339,44 @@ mod tests {
         assert_eq!((report.ooms, report.frees), (1, 1));
         assert_eq!(report.device_stats[0].allocation[0].allocated, 0);
     }
+
+    #[test]
+    fn record_stream_defers_the_free_where_the_backend_has_events() {
+        let trace = "{\"op\":\"alloc\",\"id\":1,\"size\":1000,\"stream\":0}\n\
+                     {\"op\":\"record_stream\",\"id\":1,\"stream\":5}\n{\"op\":\"free\",\"id\":1}\n\
+                     {\"op\":\"alloc\",\"id\":2,\"size\":1000,\"stream\":0}\n";
+        let ops = parse_trace(trace).unwrap();
+        let simulated = replay(
+            &ops,
+            Arc::new(TestBackend::new(1, 1 << 30)),
+            &CachingConfig::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            (simulated.stream_uses, simulated.stream_uses_skipped),
+            (1, 0)
+        );
+        // The first block waits for stream 5, so the second request takes another block of the
+        // segment: two blocks of 1024 bytes active at the peak.
+        let active = &simulated.device_stats[0].active_bytes[StatType::All as usize];
+        assert_eq!(active.peak, 2048);
+        let host = replay(
+            &ops,
+            Arc::new(crate::backend::host::HostBackend::new(
+                crate::backend::host::HostSettings {
+                    capacity: 1 << 30,
+                    devices: 1,
+                    fail: None,
+                },
+            )),
+            &CachingConfig::default(),
+        )
+        .unwrap();
+        assert_eq!((host.stream_uses, host.stream_uses_skipped), (1, 0));
+        let active = &host.device_stats[0].active_bytes[StatType::All as usize];
+        assert_eq!(
+            active.peak, 1024,
+            "no events: the free waits for the stream, the block is reused at once"
+        );
+    }
 }
