@@ -105,7 +105,8 @@ impl Session {
             .unwrap_or(1);
         if devices_used > backend.device_count() {
             return Err(Error::invalid_device(format!(
-                "the trace uses device {} but {} has {} device(s)",
+                "the trace uses device {} but {} has {} device(s) (ACCALLOC_HOST_DEVICES gives the \
+                 host and --simulate more; --device N replays one device of a snapshot)",
                 devices_used - 1,
                 backend.name(),
                 backend.device_count()
@@ -287,7 +288,7 @@ pub fn replay_with(
         // Replay again up to the peak with history on, and look inside there.
         let mut again = Session::new(ops, &backend, config)?;
         for allocator in &mut again.allocators {
-            allocator.record_history(true, ops.len().max(1));
+            allocator.record_history(true, usize::MAX);
         }
         let mut scratch = empty_report(ops.len());
         for op in &ops[..ops.len().min(peak_at + 1)] {

@@ -64,6 +64,10 @@ Environment (read by the library and by every command; a bad value is an error n
                          this file, as a trace replay and tune read";
 
 fn main() -> ExitCode {
+    // Output piped into `head` and closed: end quietly, as other command-line tools do, instead of
+    // panicking on the failed print (Rust ignores SIGPIPE by default).
+    // SAFETY: restoring the default disposition of one signal before any thread starts.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let with_usage = |result: Result<(), String>| result.map_err(|e| format!("{e}\n{USAGE}"));
     let result = match args.first().map(String::as_str) {
