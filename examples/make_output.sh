@@ -16,3 +16,8 @@ echo "wrote $out/transformer_summary.txt, transformer_timeline.svg, transformer_
 "$tool" replay examples/traces/varying_sizes.jsonl --simulate --config expandable_segments:True,expandable_trim:True \
   --svg "$out/varying_expandable.svg" > /dev/null
 echo "wrote $out/varying_default.svg, varying_expandable.svg"
+
+# The same trace under PyTorch's defaults and with expandable segments, in one picture.
+"$tool" compare examples/traces/varying_sizes.jsonl --config "" --config expandable_segments:True \
+  --svg "$out/varying_compare.svg" > "$out/varying_compare.txt"
+echo "wrote $out/varying_compare.svg, varying_compare.txt"

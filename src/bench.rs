@@ -72,7 +72,8 @@ fn libc_pair(size: usize) {
 }
 
 /// Run the benchmark: one row per size, then one with all sizes interleaved, then that again with
-/// history recording on (its cost when on; off, it is one branch).
+/// history recording on and with ACCALLOC_TRACE's recording on (their cost when on; off, each is
+/// one branch).
 pub fn run(batches: usize, pairs: usize) -> Vec<BenchRow> {
     let mut rows = run_patterns(batches, pairs);
     crate::capi::inspect::accalloc_record_memory_history(1, 100_000);
@@ -84,7 +85,28 @@ pub fn run(batches: usize, pairs: usize) -> Vec<BenchRow> {
         accalloc_ns: with_history,
         libc_ns,
     });
+    if let Some(with_trace) = with_trace_file(batches.min(11), pairs) {
+        rows.push(BenchRow {
+            label: "mixed, ACCALLOC_TRACE on".to_string(),
+            accalloc_ns: with_trace,
+            libc_ns,
+        });
+    }
     rows
+}
+
+/// The mixed pattern with every operation written to a trace file (as ACCALLOC_TRACE does), in a
+/// temporary file removed afterwards; None when recording was on already or no file can be made.
+fn with_trace_file(batches: usize, pairs: usize) -> Option<f64> {
+    if std::env::var_os(crate::runtime::trace_log::TRACE_VAR).is_some() {
+        return None;
+    }
+    let path = std::env::temp_dir().join(format!("accalloc-bench-{}.jsonl", std::process::id()));
+    crate::runtime::trace_log::start(path.to_str()?).ok()?;
+    let ns = measure(&SIZES, batches, pairs, accalloc_pair);
+    let _ = crate::runtime::trace_log::stop();
+    let _ = std::fs::remove_file(&path);
+    Some(ns)
 }
 
 fn run_patterns(batches: usize, pairs: usize) -> Vec<BenchRow> {

@@ -11,7 +11,6 @@ pub mod capi;
 pub mod error;
 pub mod replay;
 pub mod runtime;
-pub mod timeline;
 pub mod units;
 
 pub use error::{Error, ErrorKind, Result};

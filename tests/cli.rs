@@ -92,3 +92,193 @@ fn bad_input_is_reported_with_its_line() {
     let (ok, _, err) = accalloc(&["replay"]);
     assert!(!ok && err.contains("usage:"), "{err}");
 }
+
+fn sample(path: &str) -> String {
+    format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn replay_reads_a_pytorch_snapshot_by_content() {
+    // The pickle under a name that says nothing of its kind.
+    let copy = temp("snapshot.bin");
+    std::fs::copy(sample("examples/snapshots/sample_snapshot.pickle"), &copy).unwrap();
+    let (ok, out, err) = accalloc(&[
+        "replay",
+        copy.to_str().unwrap(),
+        "--simulate",
+        "--json",
+        "--segment-free-as-empty-cache",
+    ]);
+    assert!(ok, "{err}");
+    let from_snapshot: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(from_snapshot["input_format"], "PyTorch snapshot (pickle)");
+    assert_eq!(from_snapshot["snapshot"]["segment_free_runs"], 1);
+    let (ok, out, _) = accalloc(&[
+        "replay",
+        &sample("examples/snapshots/sample_trace.jsonl"),
+        "--simulate",
+        "--json",
+    ]);
+    assert!(ok);
+    let from_trace: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(from_snapshot["stats"], from_trace["stats"]);
+    let (ok, out, _) = accalloc(&["replay", copy.to_str().unwrap(), "--simulate"]);
+    assert!(ok);
+    assert!(
+        out.contains("snapshot: 4476 history entries of device(s) 0, 1 stream(s)"),
+        "{out}"
+    );
+}
+
+#[test]
+fn convert_writes_a_trace_and_a_snapshot_that_read_back() {
+    let trace = temp("convert.jsonl");
+    std::fs::write(&trace, TRACE).unwrap();
+    let pickle = temp("convert.pickle");
+    let (ok, out, err) = accalloc(&[
+        "convert",
+        trace.to_str().unwrap(),
+        "-o",
+        pickle.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains("5 operations"), "{out}");
+    let back = temp("back.jsonl");
+    let (ok, _, err) = accalloc(&[
+        "convert",
+        pickle.to_str().unwrap(),
+        "-o",
+        back.to_str().unwrap(),
+        "--segment-free-as-empty-cache",
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(
+        std::fs::read_to_string(&back).unwrap(),
+        "{\"op\":\"alloc\",\"id\":0,\"size\":1000,\"stream\":0}\n\
+         {\"op\":\"alloc\",\"id\":1,\"size\":31457280,\"stream\":0}\n\
+         {\"op\":\"free\",\"id\":0}\n{\"op\":\"empty_cache\"}\n{\"op\":\"free\",\"id\":1}\n",
+        "the trace again, ids from 0"
+    );
+    let (ok, _, err) = accalloc(&["convert", trace.to_str().unwrap(), "-o", "x.txt"]);
+    assert!(!ok && err.contains("name the output .jsonl"), "{err}");
+}
+
+#[test]
+fn bad_snapshots_name_what_and_where() {
+    let pickle = std::fs::read(sample("tests/data/snapshot_protocol4.pickle")).unwrap();
+    let truncated = temp("truncated.pickle");
+    std::fs::write(&truncated, &pickle[..pickle.len() / 2]).unwrap();
+    let (ok, _, err) = accalloc(&["replay", truncated.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(
+        err.contains("truncated.pickle: not a readable pickle"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+    let unknown = temp("unknown.json");
+    std::fs::write(
+        &unknown,
+        r#"{"device_traces": [[{"action": "alloc", "addr": 512, "size": 10, "stream": 0},
+            {"action": "resize", "addr": 512, "size": 10, "stream": 0}]]}"#,
+    )
+    .unwrap();
+    let (ok, _, err) = accalloc(&["replay", unknown.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(
+        err.contains("device_traces[0][1]: unknown action \"resize\""),
+        "{err}"
+    );
+    let (ok, _, err) = accalloc(&["replay", unknown.to_str().unwrap(), "--device", "3"]);
+    assert!(!ok && err.contains("--device 3"), "{err}");
+}
+
+#[test]
+fn tune_ranks_settings_and_prints_lines_to_paste() {
+    // A small trace: the debug build checks every invariant after every operation of 3,630 replays.
+    let file = temp("tune.jsonl");
+    std::fs::write(&file, TRACE).unwrap();
+    let trace = file.to_str().unwrap();
+    let (ok, out, err) = accalloc(&["tune", trace, "--json", "--threads", "2"]);
+    assert!(ok, "{err}");
+    let result: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let candidates = result["candidates"].as_array().unwrap();
+    assert_eq!(candidates.len(), 330);
+    let best = &result["best"];
+    assert_eq!(best, &candidates[0]);
+    let peaks: Vec<i64> = candidates
+        .iter()
+        .map(|c| c["peak_reserved_bytes"].as_i64().unwrap())
+        .collect();
+    assert!(
+        peaks.windows(2).all(|w| w[0] <= w[1]),
+        "ranked by peak reserved"
+    );
+    // By default 2 MiB + 30 MiB are reserved; expandable segments need 2 MiB + 40 MiB (20 MiB
+    // pages), with trimming 2 MiB pages in both pools: 2 MiB + 30 MiB, the same as the default,
+    // which comes first as it is first in the search.
+    assert_eq!(result["defaults"]["peak_reserved_bytes"], 32 << 20);
+    assert_eq!(best["peak_reserved_bytes"], 32 << 20);
+    // best.config replays with the figures tune found.
+    let config = best["config"].as_str().unwrap();
+    let (ok, out, _) = accalloc(&["replay", trace, "--simulate", "--json", "--config", config]);
+    assert!(ok);
+    let replayed: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(replayed["peak_reserved_bytes"], best["peak_reserved_bytes"]);
+    assert!(!result["best_pytorch"]["config"]
+        .as_str()
+        .unwrap()
+        .contains("expandable_trim"));
+
+    // 40 MiB: every candidate fits; 16 MiB: none does (the 30 MiB request), all rank "does not fit".
+    let (ok, out, err) = accalloc(&["tune", trace, "--capacity", "40MiB", "--top", "3"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("1650 settings"), "{out}");
+    assert!(out.contains("\nbest:             ACCALLOC_CONF="), "{out}");
+    assert!(
+        out.contains("\nbest for PyTorch: PYTORCH_ALLOC_CONF="),
+        "{out}"
+    );
+    assert!(out.contains("| 1 | `"), "{out}");
+    let (ok, out, _) = accalloc(&["tune", trace, "--capacity", "16MiB", "--json"]);
+    assert!(ok);
+    let result: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(result["best"]["fits"], false);
+    assert_eq!(result["best"]["ooms"], 1);
+    let (ok, _, err) = accalloc(&["tune", trace, "--capacity", "lots"]);
+    assert!(
+        !ok && err.contains("--capacity: 'lots' is not a byte count"),
+        "{err}"
+    );
+}
+
+#[test]
+fn compare_shows_two_settings_and_draws_both() {
+    let trace = temp("compare.jsonl");
+    std::fs::write(&trace, TRACE).unwrap();
+    let svg = temp("compare.svg");
+    let (ok, out, err) = accalloc(&[
+        "compare",
+        trace.to_str().unwrap(),
+        "--config",
+        "max_split_size_mb:20",
+        "--config",
+        "expandable_segments:True",
+        "--svg",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("| | `max_split_size_mb:20` | `expandable_segments:True` |"),
+        "{out}"
+    );
+    assert!(out.contains("| peak reserved |"), "{out}");
+    let picture = std::fs::read_to_string(&svg).unwrap();
+    assert_eq!(
+        picture.matches("<polyline").count(),
+        4,
+        "reserved and allocated of each"
+    );
+    assert!(picture.contains(">32 MiB<"), "round ticks: {picture}");
+    let (ok, _, err) = accalloc(&["compare", trace.to_str().unwrap()]);
+    assert!(!ok && err.contains("compare needs --config"), "{err}");
+}

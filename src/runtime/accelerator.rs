@@ -161,7 +161,9 @@ impl Accelerator {
         if size == 0 {
             return Ok(0);
         }
-        self.malloc(index, size, stream)
+        let result = self.malloc(index, size, stream);
+        super::trace_log::malloc(index, size, stream, &result);
+        result
     }
 
     /// Hand out `size` bytes (size > 0) on device `index` for `stream`. With release_lock_on_malloc,
@@ -232,6 +234,7 @@ impl Accelerator {
 
     /// Release the cached segments of every device in use.
     pub fn empty_cache(&self) -> Result<()> {
+        super::trace_log::empty_cache();
         let mut first_error = None;
         for (index, slot) in self.devices.iter().enumerate() {
             if slot.is_completed() {

@@ -5,12 +5,16 @@
 //! - `accelerator`: one accelerator and its devices
 //! - `current_device`: each thread's current device
 //! - `ownership`: which device an address belongs to
+//! - `trace_log`: ACCALLOC_TRACE, every operation of the process written as a trace
+//! - `fork`: what a fork() child gets (a clear error, never a hang)
+//! - `reentry`: refusing calls from a backend's callbacks into its own device type
 
 pub mod accelerator;
 pub mod current_device;
 mod fork;
 pub mod ownership;
 mod reentry;
+pub mod trace_log;
 
 pub use accelerator::Accelerator;
 
@@ -93,6 +97,7 @@ fn not_ours(ptr: usize) -> Error {
 impl Runtime {
     fn from_env() -> Result<Runtime> {
         let settings = HostSettings::from_env()?;
+        trace_log::init_from_env()?;
         let initial_config = match std::env::var(ALLOC_CONF_VAR) {
             Ok(text) => parse_settings(&text, &CachingConfig::default())
                 .map_err(|e| Error::config(format!("{ALLOC_CONF_VAR}: {}", e.message)))?,
@@ -250,12 +255,17 @@ impl Runtime {
         if ptr == 0 {
             return Ok(());
         }
+        trace_log::free(ptr);
         self.with_owner(ptr, |device| device.free(ptr))
     }
 
     /// Note that `stream` uses the allocation at `ptr` (PyTorch's record_stream).
     pub fn record_stream(&self, ptr: usize, stream: StreamId) -> Result<()> {
-        self.with_owner(ptr, |device| device.record_stream(ptr, stream))
+        let result = self.with_owner(ptr, |device| device.record_stream(ptr, stream));
+        if result.is_ok() {
+            trace_log::record_stream(ptr, stream);
+        }
+        result
     }
 
     /// Run `action` on the device that owns `ptr`, under that device's lock.

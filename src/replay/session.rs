@@ -1,108 +1,13 @@
-//! Allocation traces: reading them and replaying them through a caching allocator.
-//!
-//! Format: one JSON object a line: `{"op":"alloc","id":7,"size":4096,"stream":0}` (optional
-//! "device"), `{"op":"free","id":7}`, `{"op":"empty_cache"}`. Blank lines are skipped.
+//! Replaying a trace through fresh caching allocators (one per device) and measuring it.
 
 use crate::backend::Backend;
 use crate::caching::snapshot::settings_json;
 use crate::caching::{CachingAllocator, CachingConfig, DeviceStats, StatType};
 use crate::error::{Error, ErrorKind, Result};
+use crate::replay::trace::TraceOp;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
-
-/// One operation of a trace.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum TraceOp {
-    Alloc {
-        id: u64,
-        size: usize,
-        stream: usize,
-        device: usize,
-    },
-    Free {
-        id: u64,
-    },
-    EmptyCache,
-}
-
-/// Read a whole trace; a malformed line is an error naming its number (from 1).
-pub fn parse_trace(text: &str) -> Result<Vec<TraceOp>> {
-    let mut ops = Vec::new();
-    let mut live: HashMap<u64, usize> = HashMap::new();
-    for (index, line) in text.lines().enumerate() {
-        let number = index + 1;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let op = parse_line(line).map_err(|why| {
-            Error::invalid_argument(format!("trace line {number}: {why}: {}", abbreviate(line)))
-        })?;
-        match &op {
-            TraceOp::Alloc { id, .. } => {
-                if let Some(first) = live.insert(*id, number) {
-                    return Err(Error::invalid_argument(format!(
-                        "trace line {number}: id {id} is allocated again while live (allocated on line {first})"
-                    )));
-                }
-            }
-            TraceOp::Free { id } => {
-                if live.remove(id).is_none() {
-                    return Err(Error::invalid_argument(format!(
-                        "trace line {number}: free of id {id}, which is not live"
-                    )));
-                }
-            }
-            TraceOp::EmptyCache => {}
-        }
-        ops.push(op);
-    }
-    Ok(ops)
-}
-
-fn abbreviate(line: &str) -> String {
-    if line.len() <= 80 {
-        line.to_string()
-    } else {
-        format!(
-            "{}...",
-            &line[..line.char_indices().nth(77).map_or(line.len(), |(i, _)| i)]
-        )
-    }
-}
-
-fn parse_line(line: &str) -> std::result::Result<TraceOp, String> {
-    let value: serde_json::Value =
-        serde_json::from_str(line).map_err(|e| format!("not JSON ({e})"))?;
-    let object = value.as_object().ok_or("not a JSON object")?;
-    let uint = |key: &str, required: bool| -> std::result::Result<Option<u64>, String> {
-        match object.get(key) {
-            None if required => Err(format!("missing \"{key}\"")),
-            None => Ok(None),
-            Some(v) => v
-                .as_u64()
-                .map(Some)
-                .ok_or(format!("\"{key}\" must be a non-negative integer")),
-        }
-    };
-    match object.get("op").and_then(|v| v.as_str()) {
-        Some("alloc") => Ok(TraceOp::Alloc {
-            id: uint("id", true)?.unwrap(),
-            size: usize::try_from(uint("size", true)?.unwrap())
-                .map_err(|_| "\"size\" is too large")?,
-            stream: uint("stream", false)?.unwrap_or(0) as usize,
-            device: uint("device", false)?.unwrap_or(0) as usize,
-        }),
-        Some("free") => Ok(TraceOp::Free {
-            id: uint("id", true)?.unwrap(),
-        }),
-        Some("empty_cache") => Ok(TraceOp::EmptyCache),
-        Some(other) => Err(format!(
-            "unknown op \"{other}\" (expected alloc, free or empty_cache)"
-        )),
-        None => Err("missing \"op\"".into()),
-    }
-}
 
 /// What to collect besides the figures.
 #[derive(Clone, Copy, Debug, Default)]
@@ -111,6 +16,9 @@ pub struct ReplayOptions {
     pub timeline: bool,
     /// Take a snapshot (segments, blocks, history) at the operation where reserved memory peaks.
     pub snapshot_at_peak: bool,
+    /// Record the history of the whole replay and take the snapshot after the last operation
+    /// instead (what `accalloc convert TRACE -o SNAPSHOT` writes).
+    pub snapshot_at_end: bool,
 }
 
 /// Bytes allocated and reserved after one operation, summed over devices, as [small, large].
@@ -128,6 +36,9 @@ pub struct ReplayReport {
     pub frees: usize,
     /// Failed allocations (their later frees are skipped).
     pub ooms: usize,
+    /// record_stream ops applied, and those skipped because the backend has no events.
+    pub stream_uses: usize,
+    pub stream_uses_skipped: usize,
     /// Statistics of each device the trace used (index = device).
     pub device_stats: Vec<DeviceStats>,
     /// Wall time of all operations, and of mallocs and frees alone, in nanoseconds.
@@ -194,7 +105,8 @@ impl Session {
             .unwrap_or(1);
         if devices_used > backend.device_count() {
             return Err(Error::invalid_device(format!(
-                "the trace uses device {} but {} has {} device(s)",
+                "the trace uses device {} but {} has {} device(s) (ACCALLOC_HOST_DEVICES gives the \
+                 host and --simulate more; --device N replays one device of a snapshot)",
                 devices_used - 1,
                 backend.name(),
                 backend.device_count()
@@ -244,6 +156,18 @@ impl Session {
             TraceOp::EmptyCache => {
                 for allocator in &mut self.allocators {
                     allocator.empty_cache()?;
+                }
+            }
+            TraceOp::RecordStream { id, stream } => {
+                if let Some(&(device, ptr)) = self.live.get(&id) {
+                    match self.allocators[device].record_stream(ptr, stream) {
+                        Ok(()) => report.stream_uses += 1,
+                        // The backend has no events (the host): the use cannot be modelled.
+                        Err(e) if e.kind == ErrorKind::NotSupported => {
+                            report.stream_uses_skipped += 1
+                        }
+                        Err(e) => return Err(e),
+                    }
                 }
             }
         }
@@ -302,6 +226,8 @@ fn empty_report(operations: usize) -> ReplayReport {
         allocs: 0,
         frees: 0,
         ooms: 0,
+        stream_uses: 0,
+        stream_uses_skipped: 0,
         device_stats: Vec::new(),
         total_ns: 0,
         malloc_ns: 0,
@@ -329,6 +255,11 @@ pub fn replay_with(
     options: ReplayOptions,
 ) -> Result<ReplayReport> {
     let mut session = Session::new(ops, &backend, config)?;
+    if options.snapshot_at_end {
+        for allocator in &mut session.allocators {
+            allocator.record_history(true, usize::MAX);
+        }
+    }
     let mut report = empty_report(ops.len());
     let sampling = options.timeline || options.snapshot_at_peak;
     let (mut peak_reserved, mut peak_at) = (-1i64, 0usize);
@@ -348,13 +279,16 @@ pub fn replay_with(
     }
     report.total_ns = start.elapsed().as_nanos();
     report.device_stats = session.allocators.iter().map(|a| a.stats()).collect();
+    if options.snapshot_at_end {
+        report.snapshot = Some(session.snapshot(config));
+    }
     session.finish()?;
 
-    if options.snapshot_at_peak {
+    if options.snapshot_at_peak && !options.snapshot_at_end {
         // Replay again up to the peak with history on, and look inside there.
         let mut again = Session::new(ops, &backend, config)?;
         for allocator in &mut again.allocators {
-            allocator.record_history(true, ops.len().max(1));
+            allocator.record_history(true, usize::MAX);
         }
         let mut scratch = empty_report(ops.len());
         for op in &ops[..ops.len().min(peak_at + 1)] {
@@ -370,71 +304,7 @@ pub fn replay_with(
 mod tests {
     use super::*;
     use crate::backend::testing::TestBackend;
-
-    #[test]
-    fn parses_the_three_ops() {
-        let ops = parse_trace(
-            "{\"op\":\"alloc\",\"id\":7,\"size\":4096,\"stream\":0}\n\n{\"op\":\"alloc\",\"id\":8,\"size\":1,\"stream\":2,\"device\":1}\n{\"op\":\"free\",\"id\":7}\n{\"op\":\"empty_cache\"}\n",
-        )
-        .unwrap();
-        assert_eq!(
-            ops,
-            vec![
-                TraceOp::Alloc {
-                    id: 7,
-                    size: 4096,
-                    stream: 0,
-                    device: 0
-                },
-                TraceOp::Alloc {
-                    id: 8,
-                    size: 1,
-                    stream: 2,
-                    device: 1
-                },
-                TraceOp::Free { id: 7 },
-                TraceOp::EmptyCache,
-            ]
-        );
-    }
-
-    #[test]
-    fn malformed_lines_are_named_by_number() {
-        let cases = [
-            (
-                "{\"op\":\"alloc\",\"id\":1,\"size\":8}\nnot json",
-                "trace line 2: not JSON",
-            ),
-            (
-                "{\"op\":\"alloc\",\"id\":1}",
-                "trace line 1: missing \"size\"",
-            ),
-            (
-                "{\"op\":\"alloc\",\"id\":1,\"size\":-3}",
-                "trace line 1: \"size\" must be a non-negative integer",
-            ),
-            ("{\"op\":\"resize\"}", "trace line 1: unknown op \"resize\""),
-            ("[1,2]", "trace line 1: not a JSON object"),
-            ("{\"id\":1}", "trace line 1: missing \"op\""),
-            (
-                "{\"op\":\"free\",\"id\":3}",
-                "trace line 1: free of id 3, which is not live",
-            ),
-            (
-                "{\"op\":\"alloc\",\"id\":1,\"size\":8}\n{\"op\":\"alloc\",\"id\":1,\"size\":8}",
-                "trace line 2: id 1 is allocated again while live (allocated on line 1)",
-            ),
-        ];
-        for (text, expected) in cases {
-            let err = parse_trace(text).unwrap_err();
-            assert!(
-                err.message.starts_with(expected),
-                "{} / {}",
-                err.message,
-                expected
-            );
-        }
-    }
+    use crate::replay::trace::parse_trace;
 
     #[test]
     fn replay_reports_peaks_and_counts() {
@@ -469,5 +339,46 @@ mod tests {
         .unwrap();
         assert_eq!((report.ooms, report.frees), (1, 1));
         assert_eq!(report.device_stats[0].allocation[0].allocated, 0);
+    }
+
+    #[test]
+    fn record_stream_defers_the_free_where_the_backend_has_events() {
+        let trace = "{\"op\":\"alloc\",\"id\":1,\"size\":1000,\"stream\":0}\n\
+                     {\"op\":\"record_stream\",\"id\":1,\"stream\":5}\n{\"op\":\"free\",\"id\":1}\n\
+                     {\"op\":\"alloc\",\"id\":2,\"size\":1000,\"stream\":0}\n";
+        let ops = parse_trace(trace).unwrap();
+        let simulated = replay(
+            &ops,
+            Arc::new(TestBackend::new(1, 1 << 30)),
+            &CachingConfig::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            (simulated.stream_uses, simulated.stream_uses_skipped),
+            (1, 0)
+        );
+        // The first block waits for stream 5, so the second request takes another block of the
+        // segment: two blocks of 1024 bytes active at the peak.
+        let active = &simulated.device_stats[0].active_bytes[StatType::All as usize];
+        assert_eq!(active.peak, 2048);
+        let host = replay(
+            &ops,
+            Arc::new(crate::backend::host::HostBackend::new(
+                crate::backend::host::HostSettings {
+                    capacity: 1 << 30,
+                    devices: 1,
+                    fail: None,
+                    event_fail: None,
+                },
+            )),
+            &CachingConfig::default(),
+        )
+        .unwrap();
+        assert_eq!((host.stream_uses, host.stream_uses_skipped), (1, 0));
+        let active = &host.device_stats[0].active_bytes[StatType::All as usize];
+        assert_eq!(
+            active.peak, 1024,
+            "no events: the free waits for the stream, the block is reused at once"
+        );
     }
 }

@@ -1,0 +1,151 @@
+//! `accalloc replay FILE`: one replay, its figures, and optionally its pictures.
+
+use crate::args::Args;
+use crate::backends::{cuda_backend, forced_device, load_backend, replay_config};
+use crate::input::{load, snapshot_json};
+use accalloc::backend::host::{HostBackend, HostSettings};
+use accalloc::backend::testing::TestBackend;
+use accalloc::backend::Backend;
+use accalloc::caching::summary::memory_summary;
+use accalloc::replay::timeline::timeline_svg;
+use accalloc::replay::{replay_with, ReplayOptions, ReplayReport, Workload};
+use accalloc::runtime::DEVICE_VAR;
+use accalloc::units::format_size;
+use std::sync::Arc;
+
+pub fn replay_command(args: &[String]) -> Result<(), String> {
+    let args = Args::parse(
+        args,
+        &[
+            "--json",
+            "--simulate",
+            "--cuda",
+            "--summary",
+            crate::input::EMPTY_CACHE_FLAG,
+        ],
+        &["--backend", "--config", "--svg", "--snapshot", "--device"],
+    )?;
+    let path = args.one_file("replay")?;
+    let config_text = args.value("--config");
+    let config = replay_config(config_text)?;
+    let forced = forced_device()?;
+    let workload = load(path, &args)?;
+    let settings = HostSettings::from_env().map_err(|e| e.message)?;
+    let backend: Arc<dyn Backend> = if let Some(spec) = args.value("--backend") {
+        load_backend(spec)?
+    } else if args.has("--simulate") {
+        Arc::new(TestBackend::new(settings.devices, settings.capacity))
+    } else if args.has("--cuda") {
+        cuda_backend("--cuda")?
+    } else if forced.as_deref() == Some("cuda") {
+        cuda_backend(&format!("{DEVICE_VAR}=cuda"))?
+    } else {
+        Arc::new(HostBackend::new(settings))
+    };
+    let svg_path = args.value("--svg");
+    let snapshot_path = args.value("--snapshot");
+    let options = ReplayOptions {
+        timeline: svg_path.is_some(),
+        snapshot_at_peak: snapshot_path.is_some(),
+        ..ReplayOptions::default()
+    };
+    let report = replay_with(&workload.ops, backend, &config, options).map_err(|e| e.message)?;
+    if let Some(svg) = svg_path {
+        let title = match config_text {
+            Some(text) => format!("{path} ({text})"),
+            None => path.to_string(),
+        };
+        std::fs::write(svg, timeline_svg(&report.timeline, &title))
+            .map_err(|e| format!("cannot write {svg}: {e}"))?;
+    }
+    if let (Some(file), Some(snapshot)) = (snapshot_path, &report.snapshot) {
+        std::fs::write(file, snapshot.to_string())
+            .map_err(|e| format!("cannot write {file}: {e}"))?;
+    }
+    if args.has("--json") {
+        println!("{}", report_json(path, &workload, &report));
+    } else {
+        print_report(path, &workload, &report);
+    }
+    if args.has("--summary") {
+        for (device, stats) in report.device_stats.iter().enumerate() {
+            print!(
+                "{}",
+                memory_summary(stats, device, "accalloc replay", false)
+            );
+        }
+    }
+    Ok(())
+}
+
+fn print_report(path: &str, workload: &Workload, r: &ReplayReport) {
+    println!("trace: {path} ({})", workload.format.name());
+    if let Some(import) = &workload.import {
+        println!("{}", import.describe());
+    }
+    println!(
+        "operations: {} ({} allocs, {} frees)",
+        r.operations, r.allocs, r.frees
+    );
+    println!(
+        "peak allocated: {} ({} bytes)",
+        format_size(r.peak_allocated() as u64),
+        r.peak_allocated()
+    );
+    println!(
+        "peak reserved:  {} ({} bytes)",
+        format_size(r.peak_reserved() as u64),
+        r.peak_reserved()
+    );
+    println!("reserved / allocated at peak: {:.3}", r.reserved_ratio());
+    println!("OOMs: {}   retries: {}", r.ooms, r.alloc_retries());
+    if r.stream_uses_skipped > 0 {
+        println!(
+            "record_stream: {} skipped (the backend has no events)",
+            r.stream_uses_skipped
+        );
+    }
+    println!(
+        "device allocations: {}   device frees: {}",
+        r.device_allocs(),
+        r.device_frees()
+    );
+    println!(
+        "time per operation: {:.1} ns (malloc {:.1} ns, free {:.1} ns)",
+        r.ns_per_op(),
+        r.ns_per_malloc(),
+        r.ns_per_free()
+    );
+}
+
+fn report_json(path: &str, workload: &Workload, r: &ReplayReport) -> String {
+    let flat = |s: &accalloc::caching::DeviceStats| {
+        serde_json::Value::Object(s.flat().into_iter().map(|(k, v)| (k, v.into())).collect())
+    };
+    let mut object = serde_json::json!({
+        "trace": path,
+        "input_format": workload.format.name(),
+        "operations": r.operations,
+        "allocs": r.allocs,
+        "frees": r.frees,
+        "peak_allocated_bytes": r.peak_allocated(),
+        "peak_reserved_bytes": r.peak_reserved(),
+        "reserved_to_allocated_ratio": r.reserved_ratio(),
+        "ooms": r.ooms,
+        "alloc_retries": r.alloc_retries(),
+        "device_allocs": r.device_allocs(),
+        "device_frees": r.device_frees(),
+        "ns_per_op": r.ns_per_op(),
+        "ns_per_malloc": r.ns_per_malloc(),
+        "ns_per_free": r.ns_per_free(),
+        "devices": r.device_stats.len(),
+        "stats": flat(&r.device_stats[0]),
+    });
+    if let Some(import) = &workload.import {
+        object["snapshot"] = snapshot_json(import);
+    }
+    if r.device_stats.len() > 1 {
+        object["stats_by_device"] = r.device_stats.iter().map(flat).collect();
+    }
+    object.to_string()
+}

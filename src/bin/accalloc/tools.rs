@@ -1,0 +1,329 @@
+//! `accalloc tune`, `accalloc compare` and `accalloc convert`.
+
+use crate::args::Args;
+use crate::input::{load, EMPTY_CACHE_FLAG};
+use accalloc::backend::testing::TestBackend;
+use accalloc::caching::settings::parse_settings;
+use accalloc::caching::CachingConfig;
+use accalloc::replay::compare::{compare, comparison_table};
+use accalloc::replay::input::json_to_pickle;
+use accalloc::replay::timeline::comparison_svg;
+use accalloc::replay::tune::{default_candidates, tune, Candidate, Outcome, UNLIMITED_CAPACITY};
+use accalloc::replay::{snapshot_of_trace, trace_to_jsonl, TraceOp};
+use accalloc::units::format_size;
+use serde_json::json;
+use std::io::{IsTerminal, Write};
+use std::sync::Arc;
+use std::time::Instant;
+
+const SNAPSHOT_FLAGS: [&str; 1] = [EMPTY_CACHE_FLAG];
+
+fn with_snapshot_flags<'a>(switches: &[&'a str]) -> Vec<&'a str> {
+    switches.iter().copied().chain(SNAPSHOT_FLAGS).collect()
+}
+
+/// How many devices a trace uses.
+fn devices_used(ops: &[TraceOp]) -> usize {
+    ops.iter()
+        .filter_map(|op| match op {
+            TraceOp::Alloc { device, .. } => Some(device + 1),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(1)
+}
+
+fn print_import(workload: &accalloc::replay::Workload) {
+    if let Some(import) = &workload.import {
+        eprintln!("{}", import.describe());
+    }
+}
+
+/// A progress bar on standard error, drawn only when that is a terminal.
+struct Progress {
+    shown: bool,
+}
+
+impl Progress {
+    fn new() -> Progress {
+        Progress {
+            shown: std::io::stderr().is_terminal(),
+        }
+    }
+
+    fn update(&self, done: usize, total: usize) {
+        if !self.shown {
+            return;
+        }
+        let width = 40;
+        let filled = done * width / total.max(1);
+        eprint!(
+            "\r[{}{}] {done}/{total}",
+            "#".repeat(filled),
+            " ".repeat(width - filled)
+        );
+        if done == total {
+            eprint!("\r{}\r", " ".repeat(width + 24));
+        }
+        let _ = std::io::stderr().flush();
+    }
+}
+
+fn outcome_json(outcome: &Outcome) -> serde_json::Value {
+    json!({
+        "config": outcome.candidate.accalloc_conf(),
+        "pytorch_config": outcome.candidate.pytorch_conf(),
+        "pytorch_can_run": outcome.candidate.pytorch_can_express(),
+        "memory_fraction": outcome.candidate.garbage_collection.map(|(_, f)| f),
+        "peak_allocated_bytes": outcome.peak_allocated,
+        "peak_reserved_bytes": outcome.peak_reserved,
+        "utilization": outcome.utilization(),
+        "ooms": outcome.ooms,
+        "alloc_retries": outcome.alloc_retries,
+        "device_allocs": outcome.device_allocs,
+        "device_frees": outcome.device_frees,
+        "ns_per_op": outcome.ns_per_op,
+        "fits": outcome.fits,
+    })
+}
+
+fn label(conf: &str) -> &str {
+    if conf.is_empty() {
+        "(defaults)"
+    } else {
+        conf
+    }
+}
+
+/// The line to paste into PyTorch's environment for `candidate`.
+fn pytorch_line(candidate: &Candidate) -> String {
+    let mut line = format!("PYTORCH_ALLOC_CONF={}", candidate.pytorch_conf());
+    if let Some((_, fraction)) = candidate.garbage_collection {
+        line.push_str(&format!(
+            "   # with torch.cuda.set_per_process_memory_fraction({fraction})"
+        ));
+    }
+    line
+}
+
+pub fn tune_command(args: &[String]) -> Result<(), String> {
+    let args = Args::parse(
+        args,
+        &with_snapshot_flags(&["--json"]),
+        &["--capacity", "--threads", "--top", "--device"],
+    )?;
+    let path = args.one_file("tune")?;
+    let capacity = args.bytes("--capacity")?;
+    let threads = match args.value("--threads") {
+        Some(text) => text
+            .parse::<usize>()
+            .ok()
+            .filter(|&n| n > 0)
+            .ok_or_else(|| format!("--threads: '{text}' is not a positive number"))?,
+        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
+    let top = match args.value("--top") {
+        Some(text) => text
+            .parse::<usize>()
+            .map_err(|_| format!("--top: '{text}' is not a number"))?,
+        None => 15,
+    };
+    let workload = load(path, &args)?;
+    print_import(&workload);
+    let candidates = default_candidates(capacity.is_some());
+    let progress = Progress::new();
+    let start = Instant::now();
+    let ranked = tune(
+        &workload.ops,
+        &candidates,
+        capacity.unwrap_or(UNLIMITED_CAPACITY),
+        threads,
+        |done, total| progress.update(done, total),
+    )
+    .map_err(|e| e.message)?;
+    let seconds = start.elapsed().as_secs_f64();
+    let best = &ranked[0];
+    let best_pytorch = ranked
+        .iter()
+        .find(|o| o.candidate.pytorch_can_express())
+        .unwrap_or(best);
+    let defaults = ranked
+        .iter()
+        .find(|o| o.candidate == Candidate::DEFAULT)
+        .unwrap_or(best);
+    if args.has("--json") {
+        let object = json!({
+            "trace": path,
+            "input_format": workload.format.name(),
+            "operations": workload.ops.len(),
+            "capacity_bytes": capacity,
+            "threads": threads,
+            "seconds": seconds,
+            "best": outcome_json(best),
+            "best_pytorch": outcome_json(best_pytorch),
+            "defaults": outcome_json(defaults),
+            "candidates": ranked.iter().map(outcome_json).collect::<Vec<_>>(),
+        });
+        println!("{object}");
+        return Ok(());
+    }
+    println!(
+        "tune: {path}: {} operations, {} settings on {threads} thread(s) in {seconds:.1} s, simulated \
+         device{}",
+        workload.ops.len(),
+        candidates.len(),
+        match capacity {
+            Some(c) => format!(" of {} ({c} bytes): a setting with an OOM there ranks last", format_size(c as u64)),
+            None => " without a capacity (give --capacity BYTES to rank OOMs last and try garbage collection)".to_string(),
+        }
+    );
+    println!(
+        "\n| rank | settings | peak reserved | utilization | OOMs | retries | device allocs | device frees | ns/op |"
+    );
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|");
+    for (rank, outcome) in ranked.iter().enumerate() {
+        let is_default = outcome.candidate == Candidate::DEFAULT;
+        if rank >= top && !is_default {
+            continue;
+        }
+        println!(
+            "| {} | `{}` | {} | {:.3} | {} | {} | {} | {} | {:.0} |",
+            rank + 1,
+            label(&outcome.candidate.accalloc_conf()),
+            format_size(outcome.peak_reserved.max(0) as u64),
+            outcome.utilization(),
+            outcome.ooms,
+            outcome.alloc_retries,
+            outcome.device_allocs,
+            outcome.device_frees,
+            outcome.ns_per_op
+        );
+    }
+    println!(
+        "\npeak allocated {}; PyTorch's defaults reserve {} (utilization {:.3})",
+        format_size(best.peak_allocated.max(0) as u64),
+        format_size(defaults.peak_reserved.max(0) as u64),
+        defaults.utilization()
+    );
+    println!(
+        "best:             ACCALLOC_CONF={}   (peak reserved {}, utilization {:.3}{})",
+        best.candidate.accalloc_conf(),
+        format_size(best.peak_reserved.max(0) as u64),
+        best.utilization(),
+        if best.fits { "" } else { ", does NOT fit" }
+    );
+    println!(
+        "best for PyTorch: {}   (peak reserved {}, utilization {:.3})",
+        pytorch_line(&best_pytorch.candidate),
+        format_size(best_pytorch.peak_reserved.max(0) as u64),
+        best_pytorch.utilization()
+    );
+    Ok(())
+}
+
+pub fn compare_command(args: &[String]) -> Result<(), String> {
+    let args = Args::parse(
+        args,
+        &with_snapshot_flags(&["--json"]),
+        &["--config", "--svg", "--capacity", "--device"],
+    )?;
+    let path = args.one_file("compare")?;
+    let mut texts: Vec<String> = args.all("--config").to_vec();
+    match texts.len() {
+        0 => {
+            return Err(
+                "compare needs --config A (and --config B; one is compared with the defaults)"
+                    .into(),
+            )
+        }
+        1 => texts.insert(0, String::new()),
+        _ => {}
+    }
+    let configs = texts
+        .iter()
+        .map(|text| {
+            parse_settings(text, &CachingConfig::default())
+                .map_err(|e| format!("--config '{text}': {}", e.message))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let workload = load(path, &args)?;
+    print_import(&workload);
+    let capacity = args.bytes("--capacity")?.unwrap_or(UNLIMITED_CAPACITY);
+    let reports = compare(&workload.ops, &configs, capacity).map_err(|e| e.message)?;
+    if let Some(svg) = args.value("--svg") {
+        let runs: Vec<(&str, &[accalloc::replay::TimelinePoint])> = texts
+            .iter()
+            .zip(&reports)
+            .map(|(text, report)| (text.as_str(), report.timeline.as_slice()))
+            .collect();
+        std::fs::write(svg, comparison_svg(&runs, path))
+            .map_err(|e| format!("cannot write {svg}: {e}"))?;
+    }
+    if args.has("--json") {
+        let runs: Vec<serde_json::Value> = texts
+            .iter()
+            .zip(&reports)
+            .map(|(text, r)| {
+                json!({
+                    "config": text,
+                    "peak_allocated_bytes": r.peak_allocated(),
+                    "peak_reserved_bytes": r.peak_reserved(),
+                    "utilization": r.peak_allocated() as f64 / r.peak_reserved().max(1) as f64,
+                    "ooms": r.ooms,
+                    "alloc_retries": r.alloc_retries(),
+                    "device_allocs": r.device_allocs(),
+                    "device_frees": r.device_frees(),
+                    "ns_per_op": r.ns_per_op(),
+                })
+            })
+            .collect();
+        println!("{}", json!({"trace": path, "runs": runs}));
+    } else {
+        println!("compare: {path}, simulated device\n");
+        print!("{}", comparison_table(&texts, &reports));
+    }
+    Ok(())
+}
+
+pub fn convert_command(args: &[String]) -> Result<(), String> {
+    let args = Args::parse(
+        args,
+        &with_snapshot_flags(&[]),
+        &["-o", "--output", "--config", "--device"],
+    )?;
+    let path = args.one_file("convert")?;
+    let output = args
+        .value("-o")
+        .or(args.value("--output"))
+        .ok_or("convert needs -o OUTPUT (.jsonl: a trace; .json or .pickle: a snapshot)")?;
+    let workload = load(path, &args)?;
+    print_import(&workload);
+    let ops = &workload.ops;
+    let bytes = if output.ends_with(".jsonl") {
+        trace_to_jsonl(ops).into_bytes()
+    } else if output.ends_with(".json") || output.ends_with(".pickle") || output.ends_with(".pkl") {
+        let config = match args.value("--config") {
+            Some(text) => parse_settings(text, &CachingConfig::default())
+                .map_err(|e| format!("--config: {}", e.message))?,
+            None => CachingConfig::default(),
+        };
+        let backend = Arc::new(TestBackend::new(devices_used(ops), UNLIMITED_CAPACITY));
+        let snapshot = snapshot_of_trace(ops, backend, &config).map_err(|e| e.message)?;
+        if output.ends_with(".json") {
+            snapshot.to_string().into_bytes()
+        } else {
+            json_to_pickle(&snapshot).map_err(|e| e.message)?
+        }
+    } else {
+        return Err(format!(
+            "-o {output}: name the output .jsonl (a trace), .json or .pickle (a snapshot)"
+        ));
+    };
+    std::fs::write(output, bytes).map_err(|e| format!("cannot write {output}: {e}"))?;
+    println!(
+        "{output}: {} operations from {path} ({})",
+        ops.len(),
+        workload.format.name()
+    );
+    Ok(())
+}

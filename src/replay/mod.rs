@@ -1,0 +1,23 @@
+//! The what-if tools: read an allocation trace or a PyTorch memory snapshot, replay it through fresh
+//! caching allocators, search the settings, compare two of them, and draw the memory timeline.
+//!
+//! - `trace`: accalloc's JSON-lines trace format, read and written
+//! - `snapshot`: PyTorch snapshots (torch.cuda.memory._snapshot) as traces, and back
+//! - `input`: which of those a file holds (by content), pickles included
+//! - `session`: the replay itself and what it measures
+//! - `tune`: the search over the settings that matter, on all cores
+//! - `compare`: two settings side by side
+//! - `timeline`: the SVG picture of one or two replays
+
+pub mod compare;
+pub mod input;
+pub mod session;
+pub mod snapshot;
+pub mod timeline;
+pub mod trace;
+pub mod tune;
+
+pub use input::{read_workload, InputFormat, Workload};
+pub use session::{replay, replay_with, ReplayOptions, ReplayReport, TimelinePoint};
+pub use snapshot::{read_snapshot, snapshot_of_trace, SnapshotImport, SnapshotOptions};
+pub use trace::{parse_trace, trace_to_jsonl, TraceOp};

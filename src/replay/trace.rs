@@ -1,0 +1,252 @@
+//! accalloc's own trace format: one JSON object a line.
+//!
+//! `{"op":"alloc","id":7,"size":4096,"stream":0}` (optional "device"), `{"op":"free","id":7}`,
+//! `{"op":"empty_cache"}`, `{"op":"record_stream","id":7,"stream":2}`. Blank lines are skipped.
+
+use crate::error::{Error, Result};
+use std::collections::HashMap;
+use std::fmt::Write;
+
+/// One operation of a trace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TraceOp {
+    /// Ask for `size` bytes on `device` for `stream`; `id` names the allocation in later ops.
+    Alloc {
+        id: u64,
+        size: usize,
+        stream: usize,
+        device: usize,
+    },
+    /// Free the allocation `id`.
+    Free { id: u64 },
+    /// Release every unused cached segment of every device.
+    EmptyCache,
+    /// `stream` uses the allocation `id` (PyTorch's record_stream).
+    RecordStream { id: u64, stream: usize },
+}
+
+impl TraceOp {
+    /// The op as one line of the trace format (no newline).
+    pub fn to_json_line(&self) -> String {
+        match *self {
+            TraceOp::Alloc {
+                id,
+                size,
+                stream,
+                device: 0,
+            } => format!("{{\"op\":\"alloc\",\"id\":{id},\"size\":{size},\"stream\":{stream}}}"),
+            TraceOp::Alloc {
+                id,
+                size,
+                stream,
+                device,
+            } => format!(
+                "{{\"op\":\"alloc\",\"id\":{id},\"size\":{size},\"stream\":{stream},\"device\":{device}}}"
+            ),
+            TraceOp::Free { id } => format!("{{\"op\":\"free\",\"id\":{id}}}"),
+            TraceOp::EmptyCache => "{\"op\":\"empty_cache\"}".to_string(),
+            TraceOp::RecordStream { id, stream } => {
+                format!("{{\"op\":\"record_stream\",\"id\":{id},\"stream\":{stream}}}")
+            }
+        }
+    }
+}
+
+/// The ops as a trace file: one line each.
+pub fn trace_to_jsonl(ops: &[TraceOp]) -> String {
+    let mut text = String::with_capacity(ops.len() * 48);
+    for op in ops {
+        let _ = writeln!(text, "{}", op.to_json_line());
+    }
+    text
+}
+
+/// Read a whole trace; a malformed line is an error naming its number (from 1).
+pub fn parse_trace(text: &str) -> Result<Vec<TraceOp>> {
+    let mut ops = Vec::new();
+    let mut live: HashMap<u64, usize> = HashMap::new();
+    for (index, line) in text.lines().enumerate() {
+        let number = index + 1;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let op = parse_line(line).map_err(|why| {
+            Error::invalid_argument(format!("trace line {number}: {why}: {}", abbreviate(line)))
+        })?;
+        match &op {
+            TraceOp::Alloc { id, .. } => {
+                if let Some(first) = live.insert(*id, number) {
+                    return Err(Error::invalid_argument(format!(
+                        "trace line {number}: id {id} is allocated again while live (allocated on line {first})"
+                    )));
+                }
+            }
+            TraceOp::Free { id } => {
+                if live.remove(id).is_none() {
+                    return Err(Error::invalid_argument(format!(
+                        "trace line {number}: free of id {id}, which is not live"
+                    )));
+                }
+            }
+            TraceOp::RecordStream { id, .. } => {
+                if !live.contains_key(id) {
+                    return Err(Error::invalid_argument(format!(
+                        "trace line {number}: record_stream of id {id}, which is not live"
+                    )));
+                }
+            }
+            TraceOp::EmptyCache => {}
+        }
+        ops.push(op);
+    }
+    Ok(ops)
+}
+
+pub(crate) fn abbreviate(line: &str) -> String {
+    if line.len() <= 80 {
+        line.to_string()
+    } else {
+        format!(
+            "{}...",
+            &line[..line.char_indices().nth(77).map_or(line.len(), |(i, _)| i)]
+        )
+    }
+}
+
+fn parse_line(line: &str) -> std::result::Result<TraceOp, String> {
+    let value: serde_json::Value =
+        serde_json::from_str(line).map_err(|e| format!("not JSON ({e})"))?;
+    let object = value.as_object().ok_or("not a JSON object")?;
+    let uint = |key: &str| -> std::result::Result<Option<u64>, String> {
+        match object.get(key) {
+            None => Ok(None),
+            Some(v) => v
+                .as_u64()
+                .map(Some)
+                .ok_or(format!("\"{key}\" must be a non-negative integer")),
+        }
+    };
+    let required = |key: &str| uint(key)?.ok_or(format!("missing \"{key}\""));
+    let index = |key: &str| -> std::result::Result<usize, String> {
+        usize::try_from(uint(key)?.unwrap_or(0)).map_err(|_| format!("\"{key}\" is too large"))
+    };
+    match object.get("op").and_then(|v| v.as_str()) {
+        Some("alloc") => Ok(TraceOp::Alloc {
+            id: required("id")?,
+            size: usize::try_from(required("size")?).map_err(|_| "\"size\" is too large")?,
+            stream: index("stream")?,
+            device: index("device")?,
+        }),
+        Some("free") => Ok(TraceOp::Free {
+            id: required("id")?,
+        }),
+        Some("empty_cache") => Ok(TraceOp::EmptyCache),
+        Some("record_stream") => Ok(TraceOp::RecordStream {
+            id: required("id")?,
+            stream: usize::try_from(required("stream")?).map_err(|_| "\"stream\" is too large")?,
+        }),
+        Some(other) => Err(format!(
+            "unknown op \"{other}\" (expected alloc, free, empty_cache or record_stream)"
+        )),
+        None => Err("missing \"op\"".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_four_ops() {
+        let ops = parse_trace(
+            "{\"op\":\"alloc\",\"id\":7,\"size\":4096,\"stream\":0}\n\n{\"op\":\"alloc\",\"id\":8,\"size\":1,\"stream\":2,\"device\":1}\n{\"op\":\"record_stream\",\"id\":8,\"stream\":3}\n{\"op\":\"free\",\"id\":7}\n{\"op\":\"empty_cache\"}\n",
+        )
+        .unwrap();
+        assert_eq!(
+            ops,
+            vec![
+                TraceOp::Alloc {
+                    id: 7,
+                    size: 4096,
+                    stream: 0,
+                    device: 0
+                },
+                TraceOp::Alloc {
+                    id: 8,
+                    size: 1,
+                    stream: 2,
+                    device: 1
+                },
+                TraceOp::RecordStream { id: 8, stream: 3 },
+                TraceOp::Free { id: 7 },
+                TraceOp::EmptyCache,
+            ]
+        );
+    }
+
+    #[test]
+    fn writes_lines_that_parse_back() {
+        let ops = vec![
+            TraceOp::Alloc {
+                id: 1,
+                size: 512,
+                stream: 0,
+                device: 0,
+            },
+            TraceOp::Alloc {
+                id: 2,
+                size: 3,
+                stream: 1,
+                device: 2,
+            },
+            TraceOp::RecordStream { id: 2, stream: 5 },
+            TraceOp::Free { id: 1 },
+            TraceOp::EmptyCache,
+        ];
+        let text = trace_to_jsonl(&ops);
+        assert!(text.starts_with("{\"op\":\"alloc\",\"id\":1,\"size\":512,\"stream\":0}\n"));
+        assert_eq!(parse_trace(&text).unwrap(), ops);
+    }
+
+    #[test]
+    fn malformed_lines_are_named_by_number() {
+        let cases = [
+            (
+                "{\"op\":\"alloc\",\"id\":1,\"size\":8}\nnot json",
+                "trace line 2: not JSON",
+            ),
+            (
+                "{\"op\":\"alloc\",\"id\":1}",
+                "trace line 1: missing \"size\"",
+            ),
+            (
+                "{\"op\":\"alloc\",\"id\":1,\"size\":-3}",
+                "trace line 1: \"size\" must be a non-negative integer",
+            ),
+            ("{\"op\":\"resize\"}", "trace line 1: unknown op \"resize\""),
+            ("[1,2]", "trace line 1: not a JSON object"),
+            ("{\"id\":1}", "trace line 1: missing \"op\""),
+            (
+                "{\"op\":\"free\",\"id\":3}",
+                "trace line 1: free of id 3, which is not live",
+            ),
+            (
+                "{\"op\":\"record_stream\",\"id\":3,\"stream\":1}",
+                "trace line 1: record_stream of id 3, which is not live",
+            ),
+            (
+                "{\"op\":\"alloc\",\"id\":1,\"size\":8}\n{\"op\":\"alloc\",\"id\":1,\"size\":8}",
+                "trace line 2: id 1 is allocated again while live (allocated on line 1)",
+            ),
+        ];
+        for (text, expected) in cases {
+            let err = parse_trace(text).unwrap_err();
+            assert!(
+                err.message.starts_with(expected),
+                "{} / {}",
+                err.message,
+                expected
+            );
+        }
+    }
+}

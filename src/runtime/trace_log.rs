@@ -1,0 +1,186 @@
+//! ACCALLOC_TRACE=path.jsonl: every malloc, free, empty_cache and record_stream of the process written
+//! to a file as accalloc's trace (see replay::trace), so any program on accalloc can be replayed and
+//! tuned. Off, each hook is one relaxed load and a branch.
+//!
+//! Lines are buffered and written every FLUSH_EVERY operations and at exit, so a crash loses at most
+//! that many. "%p" in the path becomes the process id (for programs that fork). The file is created
+//! afresh. Streams are numbered in the order they first appear (the null stream is 0); devices are
+//! the device indices of the accelerator (a process using several accelerators gets their devices
+//! mixed). Ids are given here: a free is written before the block is freed, so another thread cannot
+//! be handed the same address before the free is in the file.
+
+use crate::error::{Error, Result};
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard, Once};
+
+/// Environment variable naming the trace file.
+pub const TRACE_VAR: &str = "ACCALLOC_TRACE";
+/// Operations buffered before they are written out.
+pub const FLUSH_EVERY: usize = 32;
+
+static ENABLED: AtomicBool = AtomicBool::new(false);
+static LOG: Mutex<Option<TraceLog>> = Mutex::new(None);
+static AT_EXIT: Once = Once::new();
+
+struct TraceLog {
+    out: BufWriter<File>,
+    path: String,
+    /// The id of each live address this log handed out.
+    ids: HashMap<usize, u64>,
+    streams: HashMap<usize, usize>,
+    next_id: u64,
+    unflushed: usize,
+}
+
+fn log() -> MutexGuard<'static, Option<TraceLog>> {
+    // The log is a file and two maps: a panic elsewhere cannot leave them inconsistent.
+    LOG.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Start recording when ACCALLOC_TRACE is set (called once, when the runtime starts).
+pub fn init_from_env() -> Result<()> {
+    match std::env::var(TRACE_VAR) {
+        Ok(path) if !path.is_empty() => {
+            start(&path).map_err(|e| Error::config(format!("{TRACE_VAR}: {}", e.message)))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Record every operation from now on into `path` (created afresh; "%p" is the process id).
+pub fn start(path: &str) -> Result<()> {
+    let path = path.replace("%p", &std::process::id().to_string());
+    let file = File::create(&path).map_err(|e| {
+        Error::invalid_argument(format!("cannot create the trace file '{path}': {e}"))
+    })?;
+    let mut guard = log();
+    if let Some(mut old) = guard.take() {
+        let _ = old.out.flush();
+    }
+    *guard = Some(TraceLog {
+        out: BufWriter::with_capacity(64 << 10, file),
+        path,
+        ids: HashMap::new(),
+        streams: HashMap::from([(0, 0)]),
+        next_id: 0,
+        unflushed: 0,
+    });
+    ENABLED.store(true, Ordering::Release);
+    AT_EXIT.call_once(|| {
+        // SAFETY: flush_at_exit is an extern "C" fn taking nothing, as atexit requires.
+        unsafe { libc::atexit(flush_at_exit) };
+    });
+    Ok(())
+}
+
+/// Stop recording; everything recorded is in the file when this returns.
+pub fn stop() -> Result<()> {
+    ENABLED.store(false, Ordering::Release);
+    match log().take() {
+        Some(mut old) => old
+            .out
+            .flush()
+            .map_err(|e| Error::invalid_argument(format!("cannot write {}: {e}", old.path))),
+        None => Ok(()),
+    }
+}
+
+extern "C" fn flush_at_exit() {
+    if let Ok(mut guard) = LOG.try_lock() {
+        if let Some(log) = guard.as_mut() {
+            let _ = log.out.flush();
+        }
+    }
+}
+
+/// Run `write` on the log when recording is on.
+#[inline]
+fn with_log(write: impl FnOnce(&mut TraceLog) -> std::io::Result<()>) {
+    if !ENABLED.load(Ordering::Relaxed) {
+        return;
+    }
+    let mut guard = log();
+    let Some(trace) = guard.as_mut() else { return };
+    let mut result = write(trace);
+    trace.unflushed += 1;
+    if result.is_ok() && trace.unflushed >= FLUSH_EVERY {
+        trace.unflushed = 0;
+        result = trace.out.flush();
+    }
+    if let Err(e) = result {
+        // A full disk must not break the program: stop recording and say so once.
+        eprintln!(
+            "accalloc: {TRACE_VAR}: cannot write {}: {e}; recording stops",
+            trace.path
+        );
+        ENABLED.store(false, Ordering::Release);
+        *guard = None;
+    }
+}
+
+impl TraceLog {
+    fn stream(&mut self, stream: usize) -> usize {
+        let next = self.streams.len();
+        *self.streams.entry(stream).or_insert(next)
+    }
+}
+
+/// A malloc of `size` bytes on `device` for `stream` and its result: an address, or out of memory
+/// (written as an allocation freed at once; other errors are not operations and are left out).
+#[inline]
+pub fn malloc(device: usize, size: usize, stream: usize, result: &Result<usize>) {
+    let ptr = match result {
+        Ok(ptr) => Some(*ptr),
+        Err(e) if e.kind == crate::error::ErrorKind::OutOfMemory => None,
+        Err(_) => return,
+    };
+    with_log(|log| {
+        let id = log.next_id;
+        log.next_id += 1;
+        let stream = log.stream(stream);
+        writeln!(
+            log.out,
+            "{{\"op\":\"alloc\",\"id\":{id},\"size\":{size},\"stream\":{stream},\"device\":{device}}}"
+        )?;
+        match ptr {
+            Some(ptr) => {
+                log.ids.insert(ptr, id);
+                Ok(())
+            }
+            None => writeln!(log.out, "{{\"op\":\"free\",\"id\":{id}}}"),
+        }
+    });
+}
+
+/// A free of `ptr`, before it happens; pointers this log did not hand out are left out.
+#[inline]
+pub fn free(ptr: usize) {
+    with_log(|log| match log.ids.remove(&ptr) {
+        Some(id) => writeln!(log.out, "{{\"op\":\"free\",\"id\":{id}}}"),
+        None => Ok(()),
+    });
+}
+
+/// `stream` uses the live allocation at `ptr`.
+#[inline]
+pub fn record_stream(ptr: usize, stream: usize) {
+    with_log(|log| match log.ids.get(&ptr).copied() {
+        Some(id) => {
+            let stream = log.stream(stream);
+            writeln!(
+                log.out,
+                "{{\"op\":\"record_stream\",\"id\":{id},\"stream\":{stream}}}"
+            )
+        }
+        None => Ok(()),
+    });
+}
+
+/// An empty_cache.
+#[inline]
+pub fn empty_cache() {
+    with_log(|log| writeln!(log.out, "{{\"op\":\"empty_cache\"}}"));
+}

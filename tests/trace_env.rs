@@ -1,0 +1,149 @@
+//! ACCALLOC_TRACE: a running program's operations, recorded through the C ABI in a child process, make
+//! a trace that replays with the figures the program saw.
+
+use accalloc::backend::host::{HostBackend, HostSettings};
+use accalloc::caching::CachingConfig;
+use accalloc::capi::memory::{accalloc_empty_cache, accalloc_free, accalloc_malloc};
+use accalloc::capi::AccallocStatus;
+use accalloc::replay::{parse_trace, replay, TraceOp};
+use std::collections::BTreeMap;
+use std::ffi::c_void;
+use std::process::Command;
+use std::sync::Arc;
+
+const CHILD: &str = "ACCALLOC_TRACE_TEST_CHILD";
+
+/// The program: a few rounds of mixed sizes, a request too large for the device, an empty_cache,
+/// and blocks left live at the end (the exit writes out what is buffered). Prints its statistics.
+fn program() {
+    let malloc = |size: usize| {
+        let mut ptr: *mut c_void = std::ptr::null_mut();
+        let status = unsafe { accalloc_malloc(&mut ptr, size, -1, std::ptr::null_mut()) };
+        (status, ptr)
+    };
+    let mut live = Vec::new();
+    for round in 0..20usize {
+        for size in [
+            512,
+            3000 + round * 100,
+            1 << 20,
+            (5 << 20) + round * 4096,
+            25 << 20,
+        ] {
+            let (status, ptr) = malloc(size);
+            assert_eq!(status, AccallocStatus::ACCALLOC_OK);
+            live.push(ptr);
+        }
+        // Free all but every third block of the round.
+        for (i, ptr) in live.split_off(live.len() - 5).into_iter().enumerate() {
+            if i % 3 == 0 {
+                live.push(ptr);
+            } else {
+                assert_eq!(unsafe { accalloc_free(ptr) }, AccallocStatus::ACCALLOC_OK);
+            }
+        }
+        if round == 10 {
+            assert_eq!(accalloc_empty_cache(), AccallocStatus::ACCALLOC_OK);
+        }
+    }
+    let (status, _) = malloc(3 << 30);
+    assert_eq!(status, AccallocStatus::ACCALLOC_ERROR_OUT_OF_MEMORY);
+    for ptr in live.drain(..live.len() / 2) {
+        assert_eq!(unsafe { accalloc_free(ptr) }, AccallocStatus::ACCALLOC_OK);
+    }
+    let stats = accalloc::runtime::runtime()
+        .unwrap()
+        .current()
+        .device_stats(0)
+        .unwrap()
+        .flat();
+    let stats: BTreeMap<String, i64> = stats.into_iter().collect();
+    println!("STATS {}", serde_json::to_string(&stats).unwrap());
+}
+
+fn run_child(test: &str, trace: &std::path::Path) -> std::process::Output {
+    Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env(CHILD, "1")
+        .env("ACCALLOC_TRACE", trace)
+        .env("ACCALLOC_HOST_CAPACITY", "1GiB")
+        .env("ACCALLOC_DEVICE", "host")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_recorded_program_replays_with_its_figures() {
+    if std::env::var(CHILD).is_ok() {
+        program();
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("accalloc-trace-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("program.jsonl");
+    let out = run_child("a_recorded_program_replays_with_its_figures", &path);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = stdout
+        .lines()
+        .find_map(|l| l.split_once("STATS ").map(|(_, json)| json))
+        .unwrap_or_else(|| panic!("the program printed no statistics: {stdout}"));
+    let seen: BTreeMap<String, i64> = serde_json::from_str(line).unwrap();
+
+    let text = std::fs::read_to_string(&path).unwrap();
+    let ops = parse_trace(&text).unwrap();
+    // 100 allocations and 60 frees in the rounds, one empty_cache, the OOM as an allocation freed at
+    // once, then the frees of half the 40 blocks kept: everything, up to the program's exit.
+    let count = |f: fn(&TraceOp) -> bool| ops.iter().filter(|op| f(op)).count();
+    assert_eq!(count(|op| matches!(op, TraceOp::Alloc { .. })), 101);
+    assert_eq!(count(|op| matches!(op, TraceOp::Free { .. })), 60 + 1 + 20);
+    assert_eq!(count(|op| *op == TraceOp::EmptyCache), 1);
+    assert!(
+        text.starts_with("{\"op\":\"alloc\",\"id\":0,\"size\":512,\"stream\":0,\"device\":0}\n")
+    );
+
+    let settings = HostSettings {
+        capacity: 1 << 30,
+        ..HostSettings::from_env().unwrap()
+    };
+    let report = replay(
+        &ops,
+        Arc::new(HostBackend::new(settings)),
+        &CachingConfig::default(),
+    )
+    .unwrap();
+    let replayed: BTreeMap<String, i64> = report.device_stats[0].flat().into_iter().collect();
+    assert_eq!(
+        replayed, seen,
+        "the replay's 122 statistics are the program's"
+    );
+    assert_eq!(seen["num_ooms"], 1);
+}
+
+#[test]
+fn an_unwritable_trace_file_is_a_configuration_error() {
+    if std::env::var(CHILD).is_ok() {
+        let mut ptr: *mut c_void = std::ptr::null_mut();
+        let status = unsafe { accalloc_malloc(&mut ptr, 512, -1, std::ptr::null_mut()) };
+        let message = unsafe {
+            std::ffi::CStr::from_ptr(accalloc::capi::info::accalloc_last_error_message())
+        }
+        .to_string_lossy()
+        .into_owned();
+        println!("STATUS {status:?} {message}");
+        return;
+    }
+    let out = run_child(
+        "an_unwritable_trace_file_is_a_configuration_error",
+        std::path::Path::new("/nonexistent-dir/trace.jsonl"),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("STATUS ACCALLOC_ERROR_CONFIG ACCALLOC_TRACE: cannot create the trace file '/nonexistent-dir/trace.jsonl'"),
+        "{stdout}"
+    );
+}
