@@ -127,3 +127,46 @@ fn unknown_commands_version_and_help() {
         "{err}"
     );
 }
+
+#[test]
+fn replay_refuses_device_ids_no_backend_has_without_panicking() {
+    let dir = std::env::temp_dir().join(format!("accalloc-cli-dev-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, line) in [
+        (
+            "max.jsonl",
+            "{\"op\":\"alloc\",\"id\":1,\"size\":1000,\"stream\":0,\"device\":18446744073709551615}",
+        ),
+        (
+            "zero.jsonl",
+            "{\"op\":\"alloc\",\"id\":1,\"size\":0,\"stream\":0,\"device\":18446744073709551615}",
+        ),
+    ] {
+        let path = dir.join(name);
+        std::fs::write(&path, format!("{line}\n")).unwrap();
+        let path = path.to_str().unwrap();
+        for extra in [None, Some("--json"), Some("--simulate")] {
+            let mut args = vec!["replay", path];
+            args.extend(extra);
+            let out = Command::new(env!("CARGO_BIN_EXE_accalloc"))
+                .args(&args)
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+            assert!(
+                err.contains("trace line 1: \"device\" is 18446744073709551615"),
+                "{args:?}: {err}"
+            );
+        }
+    }
+    // A device the trace may name but the backend lacks: an error naming it, not a panic.
+    let path = dir.join("three.jsonl");
+    std::fs::write(
+        &path,
+        "{\"op\":\"alloc\",\"id\":1,\"size\":0,\"stream\":0,\"device\":3}\n",
+    )
+    .unwrap();
+    let (ok, _, err) = accalloc(&["replay", path.to_str().unwrap(), "--json"], &[]);
+    assert!(!ok && err.contains("the trace uses device 3"), "{err}");
+}

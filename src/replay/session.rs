@@ -98,7 +98,7 @@ impl Session {
         let devices_used = ops
             .iter()
             .filter_map(|op| match op {
-                TraceOp::Alloc { device, .. } => Some(*device + 1),
+                TraceOp::Alloc { device, .. } => Some(device.saturating_add(1)),
                 _ => None,
             })
             .max()

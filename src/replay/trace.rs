@@ -3,6 +3,7 @@
 //! `{"op":"alloc","id":7,"size":4096,"stream":0}` (optional "device"), `{"op":"free","id":7}`,
 //! `{"op":"empty_cache"}`, `{"op":"record_stream","id":7,"stream":2}`. Blank lines are skipped.
 
+use crate::backend::MAX_DEVICES;
 use crate::error::{Error, Result};
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -135,7 +136,14 @@ fn parse_line(line: &str) -> std::result::Result<TraceOp, String> {
             id: required("id")?,
             size: usize::try_from(required("size")?).map_err(|_| "\"size\" is too large")?,
             stream: index("stream")?,
-            device: index("device")?,
+            device: match index("device")? {
+                device if device < MAX_DEVICES => device,
+                device => {
+                    return Err(format!(
+                        "\"device\" is {device}; a backend has at most {MAX_DEVICES} devices"
+                    ))
+                }
+            },
         }),
         Some("free") => Ok(TraceOp::Free {
             id: required("id")?,
@@ -237,6 +245,14 @@ mod tests {
             (
                 "{\"op\":\"alloc\",\"id\":1,\"size\":8}\n{\"op\":\"alloc\",\"id\":1,\"size\":8}",
                 "trace line 2: id 1 is allocated again while live (allocated on line 1)",
+            ),
+            (
+                "{\"op\":\"alloc\",\"id\":1,\"size\":0,\"device\":18446744073709551615}",
+                "trace line 1: \"device\" is 18446744073709551615; a backend has at most 1024 devices",
+            ),
+            (
+                "{\"op\":\"alloc\",\"id\":1,\"size\":8}\n{\"op\":\"alloc\",\"id\":2,\"size\":8,\"device\":1024}",
+                "trace line 2: \"device\" is 1024",
             ),
         ];
         for (text, expected) in cases {
