@@ -237,6 +237,11 @@ fn empty_report(operations: usize) -> ReplayReport {
     }
 }
 
+/// How many history entries a replay's snapshot keeps per device, the newest: PyTorch's default
+/// `max_entries` for `_record_memory_history`, so that a snapshot of a long trace stays the size of
+/// one PyTorch would write (a ring buffer, not the whole run).
+pub const SNAPSHOT_HISTORY_ENTRIES: usize = 100_000;
+
 /// Replay `ops` through fresh caching allocators (one per device) over `backend`. Allocations left
 /// live at the end are freed (not timed) so the backend gets its memory back.
 pub fn replay(
@@ -257,7 +262,7 @@ pub fn replay_with(
     let mut session = Session::new(ops, &backend, config)?;
     if options.snapshot_at_end {
         for allocator in &mut session.allocators {
-            allocator.record_history(true, usize::MAX);
+            allocator.record_history(true, SNAPSHOT_HISTORY_ENTRIES);
         }
     }
     let mut report = empty_report(ops.len());
@@ -288,7 +293,7 @@ pub fn replay_with(
         // Replay again up to the peak with history on, and look inside there.
         let mut again = Session::new(ops, &backend, config)?;
         for allocator in &mut again.allocators {
-            allocator.record_history(true, usize::MAX);
+            allocator.record_history(true, SNAPSHOT_HISTORY_ENTRIES);
         }
         let mut scratch = empty_report(ops.len());
         for op in &ops[..ops.len().min(peak_at + 1)] {
@@ -380,5 +385,46 @@ mod tests {
             active.peak, 1024,
             "no events: the free waits for the stream, the block is reused at once"
         );
+    }
+
+    #[test]
+    fn a_snapshot_keeps_a_bounded_history_of_a_long_trace() {
+        // 40,000 alloc/free pairs write 120,000 history entries, and the peak of reserved memory
+        // comes last (a 30 MiB block); the snapshot at the peak or at the end keeps the newest.
+        let mut ops: Vec<TraceOp> = (0..40_000u64)
+            .flat_map(|id| {
+                [
+                    TraceOp::Alloc {
+                        id,
+                        size: 4096,
+                        stream: 0,
+                        device: 0,
+                    },
+                    TraceOp::Free { id },
+                ]
+            })
+            .collect();
+        ops.push(TraceOp::Alloc {
+            id: 40_000,
+            size: 30 << 20,
+            stream: 0,
+            device: 0,
+        });
+        for options in [
+            ReplayOptions {
+                snapshot_at_end: true,
+                ..ReplayOptions::default()
+            },
+            ReplayOptions {
+                snapshot_at_peak: true,
+                ..ReplayOptions::default()
+            },
+        ] {
+            let backend = Arc::new(crate::backend::testing::TestBackend::new(1, 1 << 30));
+            let report = replay_with(&ops, backend, &CachingConfig::default(), options).unwrap();
+            let traces = &report.snapshot.unwrap()["device_traces"][0];
+            assert_eq!(traces.as_array().unwrap().len(), SNAPSHOT_HISTORY_ENTRIES);
+            assert_eq!(traces[SNAPSHOT_HISTORY_ENTRIES - 1]["size"], 30 << 20);
+        }
     }
 }

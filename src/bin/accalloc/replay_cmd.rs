@@ -59,7 +59,12 @@ pub fn replay_command(args: &[String]) -> Result<(), String> {
             .map_err(|e| format!("cannot write {svg}: {e}"))?;
     }
     if let (Some(file), Some(snapshot)) = (snapshot_path, &report.snapshot) {
-        std::fs::write(file, snapshot.to_string())
+        // Streamed to the file, not built as one string first.
+        let out = std::fs::File::create(file).map_err(|e| format!("cannot write {file}: {e}"))?;
+        let mut out = std::io::BufWriter::new(out);
+        serde_json::to_writer(&mut out, snapshot)
+            .map_err(|e| e.to_string())
+            .and_then(|()| std::io::Write::flush(&mut out).map_err(|e| e.to_string()))
             .map_err(|e| format!("cannot write {file}: {e}"))?;
     }
     if args.has("--json") {
