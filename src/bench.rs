@@ -9,6 +9,32 @@ use std::time::Instant;
 /// Request sizes measured, one row each, then all of them interleaved.
 pub const SIZES: [usize; 5] = [512, 4 << 10, 64 << 10, 1 << 20, 16 << 20];
 
+/// How many sizes the varying row cycles through.
+pub const VARYING_COUNT: usize = 4096;
+
+/// A framework-like mix where the size changes every call: 60% under 64 KiB, 30% from 64 KiB to
+/// under 1 MiB, 10% from 1 MiB to 64 MiB, uniformly within each range. The same `count` sizes every
+/// run (a fixed-seed xorshift), so both allocators see the same requests.
+pub fn varying_sizes(count: usize) -> Vec<usize> {
+    let mut state: u64 = 0x2545_F491_4F6C_DD1D;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    (0..count)
+        .map(|_| {
+            let (low, high) = match next() % 10 {
+                0..=5 => (1, 64 << 10),
+                6..=8 => (64 << 10, 1 << 20),
+                _ => (1 << 20, (64 << 20) + 1),
+            };
+            low + (next() % (high - low) as u64) as usize
+        })
+        .collect()
+}
+
 /// Median nanoseconds per malloc+free pair for one size pattern.
 #[derive(Clone, Debug)]
 pub struct BenchRow {
@@ -72,7 +98,7 @@ fn libc_pair(size: usize) {
 }
 
 /// Run the benchmark: one row per size, then one with all sizes interleaved, then that again with
-/// history recording on (its cost when on; off, it is one branch).
+/// history recording on (its cost when on; off, it is one branch), then the varying mix.
 pub fn run(batches: usize, pairs: usize) -> Vec<BenchRow> {
     let mut rows = run_patterns(batches, pairs);
     crate::capi::inspect::accalloc_record_memory_history(1, 100_000);
@@ -83,6 +109,12 @@ pub fn run(batches: usize, pairs: usize) -> Vec<BenchRow> {
         label: "mixed, history recording on".to_string(),
         accalloc_ns: with_history,
         libc_ns,
+    });
+    let varying = varying_sizes(VARYING_COUNT);
+    rows.push(BenchRow {
+        label: "varying (60% < 64 KiB, 30% < 1 MiB, 10% <= 64 MiB)".to_string(),
+        accalloc_ns: measure(&varying, batches, pairs, accalloc_pair),
+        libc_ns: measure(&varying, batches, pairs, libc_pair),
     });
     rows
 }

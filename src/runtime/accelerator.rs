@@ -2,6 +2,7 @@
 //! settings, and the per-device operations of the memory API.
 
 use super::current_device::{current_device_of, set_current_device_of};
+use super::device_lock::{DeviceGuard, DeviceLock};
 use super::ownership::{IndexedBackend, SegmentIndex};
 use super::DeviceType;
 use crate::backend::{Backend, MemInfo, StreamId};
@@ -22,7 +23,7 @@ pub struct Accelerator {
     config: Mutex<CachingConfig>,
     /// History recording for devices created from now on: Some(max entries) when on.
     history: Mutex<Option<usize>>,
-    devices: Vec<spin::Once<Mutex<CachingAllocator>>>,
+    devices: Vec<spin::Once<DeviceLock<CachingAllocator>>>,
 }
 
 impl Accelerator {
@@ -108,14 +109,14 @@ impl Accelerator {
     }
 
     /// Lock the caching allocator of device `index` (a resolved index), creating it on first use.
-    pub fn lock(&self, index: usize) -> Result<MutexGuard<'_, CachingAllocator>> {
+    pub fn lock(&self, index: usize) -> Result<DeviceGuard<'_, CachingAllocator>> {
         let slot = self.devices[index].try_call_once(|| {
             let mut allocator =
                 CachingAllocator::new(self.backend.clone(), index, self.config().clone())?;
             if let Some(entries) = *self.history.lock().unwrap_or_else(|p| p.into_inner()) {
                 allocator.record_history(true, entries);
             }
-            Ok::<_, Error>(Mutex::new(allocator))
+            Ok::<_, Error>(DeviceLock::new(allocator))
         })?;
         slot.lock().map_err(|_| {
             Error::new(
@@ -134,7 +135,7 @@ impl Accelerator {
     }
 
     /// Lock a device given as a C ABI index.
-    pub fn device(&self, device: i32) -> Result<MutexGuard<'_, CachingAllocator>> {
+    pub fn device(&self, device: i32) -> Result<DeviceGuard<'_, CachingAllocator>> {
         self.lock(self.resolve(device)?)
     }
 

@@ -8,6 +8,7 @@
 
 pub mod accelerator;
 pub mod current_device;
+pub mod device_lock;
 pub mod ownership;
 
 pub use accelerator::Accelerator;
