@@ -90,6 +90,7 @@ impl Accelerator {
     }
 
     /// Check a device index from the C ABI (-1 = this thread's current device).
+    #[inline]
     pub fn resolve(&self, device: i32) -> Result<usize> {
         let index = if device == -1 {
             current_device_of(self.device_type) as i64
@@ -97,36 +98,54 @@ impl Accelerator {
             device as i64
         };
         if index < 0 || index >= self.devices.len() as i64 {
-            return Err(Error::invalid_device(format!(
-                "device {device} does not exist: {} has {} device(s), indices 0 to {} (or -1 for the \
-                 current device)",
-                self.name(),
-                self.devices.len(),
-                self.devices.len() as i64 - 1
-            )));
+            return Err(self.no_such_device(device));
         }
         Ok(index as usize)
     }
 
+    #[cold]
+    fn no_such_device(&self, device: i32) -> Error {
+        Error::invalid_device(format!(
+            "device {device} does not exist: {} has {} device(s), indices 0 to {} (or -1 for the \
+             current device)",
+            self.name(),
+            self.devices.len(),
+            self.devices.len() as i64 - 1
+        ))
+    }
+
     /// Lock the caching allocator of device `index` (a resolved index), creating it on first use.
+    #[inline]
     pub fn lock(&self, index: usize) -> Result<DeviceGuard<'_, CachingAllocator>> {
-        let slot = self.devices[index].try_call_once(|| {
+        let once = &self.devices[index];
+        let slot = match once.get() {
+            Some(slot) => slot,
+            None => self.create_device(index)?,
+        };
+        slot.lock().map_err(|_| self.unusable(index))
+    }
+
+    #[cold]
+    fn create_device(&self, index: usize) -> Result<&DeviceLock<CachingAllocator>> {
+        self.devices[index].try_call_once(|| {
             let mut allocator =
                 CachingAllocator::new(self.backend.clone(), index, self.config().clone())?;
             if let Some(entries) = *self.history.lock().unwrap_or_else(|p| p.into_inner()) {
                 allocator.record_history(true, entries);
             }
             Ok::<_, Error>(DeviceLock::new(allocator))
-        })?;
-        slot.lock().map_err(|_| {
-            Error::new(
-                ErrorKind::Internal,
-                format!(
-                    "{} device {index} is unusable: a thread panicked while holding it",
-                    self.name()
-                ),
-            )
         })
+    }
+
+    #[cold]
+    fn unusable(&self, index: usize) -> Error {
+        Error::new(
+            ErrorKind::Internal,
+            format!(
+                "{} device {index} is unusable: a thread panicked while holding it",
+                self.name()
+            ),
+        )
     }
 
     /// Whether device `index` has been used (its allocator exists).
@@ -141,6 +160,7 @@ impl Accelerator {
 
     /// Hand out `size` bytes on `device` (-1 = this thread's current device) for `stream`; size 0
     /// gives a null pointer.
+    #[inline]
     pub fn alloc(&self, size: usize, device: i32, stream: StreamId) -> Result<usize> {
         let index = self.resolve(device)?;
         if size == 0 {
@@ -152,6 +172,7 @@ impl Accelerator {
     /// Hand out `size` bytes (size > 0) on device `index` for `stream`. With release_lock_on_malloc,
     /// the backend is asked for a new segment without holding the device's lock, so other threads
     /// keep allocating from the cache meanwhile.
+    #[inline]
     pub fn malloc(&self, index: usize, size: usize, stream: StreamId) -> Result<usize> {
         let step = self.lock(index)?.malloc_begin(size, stream)?;
         match step {

@@ -147,6 +147,7 @@ impl CachingAllocator {
         result
     }
 
+    #[inline]
     fn malloc_begin_unchecked(&mut self, size: usize, stream: StreamId) -> Result<MallocStep> {
         debug_assert!(size > 0);
         if !self.pending_events.is_empty() {
@@ -220,6 +221,7 @@ impl CachingAllocator {
         Ok(self.hand_out_found(id, rounded, requested))
     }
 
+    #[inline]
     fn hand_out_found(&mut self, id: BlockId, rounded: usize, requested: usize) -> usize {
         let block = &self.blocks[id];
         let split = should_split(block.pool, block.size, rounded, &self.config);
@@ -233,6 +235,7 @@ impl CachingAllocator {
         result
     }
 
+    #[inline]
     fn free_unchecked(&mut self, ptr: usize) -> Result<()> {
         let Some(id) = self.active.remove(&ptr) else {
             return Err(Error::invalid_pointer(format!(
@@ -326,6 +329,7 @@ impl CachingAllocator {
 
     /// Best fit from the pool: the smallest cached block of this stream that is big enough, unless the
     /// max_split_size rules forbid it. Removes it from the pool.
+    #[inline]
     fn take_free_block(
         &mut self,
         pool: PoolKind,
@@ -408,17 +412,19 @@ impl CachingAllocator {
     }
 
     /// Put block `id` into its pool, noting when (for garbage collection by age).
+    #[inline]
     fn cache_block(&mut self, id: BlockId) {
         let pool_kind = self.blocks[id].pool;
         let lookups = self.pool_mut(pool_kind).lookups;
         let block = &mut self.blocks[id];
         block.gc_count_base = lookups;
-        let block = *block;
-        self.pool_mut(pool_kind).insert(&block, id);
+        let key = BlockPool::key(block);
+        self.pool_mut(pool_kind).insert_key(key, id);
     }
 
     /// Give the caller the first `rounded` bytes of block `id` (taken out of its pool or fresh from the
     /// backend), caching the remainder when `split`.
+    #[inline]
     fn hand_out(&mut self, id: BlockId, rounded: usize, requested: usize, split: bool) -> usize {
         let found = self.blocks[id];
         let stat_type = stat_type(found.pool);
@@ -489,6 +495,7 @@ impl CachingAllocator {
     }
 
     /// A freed block goes back to its pool, merged with free neighbours (PyTorch's free_block).
+    #[inline]
     fn return_to_pool(&mut self, id: BlockId) {
         let (original_size, requested, pool) = {
             let block = self.blocks[id];
@@ -539,6 +546,7 @@ impl CachingAllocator {
     }
 
     /// Merge cached neighbour `source` into `target`; returns the bytes absorbed (0 when not merged).
+    #[inline]
     fn try_merge(&mut self, target: BlockId, source: Option<BlockId>) -> usize {
         let Some(source) = source else { return 0 };
         let absorbed = self.blocks[source];
