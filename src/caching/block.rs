@@ -369,7 +369,9 @@ mod tests {
         let mut reference = HashMap::new();
         let mut state: u64 = 1;
         for step in 0..20_000u32 {
-            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             // Few distinct addresses, so that inserts and removes collide and wrap around.
             let address = 0x7f00_0000_0000 + ((state >> 33) as usize % 3000) * 512;
             if reference.contains_key(&address) {

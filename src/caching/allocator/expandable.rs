@@ -183,20 +183,18 @@ impl CachingAllocator {
     }
 
     /// expandable_trim maps 2 MiB pages, so that free memory can be given back finely; while reserved
-    /// memory stays under the trim limit, a large-pool growth still maps up to the next 20 MiB as
-    /// plain expandable segments do, so that the next requests find it mapped (one call, not many).
+    /// memory stays under the trim limit, a large-pool growth maps up to 20 MiB more than it needs
+    /// (as plain expandable segments' 20 MiB pages do), so that the next requests find it mapped.
     fn growth_with_headroom(&self, pool: PoolKind, start: BlockId, size: usize) -> usize {
         if !self.config.expandable_trim || pool == PoolKind::Small {
             return size;
         }
         let (_, room, mapped) = self.chain(start, usize::MAX);
-        let ahead = size.next_multiple_of(LARGE_PAGE).min(room);
-        let new_bytes = ahead.saturating_sub(mapped).next_multiple_of(SMALL_PAGE);
-        if ahead > size && self.reserved_total + new_bytes <= self.trim_limit(size) {
-            ahead
-        } else {
-            size
-        }
+        let limit = self.trim_limit(size);
+        let new_for_size = size.saturating_sub(mapped).next_multiple_of(SMALL_PAGE);
+        let headroom = limit.saturating_sub(self.reserved_total + new_for_size);
+        let ahead = (size + (headroom / SMALL_PAGE * SMALL_PAGE).min(LARGE_PAGE)).min(room);
+        ahead.max(size)
     }
 
     /// expandable_trim: before an expandable segment grows for a request of `size` bytes, unmap
@@ -237,7 +235,8 @@ impl CachingAllocator {
             })
             .collect();
         // Largest first; ties by address, so that the choice does not depend on the pools' layout.
-        candidates.sort_unstable_by_key(|&(bytes, id)| (std::cmp::Reverse(bytes), self.blocks[id].ptr));
+        candidates
+            .sort_unstable_by_key(|&(bytes, id)| (std::cmp::Reverse(bytes), self.blocks[id].ptr));
         // One call where one stretch covers the excess: the smallest that does, so that the big free
         // blocks the next requests want stay mapped.
         if let Some(&(_, id)) = candidates.iter().rev().find(|(bytes, _)| *bytes >= excess) {
