@@ -115,7 +115,7 @@ impl Accelerator {
     }
 
     /// Lock the caching allocator of device `index` (a resolved index), creating it on first use.
-    #[inline]
+    #[inline(always)]
     pub fn lock(&self, index: usize) -> Result<DeviceGuard<'_, CachingAllocator>> {
         let once = &self.devices[index];
         let slot = match once.get() {

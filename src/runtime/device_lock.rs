@@ -48,7 +48,7 @@ impl<T> DeviceLock<T> {
     }
 
     /// Wait for the value; an error (with the lock given back) if a holder panicked.
-    #[inline]
+    #[inline(always)]
     pub fn lock(&self) -> Result<DeviceGuard<'_, T>, Poisoned> {
         if self
             .locked

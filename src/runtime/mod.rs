@@ -218,6 +218,7 @@ impl Runtime {
     }
 
     /// Return memory from malloc, whichever accelerator it came from; a null pointer is a no-op.
+    #[inline]
     pub fn free(&self, ptr: usize) -> Result<()> {
         if ptr == 0 {
             return Ok(());
@@ -231,6 +232,7 @@ impl Runtime {
     }
 
     /// Run `action` on the device that owns `ptr`, under that device's lock.
+    #[inline]
     fn with_owner<T>(
         &self,
         ptr: usize,

@@ -141,6 +141,7 @@ impl CachingAllocator {
     /// caller asks the backend for that segment without holding this device's lock (device
     /// allocations can take milliseconds) and passes the answer to `malloc_finish`; otherwise the
     /// whole request is served here.
+    #[inline]
     pub fn malloc_begin(&mut self, size: usize, stream: StreamId) -> Result<MallocStep> {
         let result = self.malloc_begin_unchecked(size, stream);
         self.verify("malloc");
@@ -229,6 +230,7 @@ impl CachingAllocator {
     }
 
     /// Return a block handed out by `malloc`.
+    #[inline]
     pub fn free(&mut self, ptr: usize) -> Result<()> {
         let result = self.free_unchecked(ptr);
         self.verify("free");
