@@ -125,7 +125,7 @@ pub type PoolKey = (StreamId, usize, usize);
 #[derive(Default)]
 pub struct BlockPool {
     tree: BTreeMap<PoolKey, BlockId>,
-    staged: Option<(PoolKey, BlockId)>,
+    staged: Slot,
     /// Lookups made while garbage collection is on; a cached block's age is measured in them.
     pub lookups: u64,
     /// Unmapped address space of expandable segments, by (stream, address).
@@ -146,10 +146,11 @@ impl BlockPool {
     /// Cache block `id` under `key` (its current key).
     #[inline]
     pub fn insert_key(&mut self, key: PoolKey, id: BlockId) {
-        if let Some((key, previous)) = self.staged.replace((key, id)) {
-            let displaced = self.tree.insert(key, previous);
+        if !self.staged.is_empty() {
+            let displaced = self.tree.insert(self.staged.key(), self.staged.id);
             debug_assert!(displaced.is_none(), "block cached twice");
         }
+        self.staged.set(key, id);
     }
 
     /// Take a block out of the pool by its current key.
@@ -160,8 +161,8 @@ impl BlockPool {
 
     #[inline]
     pub fn remove_key(&mut self, key: &PoolKey) {
-        if self.staged.is_some_and(|(staged, _)| staged == *key) {
-            self.staged = None;
+        if self.staged.holds(key) {
+            self.staged.clear();
         } else {
             let removed = self.tree.remove(key);
             debug_assert!(removed.is_some(), "block was not cached");
@@ -173,19 +174,59 @@ impl BlockPool {
     pub fn lower_bound(&self, stream: StreamId, size: usize) -> Option<(PoolKey, BlockId)> {
         let bound = (stream, size, 0);
         if self.tree.is_empty() {
-            return self.staged.filter(|(key, _)| *key >= bound);
+            return self
+                .staged
+                .at_or_after(stream, size)
+                .then(|| (self.staged.key(), self.staged.id));
         }
         let in_tree = self.tree.range(bound..).next().map(|(k, v)| (*k, *v));
-        let staged = self.staged.filter(|(key, _)| *key >= bound);
+        let staged = self.staged.get().filter(|(key, _)| *key >= bound);
         match (in_tree, staged) {
             (Some(t), Some(s)) => Some(if s.0 < t.0 { s } else { t }),
             (t, s) => t.or(s),
         }
     }
 
+    /// Take out the first cached block at or after (stream, size, 0) if `accept` takes its key.
+    #[inline]
+    pub fn take_lower_bound(
+        &mut self,
+        stream: StreamId,
+        size: usize,
+        accept: impl FnOnce(PoolKey) -> bool,
+    ) -> Option<BlockId> {
+        let in_slot = self.staged.at_or_after(stream, size);
+        if self.tree.is_empty() {
+            if !in_slot || !accept(self.staged.key()) {
+                return None;
+            }
+            let id = self.staged.id;
+            self.staged.clear();
+            return Some(id);
+        }
+        let (key, id) = match self.tree.range((stream, size, 0)..).next() {
+            Some((key, _)) if in_slot && self.staged.key() < *key => {
+                (self.staged.key(), self.staged.id)
+            }
+            Some((key, id)) => (*key, *id),
+            None if in_slot => (self.staged.key(), self.staged.id),
+            None => return None,
+        };
+        if !accept(key) {
+            return None;
+        }
+        if in_slot && id == self.staged.id {
+            self.staged.clear();
+        } else {
+            self.tree.remove(&key);
+        }
+        Some(id)
+    }
+
     /// The whole pool as one ordered map (moves the staged block into it; for the slow paths).
     pub fn ordered(&mut self) -> &BTreeMap<PoolKey, BlockId> {
-        if let Some((key, id)) = self.staged.take() {
+        if let Some((key, id)) = self.staged.get() {
+            self.staged.clear();
             self.tree.insert(key, id);
         }
         &self.tree
@@ -193,7 +234,7 @@ impl BlockPool {
 
     /// Every cached block with its key, in no particular order.
     pub fn entries(&self) -> impl Iterator<Item = (PoolKey, BlockId)> + '_ {
-        self.tree.iter().map(|(k, v)| (*k, *v)).chain(self.staged)
+        self.tree.iter().map(|(k, v)| (*k, *v)).chain(self.staged.get())
     }
 
     /// Every cached block, in no particular order.
@@ -201,15 +242,85 @@ impl BlockPool {
         self.tree
             .values()
             .copied()
-            .chain(self.staged.map(|(_, id)| id))
+            .chain(self.staged.get().map(|(_, id)| id))
     }
 
     pub fn len(&self) -> usize {
-        self.tree.len() + self.staged.is_some() as usize
+        self.tree.len() + self.staged.get().is_some() as usize
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// The staging slot: one cached block and its key, or none (id NO_BLOCK). Kept as plain scalar
+/// fields, read and written one at a time: the free path writes the slot and the next malloc reads
+/// it at once, and an Option of a tuple was copied with mixed-width moves that defeat the CPU's
+/// store-to-load forwarding.
+#[derive(Clone, Copy)]
+struct Slot {
+    stream: StreamId,
+    size: usize,
+    ptr: usize,
+    id: BlockId,
+}
+
+const NO_BLOCK: BlockId = BlockId::MAX;
+
+impl Default for Slot {
+    fn default() -> Self {
+        Slot {
+            stream: 0,
+            size: 0,
+            ptr: 0,
+            id: NO_BLOCK,
+        }
+    }
+}
+
+impl Slot {
+    #[inline]
+    fn is_empty(&self) -> bool {
+        self.id == NO_BLOCK
+    }
+
+    #[inline]
+    fn key(&self) -> PoolKey {
+        (self.stream, self.size, self.ptr)
+    }
+
+    #[inline]
+    fn get(&self) -> Option<(PoolKey, BlockId)> {
+        if self.is_empty() {
+            None
+        } else {
+            Some((self.key(), self.id))
+        }
+    }
+
+    /// Whether the slot holds a block at or after (stream, size, 0).
+    #[inline]
+    fn at_or_after(&self, stream: StreamId, size: usize) -> bool {
+        !self.is_empty() && (self.stream > stream || (self.stream == stream && self.size >= size))
+    }
+
+    #[inline]
+    fn holds(&self, key: &PoolKey) -> bool {
+        !self.is_empty() && self.ptr == key.2 && self.size == key.1 && self.stream == key.0
+    }
+
+    #[inline]
+    fn clear(&mut self) {
+        self.id = NO_BLOCK;
+    }
+
+    #[inline]
+    fn set(&mut self, key: PoolKey, id: BlockId) {
+        self.stream = key.0;
+        self.size = key.1;
+        self.ptr = key.2;
+        self.id = id;
     }
 }
 

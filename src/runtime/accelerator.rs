@@ -174,8 +174,13 @@ impl Accelerator {
     /// keep allocating from the cache meanwhile.
     #[inline]
     pub fn malloc(&self, index: usize, size: usize, stream: StreamId) -> Result<usize> {
-        let step = self.lock(index)?.malloc_begin(size, stream)?;
-        match step {
+        let mut device = self.lock(index)?;
+        if let Some(ptr) = device.malloc_cached(size, stream) {
+            return Ok(ptr);
+        }
+        let step = device.malloc_begin(size, stream);
+        drop(device);
+        match step? {
             MallocStep::Done(ptr) => Ok(ptr),
             MallocStep::NeedSegment(request) => {
                 let raw = self.backend.raw_alloc(index, request.size, request.stream);

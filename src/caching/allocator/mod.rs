@@ -137,6 +137,22 @@ impl CachingAllocator {
         }
     }
 
+    /// malloc when a cached block fits: its address, or None (nothing changed) when the request
+    /// needs the full path of `malloc_begin` (events to process, garbage collection on, or no cached
+    /// block fits). The common case answers with a plain address, not a MallocStep in a Result.
+    #[inline]
+    pub fn malloc_cached(&mut self, size: usize, stream: StreamId) -> Option<usize> {
+        // Garbage collection counts lookups, so a failed try here would count twice.
+        if size == 0 || !self.pending_events.is_empty() || self.garbage_collection_on() {
+            return None;
+        }
+        let rounded = round_size(size, &self.config)?;
+        let id = self.take_free_block(PoolKind::for_size(rounded), stream, rounded)?;
+        let ptr = self.hand_out_found(id, rounded, size);
+        self.verify("malloc");
+        Some(ptr)
+    }
+
     /// malloc up to the point where a new segment is needed. With release_lock_on_malloc set, the
     /// caller asks the backend for that segment without holding this device's lock (device
     /// allocations can take milliseconds) and passes the answer to `malloc_finish`; otherwise the
@@ -345,24 +361,22 @@ impl CachingAllocator {
         if gc_on {
             self.pool_mut(pool_kind).lookups += 1;
         }
-        let (key, id) = if self.expandable.is_empty() {
-            self.pool_mut(pool_kind).lower_bound(stream, rounded)?
-        } else {
-            self.lower_bound_with_expandable(pool_kind, stream, rounded)?
-        };
-        let (block_stream, block_size, _) = key;
-        if block_stream != stream {
-            return None;
-        }
         // An oversize block is kept for oversize requests, and a big request may not waste too much.
-        if rounded < max_split && block_size >= max_split {
+        let acceptable = |(block_stream, block_size, _): super::block::PoolKey| {
+            block_stream == stream
+                && !(rounded < max_split && block_size >= max_split)
+                && !(rounded >= max_split && block_size >= rounded.saturating_add(max_rounding))
+        };
+        if self.expandable.is_empty() {
+            return self
+                .pool_mut(pool_kind)
+                .take_lower_bound(stream, rounded, acceptable);
+        }
+        let (key, id) = self.lower_bound_with_expandable(pool_kind, stream, rounded)?;
+        if !acceptable(key) {
             return None;
         }
-        if rounded >= max_split && block_size >= rounded.saturating_add(max_rounding) {
-            return None;
-        }
-        let pool = self.pool_mut(pool_kind);
-        pool.remove_key(&key);
+        self.pool_mut(pool_kind).remove_key(&key);
         Some(id)
     }
 
