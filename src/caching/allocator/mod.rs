@@ -430,11 +430,18 @@ impl CachingAllocator {
     /// Put block `id` into its pool, noting when (for garbage collection by age).
     #[inline]
     fn cache_block(&mut self, id: BlockId) {
+        let key = BlockPool::key(&self.blocks[id]);
+        self.cache_block_as(id, key);
+    }
+
+    /// cache_block for a block whose key (stream, size, address) the caller has at hand: the hot
+    /// paths have just written size and address, and reading them back at once as one wide load
+    /// would wait for those stores to land.
+    #[inline]
+    fn cache_block_as(&mut self, id: BlockId, key: super::block::PoolKey) {
         let pool_kind = self.blocks[id].pool;
         let lookups = self.pool_mut(pool_kind).lookups;
-        let block = &mut self.blocks[id];
-        block.gc_count_base = lookups;
-        let key = BlockPool::key(block);
+        self.blocks[id].gc_count_base = lookups;
         self.pool_mut(pool_kind).insert_key(key, id);
     }
 
@@ -460,10 +467,10 @@ impl CachingAllocator {
             }
             let remainder = &mut self.blocks[id];
             remainder.prev = Some(handed);
-            remainder.ptr += rounded;
-            remainder.size -= rounded;
-            let remainder_size = remainder.size;
-            self.cache_block(id);
+            let (remainder_ptr, remainder_size) = (found.ptr + rounded, found.size - rounded);
+            remainder.ptr = remainder_ptr;
+            remainder.size = remainder_size;
+            self.cache_block_as(id, (found.stream, remainder_size, remainder_ptr));
             if already_split {
                 for_pool(&mut self.stats.inactive_split_bytes, stat_type, |s| {
                     s.decrease(rounded as u64)
@@ -513,36 +520,41 @@ impl CachingAllocator {
     /// A freed block goes back to its pool, merged with free neighbours (PyTorch's free_block).
     #[inline]
     fn return_to_pool(&mut self, id: BlockId) {
-        let (original_size, requested, pool) = {
-            let block = self.blocks[id];
-            self.trace(
-                TraceAction::FreeCompleted,
-                block.ptr,
-                block.requested_size,
-                block.stream,
-            );
-            (block.size, block.requested_size, block.pool)
-        };
+        let block = &self.blocks[id];
+        let (mut ptr, mut size, stream) = (block.ptr, block.size, block.stream);
+        let (original_size, requested, pool) = (block.size, block.requested_size, block.pool);
+        let (prev, next, expandable) = (block.prev, block.next, block.expandable);
+        self.trace(TraceAction::FreeCompleted, ptr, requested, stream);
         // inactive_split moves by the net change, as PyTorch applies it.
         let mut net_blocks: i64 = 0;
         let mut net_bytes: i64 = 0;
-        for neighbour in [self.blocks[id].prev, self.blocks[id].next] {
-            let subsumed = self.try_merge(id, neighbour);
-            if subsumed > 0 {
-                net_blocks -= 1;
-                net_bytes -= subsumed as i64;
-            }
+        // The merged block's address and size are followed here rather than read back (see
+        // cache_block_as).
+        let prev_ptr = prev.map(|p| self.blocks[p].ptr);
+        let subsumed = self.try_merge(id, prev);
+        if subsumed > 0 {
+            net_blocks -= 1;
+            net_bytes -= subsumed as i64;
+            ptr = prev_ptr.unwrap_or(ptr);
+            size += subsumed;
+        }
+        let subsumed = self.try_merge(id, next);
+        if subsumed > 0 {
+            net_blocks -= 1;
+            net_bytes -= subsumed as i64;
+            size += subsumed;
         }
         let block = &mut self.blocks[id];
         block.requested_size = 0;
-        let block = self.blocks[id];
-        self.cache_block(id);
-        if block.expandable.is_some() {
+        let is_split = block.is_split();
+        debug_assert_eq!((block.ptr, block.size), (ptr, size));
+        self.cache_block_as(id, (stream, size, ptr));
+        if expandable.is_some() {
             // Wholly free pages of expandable segments can always be released: not inactive splits.
             (net_blocks, net_bytes) = (0, 0);
-        } else if block.is_split() {
+        } else if is_split {
             net_blocks += 1;
-            net_bytes += block.size as i64;
+            net_bytes += size as i64;
         }
         let stat_type = stat_type(pool);
         let stats = &mut self.stats;
