@@ -231,7 +231,7 @@ impl CachingAllocator {
                 let block = &self.blocks[id];
                 let segment = &self.expandable[block.expandable? as usize];
                 let (first, last) = segment.pages_inside(block.ptr, block.size);
-                (first < last).then_some(((last - first) * segment.page, id))
+                (first < last).then(|| ((last - first) * segment.page, id))
             })
             .collect();
         // Largest first; ties by address, so that the choice does not depend on the pools' layout.
