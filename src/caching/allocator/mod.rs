@@ -274,7 +274,8 @@ impl CachingAllocator {
         for_pool(&mut self.stats.allocated_bytes, stat_type, |s| {
             s.decrease(size as u64)
         });
-        if std::mem::take(&mut self.blocks[id].counted_oversize_allocation) {
+        if self.blocks[id].counted_oversize_allocation {
+            self.blocks[id].counted_oversize_allocation = false;
             self.stats.oversize_allocations.decrease(1);
         }
         // Most blocks are never shared across streams: skip the lookup when none is.
@@ -441,7 +442,10 @@ impl CachingAllocator {
     fn cache_block_as(&mut self, id: BlockId, key: super::block::PoolKey) {
         let pool_kind = self.blocks[id].pool;
         let lookups = self.pool_mut(pool_kind).lookups;
-        self.blocks[id].gc_count_base = lookups;
+        // Without garbage collection the age never moves: skip the store (see Stat::increase).
+        if self.blocks[id].gc_count_base != lookups {
+            self.blocks[id].gc_count_base = lookups;
+        }
         self.pool_mut(pool_kind).insert_key(key, id);
     }
 
