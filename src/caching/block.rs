@@ -234,7 +234,10 @@ impl BlockPool {
 
     /// Every cached block with its key, in no particular order.
     pub fn entries(&self) -> impl Iterator<Item = (PoolKey, BlockId)> + '_ {
-        self.tree.iter().map(|(k, v)| (*k, *v)).chain(self.staged.get())
+        self.tree
+            .iter()
+            .map(|(k, v)| (*k, *v))
+            .chain(self.staged.get())
     }
 
     /// Every cached block, in no particular order.
@@ -485,8 +488,8 @@ mod tests {
                 .wrapping_add(1442695040888963407);
             // Few distinct addresses, so that inserts and removes collide and wrap around.
             let address = 0x7f00_0000_0000 + ((state >> 33) as usize % 3000) * 512;
-            if reference.contains_key(&address) {
-                assert_eq!(map.remove(&address), reference.remove(&address));
+            if let Some(id) = reference.remove(&address) {
+                assert_eq!(map.remove(&address), Some(id));
             } else {
                 map.insert(address, step);
                 reference.insert(address, step);
