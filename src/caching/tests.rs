@@ -789,7 +789,7 @@ fn expandable_trim_keeps_free_pages_while_growth_stays_under_the_line() {
     let (mut a, backend) = allocator_with(1 << 30, config);
     let s = a.malloc(512 << 10, 0).unwrap(); // one 2 MiB page of the small pool
     a.free(s).unwrap();
-    // 2 + 32 MiB reserved is within 1/16 of the 32 MiB needed: the free small page stays mapped.
+    // 2 + 32 MiB reserved is within 1/14 of the 32 MiB needed: the free small page stays mapped.
     let x = a.malloc(32 << 20, 0).unwrap();
     let again = a.malloc(512 << 10, 0).unwrap();
     assert_eq!(again, s, "the cached page is used again");
