@@ -60,16 +60,31 @@ fn measure(sizes: &[usize], batches: usize, pairs: usize, mut pair: impl FnMut(u
     for &size in sizes {
         pair(size); // warm up: the first call fills the cache
     }
-    let samples = (0..batches)
-        .map(|_| {
-            let start = Instant::now();
-            for i in 0..pairs {
-                pair(sizes[i % sizes.len()]);
-            }
-            start.elapsed().as_nanos() as f64 / pairs as f64
-        })
-        .collect();
-    median(samples)
+    median((0..batches).map(|_| batch(sizes, pairs, &mut pair)).collect())
+}
+
+/// ns per pair of one batch of `pairs` pairs cycling through `sizes`.
+fn batch(sizes: &[usize], pairs: usize, pair: &mut impl FnMut(usize)) -> f64 {
+    let start = Instant::now();
+    for i in 0..pairs {
+        pair(sizes[i % sizes.len()]);
+    }
+    start.elapsed().as_nanos() as f64 / pairs as f64
+}
+
+/// accalloc and libc on the same sizes, their batches taking turns so that a noisy neighbour slows
+/// both alike: (accalloc, libc) median ns per pair.
+fn measure_both(sizes: &[usize], batches: usize, pairs: usize) -> (f64, f64) {
+    for &size in sizes {
+        accalloc_pair(size);
+        libc_pair(size);
+    }
+    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    for _ in 0..batches {
+        ours.push(batch(sizes, pairs, &mut accalloc_pair));
+        theirs.push(batch(sizes, pairs, &mut libc_pair));
+    }
+    (median(ours), median(theirs))
 }
 
 fn accalloc_pair(size: usize) {
@@ -110,11 +125,11 @@ pub fn run(batches: usize, pairs: usize) -> Vec<BenchRow> {
         accalloc_ns: with_history,
         libc_ns,
     });
-    let varying = varying_sizes(VARYING_COUNT);
+    let (accalloc_ns, libc_ns) = measure_both(&varying_sizes(VARYING_COUNT), batches, pairs);
     rows.push(BenchRow {
         label: "varying (60% < 64 KiB, 30% < 1 MiB, 10% <= 64 MiB)".to_string(),
-        accalloc_ns: measure(&varying, batches, pairs, accalloc_pair),
-        libc_ns: measure(&varying, batches, pairs, libc_pair),
+        accalloc_ns,
+        libc_ns,
     });
     rows
 }
@@ -127,10 +142,13 @@ fn run_patterns(batches: usize, pairs: usize) -> Vec<BenchRow> {
     patterns.push(("mixed".to_string(), SIZES.to_vec()));
     patterns
         .into_iter()
-        .map(|(label, sizes)| BenchRow {
-            accalloc_ns: measure(&sizes, batches, pairs, accalloc_pair),
-            libc_ns: measure(&sizes, batches, pairs, libc_pair),
-            label,
+        .map(|(label, sizes)| {
+            let (accalloc_ns, libc_ns) = measure_both(&sizes, batches, pairs);
+            BenchRow {
+                label,
+                accalloc_ns,
+                libc_ns,
+            }
         })
         .collect()
 }
