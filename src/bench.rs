@@ -60,7 +60,11 @@ fn measure(sizes: &[usize], batches: usize, pairs: usize, mut pair: impl FnMut(u
     for &size in sizes {
         pair(size); // warm up: the first call fills the cache
     }
-    median((0..batches).map(|_| batch(sizes, pairs, &mut pair)).collect())
+    median(
+        (0..batches)
+            .map(|_| batch(sizes, pairs, &mut pair))
+            .collect(),
+    )
 }
 
 /// ns per pair of one batch of `pairs` pairs cycling through `sizes`.
