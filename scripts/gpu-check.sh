@@ -4,7 +4,9 @@
 # as its CUDA allocator (accalloc.torch.use_for_cuda) and with PyTorch's own allocator (peak
 # reserved and time per step), and replay the sample traces through accalloc and through PyTorch's own
 # caching allocator, comparing all 122 statistics (they must match in the default configuration) and
-# the time per operation. The output is saved to docs/gpu-results.md with the date and the device.
+# the time per operation; then time malloc/free of each trace through accalloc, PyTorch's caching
+# allocator and cudaMallocAsync, as ratios. The output is saved to docs/gpu-results.md with the date
+# and the device.
 #
 # Usage: scripts/gpu-check.sh            (needs cargo, python3 with torch built for CUDA, a GPU)
 set -uo pipefail
@@ -109,6 +111,91 @@ diff = [k for k in keys if ours[k] != torch_stats[k]]
 print(f"{trace}: {len(keys)} keys compared, {len(diff)} differ; ns/op pytorch {torch_ns:.0f}, accalloc {acc['ns_per_op']:.0f}")
 for k in diff[:20]:
     print(f"   {k}: pytorch {torch_stats[k]} accalloc {ours[k]}")
+PY
+  done
+fi
+if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+  # The same trace through the same Python loop three ways, each in its own process: accalloc's C ABI
+  # (ctypes), PyTorch's native caching allocator and PyTorch's cudaMallocAsync backend
+  # (torch.cuda.caching_allocator_alloc/_delete). The loop's own cost, measured with a call that does
+  # nothing, is subtracted; ratios below 1 mean accalloc is faster.
+  echo "== timing malloc/free on the GPU: accalloc vs PyTorch's caching allocator vs cudaMallocAsync"
+  echo "| trace | loop ns/op | accalloc ns/op | pytorch ns/op | cudaMallocAsync ns/op | accalloc / pytorch | accalloc / cudaMallocAsync |"
+  echo "|---|---:|---:|---:|---:|---:|---:|"
+  for trace in examples/traces/*.jsonl; do
+    declare -A ns=()
+    for which in noop accalloc pytorch cudaMallocAsync; do
+      conf=""
+      [ "$which" = cudaMallocAsync ] && conf="backend:cudaMallocAsync"
+      ns[$which]=$(env ${conf:+PYTORCH_CUDA_ALLOC_CONF=$conf} ACCALLOC_DEVICE=cuda WHICH=$which LIB="$lib" \
+        timeout 150 python3 - "$trace" <<'PY' || echo nan
+import ctypes, json, os, sys, time
+import torch
+which, trace = os.environ["WHICH"], sys.argv[1]
+ops = []
+for line in open(trace):
+    if line.strip():
+        op = json.loads(line)
+        if op["op"] == "alloc" and op["size"] > 0:
+            ops.append((True, op["id"], op["size"], op.get("stream", 0)))
+        elif op["op"] == "free":
+            ops.append((False, op["id"], 0, 0))
+torch.cuda.init()
+torch_streams = {0: torch.cuda.current_stream()}
+for _, _, _, s in ops:
+    if s not in torch_streams:
+        torch_streams[s] = torch.cuda.Stream()
+if which == "accalloc":
+    lib = ctypes.CDLL(os.environ["LIB"])
+    lib.accalloc_malloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
+    lib.accalloc_free.argtypes = [ctypes.c_void_p]
+    streams = {s: (None if s == 0 else ctypes.c_void_p(st.cuda_stream)) for s, st in torch_streams.items()}
+    out = ctypes.c_void_p()
+    def alloc(size, stream):
+        if lib.accalloc_malloc(ctypes.byref(out), size, -1, stream) != 0:
+            raise MemoryError
+        return out.value
+    free = lib.accalloc_free
+elif which == "noop":
+    streams = torch_streams
+    def alloc(size, stream):
+        return size
+    def free(ptr):
+        return None
+else:
+    streams = torch_streams
+    def alloc(size, stream):
+        return torch.cuda.caching_allocator_alloc(size, stream=stream)
+    free = torch.cuda.caching_allocator_delete
+best = float("inf")
+for _ in range(3):
+    live = {}
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for is_alloc, ident, size, s in ops:
+        if is_alloc:
+            try:
+                live[ident] = alloc(size, streams[s])
+            except (MemoryError, torch.cuda.OutOfMemoryError):
+                pass
+        else:
+            ptr = live.pop(ident, None)
+            if ptr is not None:
+                free(ptr)
+    torch.cuda.synchronize()
+    best = min(best, (time.perf_counter() - t) * 1e9 / len(ops))
+    for ptr in live.values():
+        free(ptr)
+print(f"{best:.1f}")
+PY
+)
+    done
+    python3 - "$trace" "${ns[noop]}" "${ns[accalloc]}" "${ns[pytorch]}" "${ns[cudaMallocAsync]}" <<'PY'
+import sys
+trace, loop, acc, pt, asy = sys.argv[1], *map(float, sys.argv[2:])
+net = lambda x: max(x - loop, 1e-9)
+print(f"| {trace.split('/')[-1]} | {loop:.0f} | {net(acc):.0f} | {net(pt):.0f} | {net(asy):.0f} | "
+      f"{net(acc) / net(pt):.2f} | {net(acc) / net(asy):.2f} |")
 PY
   done
 fi

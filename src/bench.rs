@@ -9,6 +9,32 @@ use std::time::Instant;
 /// Request sizes measured, one row each, then all of them interleaved.
 pub const SIZES: [usize; 5] = [512, 4 << 10, 64 << 10, 1 << 20, 16 << 20];
 
+/// How many sizes the varying row cycles through.
+pub const VARYING_COUNT: usize = 4096;
+
+/// A framework-like mix where the size changes every call: 60% under 64 KiB, 30% from 64 KiB to
+/// under 1 MiB, 10% from 1 MiB to 64 MiB, uniformly within each range. The same `count` sizes every
+/// run (a fixed-seed xorshift), so both allocators see the same requests.
+pub fn varying_sizes(count: usize) -> Vec<usize> {
+    let mut state: u64 = 0x2545_F491_4F6C_DD1D;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    (0..count)
+        .map(|_| {
+            let (low, high) = match next() % 10 {
+                0..=5 => (1, 64 << 10),
+                6..=8 => (64 << 10, 1 << 20),
+                _ => (1 << 20, (64 << 20) + 1),
+            };
+            low + (next() % (high - low) as u64) as usize
+        })
+        .collect()
+}
+
 /// Median nanoseconds per malloc+free pair for one size pattern.
 #[derive(Clone, Debug)]
 pub struct BenchRow {
@@ -34,16 +60,35 @@ fn measure(sizes: &[usize], batches: usize, pairs: usize, mut pair: impl FnMut(u
     for &size in sizes {
         pair(size); // warm up: the first call fills the cache
     }
-    let samples = (0..batches)
-        .map(|_| {
-            let start = Instant::now();
-            for i in 0..pairs {
-                pair(sizes[i % sizes.len()]);
-            }
-            start.elapsed().as_nanos() as f64 / pairs as f64
-        })
-        .collect();
-    median(samples)
+    median(
+        (0..batches)
+            .map(|_| batch(sizes, pairs, &mut pair))
+            .collect(),
+    )
+}
+
+/// ns per pair of one batch of `pairs` pairs cycling through `sizes`.
+fn batch(sizes: &[usize], pairs: usize, pair: &mut impl FnMut(usize)) -> f64 {
+    let start = Instant::now();
+    for i in 0..pairs {
+        pair(sizes[i % sizes.len()]);
+    }
+    start.elapsed().as_nanos() as f64 / pairs as f64
+}
+
+/// accalloc and libc on the same sizes, their batches taking turns so that a noisy neighbour slows
+/// both alike: (accalloc, libc) median ns per pair.
+fn measure_both(sizes: &[usize], batches: usize, pairs: usize) -> (f64, f64) {
+    for &size in sizes {
+        accalloc_pair(size);
+        libc_pair(size);
+    }
+    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    for _ in 0..batches {
+        ours.push(batch(sizes, pairs, &mut accalloc_pair));
+        theirs.push(batch(sizes, pairs, &mut libc_pair));
+    }
+    (median(ours), median(theirs))
 }
 
 fn accalloc_pair(size: usize) {
@@ -73,7 +118,7 @@ fn libc_pair(size: usize) {
 
 /// Run the benchmark: one row per size, then one with all sizes interleaved, then that again with
 /// history recording on and with ACCALLOC_TRACE's recording on (their cost when on; off, each is
-/// one branch).
+/// one branch), then the varying mix.
 pub fn run(batches: usize, pairs: usize) -> Vec<BenchRow> {
     let mut rows = run_patterns(batches, pairs);
     crate::capi::inspect::accalloc_record_memory_history(1, 100_000);
@@ -92,6 +137,12 @@ pub fn run(batches: usize, pairs: usize) -> Vec<BenchRow> {
             libc_ns,
         });
     }
+    let (accalloc_ns, libc_ns) = measure_both(&varying_sizes(VARYING_COUNT), batches, pairs);
+    rows.push(BenchRow {
+        label: "varying (60% < 64 KiB, 30% < 1 MiB, 10% <= 64 MiB)".to_string(),
+        accalloc_ns,
+        libc_ns,
+    });
     rows
 }
 
@@ -117,10 +168,13 @@ fn run_patterns(batches: usize, pairs: usize) -> Vec<BenchRow> {
     patterns.push(("mixed".to_string(), SIZES.to_vec()));
     patterns
         .into_iter()
-        .map(|(label, sizes)| BenchRow {
-            accalloc_ns: measure(&sizes, batches, pairs, accalloc_pair),
-            libc_ns: measure(&sizes, batches, pairs, libc_pair),
-            label,
+        .map(|(label, sizes)| {
+            let (accalloc_ns, libc_ns) = measure_both(&sizes, batches, pairs);
+            BenchRow {
+                label,
+                accalloc_ns,
+                libc_ns,
+            }
         })
         .collect()
 }

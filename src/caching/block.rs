@@ -3,8 +3,9 @@
 
 use super::policy::PoolKind;
 use crate::backend::StreamId;
-use std::collections::{BTreeMap, HashMap};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::BTreeMap;
+#[cfg(test)]
+use std::collections::HashMap;
 
 /// Index of a block in the slab.
 pub type BlockId = u32;
@@ -124,7 +125,7 @@ pub type PoolKey = (StreamId, usize, usize);
 #[derive(Default)]
 pub struct BlockPool {
     tree: BTreeMap<PoolKey, BlockId>,
-    staged: Option<(PoolKey, BlockId)>,
+    staged: Slot,
     /// Lookups made while garbage collection is on; a cached block's age is measured in them.
     pub lookups: u64,
     /// Unmapped address space of expandable segments, by (stream, address).
@@ -139,10 +140,17 @@ impl BlockPool {
 
     #[inline]
     pub fn insert(&mut self, block: &Block, id: BlockId) {
-        if let Some((key, previous)) = self.staged.replace((Self::key(block), id)) {
-            let displaced = self.tree.insert(key, previous);
+        self.insert_key(Self::key(block), id);
+    }
+
+    /// Cache block `id` under `key` (its current key).
+    #[inline]
+    pub fn insert_key(&mut self, key: PoolKey, id: BlockId) {
+        if !self.staged.is_empty() {
+            let displaced = self.tree.insert(self.staged.key(), self.staged.id);
             debug_assert!(displaced.is_none(), "block cached twice");
         }
+        self.staged.set(key, id);
     }
 
     /// Take a block out of the pool by its current key.
@@ -153,8 +161,8 @@ impl BlockPool {
 
     #[inline]
     pub fn remove_key(&mut self, key: &PoolKey) {
-        if self.staged.is_some_and(|(staged, _)| staged == *key) {
-            self.staged = None;
+        if self.staged.holds(key) {
+            self.staged.clear();
         } else {
             let removed = self.tree.remove(key);
             debug_assert!(removed.is_some(), "block was not cached");
@@ -165,17 +173,60 @@ impl BlockPool {
     #[inline]
     pub fn lower_bound(&self, stream: StreamId, size: usize) -> Option<(PoolKey, BlockId)> {
         let bound = (stream, size, 0);
+        if self.tree.is_empty() {
+            return self
+                .staged
+                .at_or_after(stream, size)
+                .then(|| (self.staged.key(), self.staged.id));
+        }
         let in_tree = self.tree.range(bound..).next().map(|(k, v)| (*k, *v));
-        let staged = self.staged.filter(|(key, _)| *key >= bound);
+        let staged = self.staged.get().filter(|(key, _)| *key >= bound);
         match (in_tree, staged) {
             (Some(t), Some(s)) => Some(if s.0 < t.0 { s } else { t }),
             (t, s) => t.or(s),
         }
     }
 
+    /// Take out the first cached block at or after (stream, size, 0) if `accept` takes its key.
+    #[inline]
+    pub fn take_lower_bound(
+        &mut self,
+        stream: StreamId,
+        size: usize,
+        accept: impl FnOnce(PoolKey) -> bool,
+    ) -> Option<BlockId> {
+        let in_slot = self.staged.at_or_after(stream, size);
+        if self.tree.is_empty() {
+            if !in_slot || !accept(self.staged.key()) {
+                return None;
+            }
+            let id = self.staged.id;
+            self.staged.clear();
+            return Some(id);
+        }
+        let (key, id) = match self.tree.range((stream, size, 0)..).next() {
+            Some((key, _)) if in_slot && self.staged.key() < *key => {
+                (self.staged.key(), self.staged.id)
+            }
+            Some((key, id)) => (*key, *id),
+            None if in_slot => (self.staged.key(), self.staged.id),
+            None => return None,
+        };
+        if !accept(key) {
+            return None;
+        }
+        if in_slot && id == self.staged.id {
+            self.staged.clear();
+        } else {
+            self.tree.remove(&key);
+        }
+        Some(id)
+    }
+
     /// The whole pool as one ordered map (moves the staged block into it; for the slow paths).
     pub fn ordered(&mut self) -> &BTreeMap<PoolKey, BlockId> {
-        if let Some((key, id)) = self.staged.take() {
+        if let Some((key, id)) = self.staged.get() {
+            self.staged.clear();
             self.tree.insert(key, id);
         }
         &self.tree
@@ -183,7 +234,10 @@ impl BlockPool {
 
     /// Every cached block with its key, in no particular order.
     pub fn entries(&self) -> impl Iterator<Item = (PoolKey, BlockId)> + '_ {
-        self.tree.iter().map(|(k, v)| (*k, *v)).chain(self.staged)
+        self.tree
+            .iter()
+            .map(|(k, v)| (*k, *v))
+            .chain(self.staged.get())
     }
 
     /// Every cached block, in no particular order.
@@ -191,11 +245,11 @@ impl BlockPool {
         self.tree
             .values()
             .copied()
-            .chain(self.staged.map(|(_, id)| id))
+            .chain(self.staged.get().map(|(_, id)| id))
     }
 
     pub fn len(&self) -> usize {
-        self.tree.len() + self.staged.is_some() as usize
+        self.tree.len() + self.staged.get().is_some() as usize
     }
 
     pub fn is_empty(&self) -> bool {
@@ -203,27 +257,252 @@ impl BlockPool {
     }
 }
 
-/// A hasher for addresses: blocks are 512-byte aligned, so drop those bits and mix the rest.
-#[derive(Default)]
-pub struct AddressHasher(u64);
+/// The staging slot: one cached block and its key, or none (id NO_BLOCK). Kept as plain scalar
+/// fields, read and written one at a time: the free path writes the slot and the next malloc reads
+/// it at once, and an Option of a tuple was copied with mixed-width moves that defeat the CPU's
+/// store-to-load forwarding.
+#[derive(Clone, Copy)]
+struct Slot {
+    stream: StreamId,
+    size: usize,
+    ptr: usize,
+    id: BlockId,
+}
 
-impl Hasher for AddressHasher {
-    #[inline]
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+const NO_BLOCK: BlockId = BlockId::MAX;
+
+impl Default for Slot {
+    fn default() -> Self {
+        Slot {
+            stream: 0,
+            size: 0,
+            ptr: 0,
+            id: NO_BLOCK,
         }
-    }
-    #[inline]
-    fn write_usize(&mut self, address: usize) {
-        let mixed = ((address as u64) >> 9).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        // Fold the high bits down: the table indexes by the low bits, the control bytes by the high.
-        self.0 = mixed ^ (mixed >> 29);
     }
 }
 
-/// Live allocations by address.
-pub type PtrMap = HashMap<usize, BlockId, BuildHasherDefault<AddressHasher>>;
+impl Slot {
+    #[inline]
+    fn is_empty(&self) -> bool {
+        self.id == NO_BLOCK
+    }
+
+    #[inline]
+    fn key(&self) -> PoolKey {
+        (self.stream, self.size, self.ptr)
+    }
+
+    #[inline]
+    fn get(&self) -> Option<(PoolKey, BlockId)> {
+        if self.is_empty() {
+            None
+        } else {
+            Some((self.key(), self.id))
+        }
+    }
+
+    /// Whether the slot holds a block at or after (stream, size, 0).
+    #[inline]
+    fn at_or_after(&self, stream: StreamId, size: usize) -> bool {
+        !self.is_empty() && (self.stream > stream || (self.stream == stream && self.size >= size))
+    }
+
+    #[inline]
+    fn holds(&self, key: &PoolKey) -> bool {
+        !self.is_empty() && self.ptr == key.2 && self.size == key.1 && self.stream == key.0
+    }
+
+    #[inline]
+    fn clear(&mut self) {
+        self.id = NO_BLOCK;
+    }
+
+    #[inline]
+    fn set(&mut self, key: PoolKey, id: BlockId) {
+        self.stream = key.0;
+        self.size = key.1;
+        self.ptr = key.2;
+        self.id = id;
+    }
+}
+
+/// Live allocations by address: an open-addressing table with linear probing, kept at most half
+/// full. A general hash map costs several times more per insert and remove, and the pair of them is
+/// on every malloc and free.
+pub struct PtrMap {
+    /// (address, block); EMPTY where the slot is free. Its length is a power of two.
+    slots: Vec<(usize, BlockId)>,
+    len: usize,
+    /// 64 - log2(slots.len()): the hash's top bits pick the slot.
+    shift: u32,
+}
+
+/// No block starts at the last address (blocks are at least 512 bytes).
+const EMPTY: usize = usize::MAX;
+const INITIAL_SLOTS: usize = 64;
+
+impl Default for PtrMap {
+    fn default() -> Self {
+        PtrMap {
+            slots: vec![(EMPTY, 0); INITIAL_SLOTS],
+            len: 0,
+            shift: 64 - INITIAL_SLOTS.trailing_zeros(),
+        }
+    }
+}
+
+impl PtrMap {
+    /// Fibonacci hashing of the address without its low bits (blocks are 512-byte aligned).
+    #[inline]
+    fn home(&self, address: usize) -> usize {
+        (((address as u64) >> 9).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize
+    }
+
+    #[inline]
+    fn mask(&self) -> usize {
+        self.slots.len() - 1
+    }
+
+    /// The slot holding `address`, if it is in the map.
+    #[inline]
+    fn find(&self, address: usize) -> Option<usize> {
+        let mask = self.mask();
+        let mut slot = self.home(address);
+        loop {
+            let key = self.slots[slot].0;
+            if key == address {
+                return Some(slot);
+            }
+            if key == EMPTY {
+                return None;
+            }
+            slot = (slot + 1) & mask;
+        }
+    }
+
+    /// Record a live block (its address is not in the map).
+    #[inline]
+    pub fn insert(&mut self, address: usize, id: BlockId) {
+        debug_assert!(address != EMPTY);
+        if (self.len + 1) * 2 > self.slots.len() {
+            self.grow();
+        }
+        let mask = self.mask();
+        let mut slot = self.home(address);
+        while self.slots[slot].0 != EMPTY {
+            debug_assert!(self.slots[slot].0 != address, "address inserted twice");
+            slot = (slot + 1) & mask;
+        }
+        self.slots[slot] = (address, id);
+        self.len += 1;
+    }
+
+    /// Forget `address`, returning its block.
+    #[inline]
+    pub fn remove(&mut self, address: &usize) -> Option<BlockId> {
+        let mut hole = self.find(*address)?;
+        let id = self.slots[hole].1;
+        // Backward-shift deletion: pull later entries of the probe run into the hole, so that no
+        // tombstones are needed.
+        let mask = self.mask();
+        let mut next = (hole + 1) & mask;
+        loop {
+            let key = self.slots[next].0;
+            if key == EMPTY {
+                break;
+            }
+            // The entry at `next` may move to `hole` when its home is not in (hole, next].
+            let home = self.home(key);
+            if (next.wrapping_sub(home) & mask) >= (next.wrapping_sub(hole) & mask) {
+                self.slots[hole] = self.slots[next];
+                hole = next;
+            }
+            next = (next + 1) & mask;
+        }
+        self.slots[hole].0 = EMPTY;
+        self.len -= 1;
+        Some(id)
+    }
+
+    #[inline]
+    pub fn get(&self, address: &usize) -> Option<&BlockId> {
+        self.find(*address).map(|slot| &self.slots[slot].1)
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Every (address, block), in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (&usize, &BlockId)> + '_ {
+        self.slots
+            .iter()
+            .filter(|(key, _)| *key != EMPTY)
+            .map(|(key, id)| (key, id))
+    }
+
+    /// Every live block, in no particular order.
+    pub fn values(&self) -> impl Iterator<Item = &BlockId> + '_ {
+        self.iter().map(|(_, id)| id)
+    }
+
+    #[cold]
+    fn grow(&mut self) {
+        let doubled = vec![(EMPTY, 0); self.slots.len() * 2];
+        let old = std::mem::replace(&mut self.slots, doubled);
+        self.shift -= 1;
+        self.len = 0;
+        for (key, id) in old {
+            if key != EMPTY {
+                self.insert(key, id);
+            }
+        }
+    }
+}
+
+impl<'a> IntoIterator for &'a PtrMap {
+    type Item = (&'a usize, &'a BlockId);
+    type IntoIter = Box<dyn Iterator<Item = (&'a usize, &'a BlockId)> + 'a>;
+    fn into_iter(self) -> Self::IntoIter {
+        Box::new(self.iter())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pointer_map_agrees_with_a_hash_map() {
+        let mut map = PtrMap::default();
+        let mut reference = HashMap::new();
+        let mut state: u64 = 1;
+        for step in 0..20_000u32 {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            // Few distinct addresses, so that inserts and removes collide and wrap around.
+            let address = 0x7f00_0000_0000 + ((state >> 33) as usize % 3000) * 512;
+            if let Some(id) = reference.remove(&address) {
+                assert_eq!(map.remove(&address), Some(id));
+            } else {
+                map.insert(address, step);
+                reference.insert(address, step);
+            }
+            assert_eq!(map.len(), reference.len());
+            if step % 1000 == 0 {
+                for (address, id) in &reference {
+                    assert_eq!(map.get(address), Some(id));
+                }
+                assert_eq!(map.iter().count(), reference.len());
+            }
+        }
+        assert_eq!(map.get(&0x1000), None);
+        assert_eq!(map.remove(&0x1000), None);
+    }
+}

@@ -785,6 +785,27 @@ fn expandable_trim_unmaps_free_pages_before_growing() {
 }
 
 #[test]
+fn expandable_trim_keeps_free_pages_while_growth_stays_under_the_line() {
+    let config = CachingConfig {
+        expandable_trim: true,
+        ..expandable()
+    };
+    let (mut a, backend) = allocator_with(1 << 30, config);
+    let s = a.malloc(512 << 10, 0).unwrap(); // one 2 MiB page of the small pool
+    a.free(s).unwrap();
+    // 2 + 32 MiB reserved is within 1/14 of the 32 MiB needed: the free small page stays mapped.
+    let x = a.malloc(32 << 20, 0).unwrap();
+    let again = a.malloc(512 << 10, 0).unwrap();
+    assert_eq!(again, s, "the cached page is used again");
+    let stats = a.stats();
+    assert_eq!((stats.num_device_free, stats.num_device_alloc), (0, 2));
+    assert_eq!(stats.reserved_bytes[ALL].peak, 34 * MIB);
+    assert_eq!(backend.mapped_bytes(0), 34 << 20);
+    a.free(x).unwrap();
+    a.free(again).unwrap();
+}
+
+#[test]
 fn release_lock_on_malloc_keeps_every_figure() {
     // The same requests, with the OOM retry path and a memory fraction, with and without the option.
     let run = |config: CachingConfig| {

@@ -20,7 +20,13 @@ pub unsafe extern "C" fn accalloc_malloc(
     device: i32,
     stream: *mut c_void,
 ) -> AccallocStatus {
-    accalloc_malloc_on(current_type(), out, size, device, stream)
+    // The current accelerator directly: one runtime lookup instead of two on the hot path.
+    guard(|| {
+        let out = out_ptr(out, "out")?;
+        let ptr = runtime()?.current().alloc(size, device, stream as usize)?;
+        *out = ptr as *mut c_void;
+        Ok(())
+    })
 }
 
 /// accalloc_malloc on the accelerator of `device_type`.

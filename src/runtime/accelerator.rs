@@ -2,6 +2,7 @@
 //! settings, and the per-device operations of the memory API.
 
 use super::current_device::{current_device_of, set_current_device_of};
+use super::device_lock::{DeviceGuard, DeviceLock};
 use super::ownership::{IndexedBackend, SegmentIndex};
 use super::DeviceType;
 use crate::backend::{Backend, MemInfo, StreamId};
@@ -24,7 +25,7 @@ pub struct Accelerator {
     history: Mutex<Option<usize>>,
     /// One slot per device; a device's allocator is made (and its memory taken) on first use, so
     /// that devices never used cost a few bytes each.
-    devices: Vec<spin::Once<Box<Mutex<CachingAllocator>>>>,
+    devices: Vec<spin::Once<Box<DeviceLock<CachingAllocator>>>>,
 }
 
 impl Accelerator {
@@ -104,6 +105,7 @@ impl Accelerator {
     }
 
     /// Check a device index from the C ABI (-1 = this thread's current device).
+    #[inline]
     pub fn resolve(&self, device: i32) -> Result<usize> {
         let index = if device == -1 {
             current_device_of(self.device_type) as i64
@@ -111,19 +113,35 @@ impl Accelerator {
             device as i64
         };
         if index < 0 || index >= self.devices.len() as i64 {
-            return Err(Error::invalid_device(format!(
-                "device {device} does not exist: {} has {} device(s), indices 0 to {} (or -1 for the \
-                 current device)",
-                self.name(),
-                self.devices.len(),
-                self.devices.len() as i64 - 1
-            )));
+            return Err(self.no_such_device(device));
         }
         Ok(index as usize)
     }
 
+    #[cold]
+    fn no_such_device(&self, device: i32) -> Error {
+        Error::invalid_device(format!(
+            "device {device} does not exist: {} has {} device(s), indices 0 to {} (or -1 for the \
+             current device)",
+            self.name(),
+            self.devices.len(),
+            self.devices.len() as i64 - 1
+        ))
+    }
+
     /// Lock the caching allocator of device `index` (a resolved index), creating it on first use.
-    pub fn lock(&self, index: usize) -> Result<MutexGuard<'_, CachingAllocator>> {
+    #[inline(always)]
+    pub fn lock(&self, index: usize) -> Result<DeviceGuard<'_, CachingAllocator>> {
+        let once = &self.devices[index];
+        let slot = match once.get() {
+            Some(slot) => slot,
+            None => self.create_device(index)?,
+        };
+        slot.lock().map_err(|_| self.unusable(index))
+    }
+
+    #[cold]
+    fn create_device(&self, index: usize) -> Result<&DeviceLock<CachingAllocator>> {
         let slot = self.devices[index].try_call_once(|| {
             // The settings are copied first: the backend's mem_get_info runs without our locks.
             let config = self.config().clone();
@@ -131,17 +149,20 @@ impl Accelerator {
             if let Some(entries) = *self.history.lock().unwrap_or_else(|p| p.into_inner()) {
                 allocator.record_history(true, entries);
             }
-            Ok::<_, Error>(Box::new(Mutex::new(allocator)))
+            Ok::<_, Error>(Box::new(DeviceLock::new(allocator)))
         })?;
-        slot.lock().map_err(|_| {
-            Error::new(
-                ErrorKind::Internal,
-                format!(
-                    "{} device {index} is unusable: a thread panicked while holding it",
-                    self.name()
-                ),
-            )
-        })
+        Ok(slot)
+    }
+
+    #[cold]
+    fn unusable(&self, index: usize) -> Error {
+        Error::new(
+            ErrorKind::Internal,
+            format!(
+                "{} device {index} is unusable: a thread panicked while holding it",
+                self.name()
+            ),
+        )
     }
 
     /// Whether device `index` has been used (its allocator exists).
@@ -150,12 +171,13 @@ impl Accelerator {
     }
 
     /// Lock a device given as a C ABI index.
-    pub fn device(&self, device: i32) -> Result<MutexGuard<'_, CachingAllocator>> {
+    pub fn device(&self, device: i32) -> Result<DeviceGuard<'_, CachingAllocator>> {
         self.lock(self.resolve(device)?)
     }
 
     /// Hand out `size` bytes on `device` (-1 = this thread's current device) for `stream`; size 0
     /// gives a null pointer.
+    #[inline]
     pub fn alloc(&self, size: usize, device: i32, stream: StreamId) -> Result<usize> {
         let index = self.resolve(device)?;
         if size == 0 {
@@ -169,9 +191,15 @@ impl Accelerator {
     /// Hand out `size` bytes (size > 0) on device `index` for `stream`. With release_lock_on_malloc,
     /// the backend is asked for a new segment without holding the device's lock, so other threads
     /// keep allocating from the cache meanwhile.
+    #[inline]
     pub fn malloc(&self, index: usize, size: usize, stream: StreamId) -> Result<usize> {
-        let step = self.lock(index)?.malloc_begin(size, stream)?;
-        match step {
+        let mut device = self.lock(index)?;
+        if let Some(ptr) = device.malloc_cached(size, stream) {
+            return Ok(ptr);
+        }
+        let step = device.malloc_begin(size, stream);
+        drop(device);
+        match step? {
             MallocStep::Done(ptr) => Ok(ptr),
             MallocStep::NeedSegment(request) => {
                 let raw = self.backend.raw_alloc(index, request.size, request.stream);

@@ -6,11 +6,13 @@
 //! - `current_device`: each thread's current device
 //! - `ownership`: which device an address belongs to
 //! - `trace_log`: ACCALLOC_TRACE, every operation of the process written as a trace
+//! - `device_lock`: the lock each device's allocator sits behind
 //! - `fork`: what a fork() child gets (a clear error, never a hang)
 //! - `reentry`: refusing calls from a backend's callbacks into its own device type
 
 pub mod accelerator;
 pub mod current_device;
+pub mod device_lock;
 mod fork;
 pub mod ownership;
 mod reentry;
@@ -251,6 +253,7 @@ impl Runtime {
     }
 
     /// Return memory from malloc, whichever accelerator it came from; a null pointer is a no-op.
+    #[inline]
     pub fn free(&self, ptr: usize) -> Result<()> {
         if ptr == 0 {
             return Ok(());
@@ -269,6 +272,7 @@ impl Runtime {
     }
 
     /// Run `action` on the device that owns `ptr`, under that device's lock.
+    #[inline]
     fn with_owner<T>(
         &self,
         ptr: usize,

@@ -141,16 +141,34 @@ impl CachingAllocator {
         }
     }
 
+    /// malloc when a cached block fits: its address, or None (nothing changed) when the request
+    /// needs the full path of `malloc_begin` (events to process, garbage collection on, or no cached
+    /// block fits). The common case answers with a plain address, not a MallocStep in a Result.
+    #[inline]
+    pub fn malloc_cached(&mut self, size: usize, stream: StreamId) -> Option<usize> {
+        // Garbage collection counts lookups, so a failed try here would count twice.
+        if size == 0 || !self.pending_events.is_empty() || self.garbage_collection_on() {
+            return None;
+        }
+        let rounded = round_size(size, &self.config)?;
+        let id = self.take_free_block(PoolKind::for_size(rounded), stream, rounded)?;
+        let ptr = self.hand_out_found(id, rounded, size);
+        self.verify("malloc");
+        Some(ptr)
+    }
+
     /// malloc up to the point where a new segment is needed. With release_lock_on_malloc set, the
     /// caller asks the backend for that segment without holding this device's lock (device
     /// allocations can take milliseconds) and passes the answer to `malloc_finish`; otherwise the
     /// whole request is served here.
+    #[inline]
     pub fn malloc_begin(&mut self, size: usize, stream: StreamId) -> Result<MallocStep> {
         let result = self.malloc_begin_unchecked(size, stream);
         self.verify("malloc");
         result
     }
 
+    #[inline]
     fn malloc_begin_unchecked(&mut self, size: usize, stream: StreamId) -> Result<MallocStep> {
         debug_assert!(size > 0);
         if !self.pending_events.is_empty() {
@@ -226,6 +244,7 @@ impl CachingAllocator {
         Ok(self.hand_out_found(id, rounded, requested))
     }
 
+    #[inline]
     fn hand_out_found(&mut self, id: BlockId, rounded: usize, requested: usize) -> usize {
         let block = &self.blocks[id];
         let split = should_split(block.pool, block.size, rounded, &self.config);
@@ -233,12 +252,14 @@ impl CachingAllocator {
     }
 
     /// Return a block handed out by `malloc`.
+    #[inline]
     pub fn free(&mut self, ptr: usize) -> Result<()> {
         let result = self.free_unchecked(ptr);
         self.verify("free");
         result
     }
 
+    #[inline]
     fn free_unchecked(&mut self, ptr: usize) -> Result<()> {
         // A block other streams used needs their events (or their synchronization) first: when the
         // backend fails them, the free is refused and the block stays allocated.
@@ -266,7 +287,8 @@ impl CachingAllocator {
         for_pool(&mut self.stats.allocated_bytes, stat_type, |s| {
             s.decrease(size as u64)
         });
-        if std::mem::take(&mut self.blocks[id].counted_oversize_allocation) {
+        if self.blocks[id].counted_oversize_allocation {
+            self.blocks[id].counted_oversize_allocation = false;
             self.stats.oversize_allocations.decrease(1);
         }
         match stream_events {
@@ -340,6 +362,7 @@ impl CachingAllocator {
 
     /// Best fit from the pool: the smallest cached block of this stream that is big enough, unless the
     /// max_split_size rules forbid it. Removes it from the pool.
+    #[inline]
     fn take_free_block(
         &mut self,
         pool: PoolKind,
@@ -353,24 +376,22 @@ impl CachingAllocator {
         if gc_on {
             self.pool_mut(pool_kind).lookups += 1;
         }
-        let (key, id) = if self.expandable.is_empty() {
-            self.pool_mut(pool_kind).lower_bound(stream, rounded)?
-        } else {
-            self.lower_bound_with_expandable(pool_kind, stream, rounded)?
-        };
-        let (block_stream, block_size, _) = key;
-        if block_stream != stream {
-            return None;
-        }
         // An oversize block is kept for oversize requests, and a big request may not waste too much.
-        if rounded < max_split && block_size >= max_split {
+        let acceptable = |(block_stream, block_size, _): super::block::PoolKey| {
+            block_stream == stream
+                && !(rounded < max_split && block_size >= max_split)
+                && !(rounded >= max_split && block_size >= rounded.saturating_add(max_rounding))
+        };
+        if self.expandable.is_empty() {
+            return self
+                .pool_mut(pool_kind)
+                .take_lower_bound(stream, rounded, acceptable);
+        }
+        let (key, id) = self.lower_bound_with_expandable(pool_kind, stream, rounded)?;
+        if !acceptable(key) {
             return None;
         }
-        if rounded >= max_split && block_size >= rounded.saturating_add(max_rounding) {
-            return None;
-        }
-        let pool = self.pool_mut(pool_kind);
-        pool.remove_key(&key);
+        self.pool_mut(pool_kind).remove_key(&key);
         Some(id)
     }
 
@@ -422,17 +443,29 @@ impl CachingAllocator {
     }
 
     /// Put block `id` into its pool, noting when (for garbage collection by age).
+    #[inline]
     fn cache_block(&mut self, id: BlockId) {
+        let key = BlockPool::key(&self.blocks[id]);
+        self.cache_block_as(id, key);
+    }
+
+    /// cache_block for a block whose key (stream, size, address) the caller has at hand: the hot
+    /// paths have just written size and address, and reading them back at once as one wide load
+    /// would wait for those stores to land.
+    #[inline]
+    fn cache_block_as(&mut self, id: BlockId, key: super::block::PoolKey) {
         let pool_kind = self.blocks[id].pool;
         let lookups = self.pool_mut(pool_kind).lookups;
-        let block = &mut self.blocks[id];
-        block.gc_count_base = lookups;
-        let block = *block;
-        self.pool_mut(pool_kind).insert(&block, id);
+        // Without garbage collection the age never moves: skip the store (see Stat::increase).
+        if self.blocks[id].gc_count_base != lookups {
+            self.blocks[id].gc_count_base = lookups;
+        }
+        self.pool_mut(pool_kind).insert_key(key, id);
     }
 
     /// Give the caller the first `rounded` bytes of block `id` (taken out of its pool or fresh from the
     /// backend), caching the remainder when `split`.
+    #[inline]
     fn hand_out(&mut self, id: BlockId, rounded: usize, requested: usize, split: bool) -> usize {
         let found = self.blocks[id];
         let stat_type = stat_type(found.pool);
@@ -452,10 +485,10 @@ impl CachingAllocator {
             }
             let remainder = &mut self.blocks[id];
             remainder.prev = Some(handed);
-            remainder.ptr += rounded;
-            remainder.size -= rounded;
-            let remainder_size = remainder.size;
-            self.cache_block(id);
+            let (remainder_ptr, remainder_size) = (found.ptr + rounded, found.size - rounded);
+            remainder.ptr = remainder_ptr;
+            remainder.size = remainder_size;
+            self.cache_block_as(id, (found.stream, remainder_size, remainder_ptr));
             if already_split {
                 for_pool(&mut self.stats.inactive_split_bytes, stat_type, |s| {
                     s.decrease(rounded as u64)
@@ -503,37 +536,43 @@ impl CachingAllocator {
     }
 
     /// A freed block goes back to its pool, merged with free neighbours (PyTorch's free_block).
+    #[inline]
     fn return_to_pool(&mut self, id: BlockId) {
-        let (original_size, requested, pool) = {
-            let block = self.blocks[id];
-            self.trace(
-                TraceAction::FreeCompleted,
-                block.ptr,
-                block.requested_size,
-                block.stream,
-            );
-            (block.size, block.requested_size, block.pool)
-        };
+        let block = &self.blocks[id];
+        let (mut ptr, mut size, stream) = (block.ptr, block.size, block.stream);
+        let (original_size, requested, pool) = (block.size, block.requested_size, block.pool);
+        let (prev, next, expandable) = (block.prev, block.next, block.expandable);
+        self.trace(TraceAction::FreeCompleted, ptr, requested, stream);
         // inactive_split moves by the net change, as PyTorch applies it.
         let mut net_blocks: i64 = 0;
         let mut net_bytes: i64 = 0;
-        for neighbour in [self.blocks[id].prev, self.blocks[id].next] {
-            let subsumed = self.try_merge(id, neighbour);
-            if subsumed > 0 {
-                net_blocks -= 1;
-                net_bytes -= subsumed as i64;
-            }
+        // The merged block's address and size are followed here rather than read back (see
+        // cache_block_as).
+        let prev_ptr = prev.map(|p| self.blocks[p].ptr);
+        let subsumed = self.try_merge(id, prev);
+        if subsumed > 0 {
+            net_blocks -= 1;
+            net_bytes -= subsumed as i64;
+            ptr = prev_ptr.unwrap_or(ptr);
+            size += subsumed;
+        }
+        let subsumed = self.try_merge(id, next);
+        if subsumed > 0 {
+            net_blocks -= 1;
+            net_bytes -= subsumed as i64;
+            size += subsumed;
         }
         let block = &mut self.blocks[id];
         block.requested_size = 0;
-        let block = self.blocks[id];
-        self.cache_block(id);
-        if block.expandable.is_some() {
+        let is_split = block.is_split();
+        debug_assert_eq!((block.ptr, block.size), (ptr, size));
+        self.cache_block_as(id, (stream, size, ptr));
+        if expandable.is_some() {
             // Wholly free pages of expandable segments can always be released: not inactive splits.
             (net_blocks, net_bytes) = (0, 0);
-        } else if block.is_split() {
+        } else if is_split {
             net_blocks += 1;
-            net_bytes += block.size as i64;
+            net_bytes += size as i64;
         }
         let stat_type = stat_type(pool);
         let stats = &mut self.stats;
@@ -553,6 +592,7 @@ impl CachingAllocator {
     }
 
     /// Merge cached neighbour `source` into `target`; returns the bytes absorbed (0 when not merged).
+    #[inline]
     fn try_merge(&mut self, target: BlockId, source: Option<BlockId>) -> usize {
         let Some(source) = source else { return 0 };
         let absorbed = self.blocks[source];

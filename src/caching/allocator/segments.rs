@@ -99,7 +99,7 @@ impl CachingAllocator {
         if self.grows_expandable() {
             // Grow an expandable segment by the rounded request, not a whole new segment.
             if self.config.expandable_trim {
-                self.trim_free_pages()?;
+                self.trim_before_growth(pool, stream, rounded)?;
             }
             return self.try_allocate_expandable_block(pool, stream, rounded);
         }
