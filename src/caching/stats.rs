@@ -19,15 +19,17 @@ impl Stat {
         if self.current > self.peak {
             self.peak = self.current;
         }
-        // The running totals saturate: with a backend reporting exabytes they could pass i64::MAX.
-        self.allocated = self.allocated.saturating_add(amount as i64);
+        // The running totals pass i64::MAX only after 8 EiB have gone through (a backend reporting
+        // exabytes): they wrap then, which costs nothing here and never panics, where saturating
+        // would cost a check on every update of the hot path.
+        self.allocated = self.allocated.wrapping_add(amount as i64);
     }
 
     #[inline]
     pub fn decrease(&mut self, amount: u64) {
         self.current -= amount as i64;
         debug_assert!(self.current >= 0, "statistic went negative");
-        self.freed = self.freed.saturating_add(amount as i64);
+        self.freed = self.freed.wrapping_add(amount as i64);
     }
 
     fn reset_accumulated(&mut self) {

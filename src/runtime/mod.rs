@@ -68,16 +68,19 @@ static RUNTIME: spin::Once<std::result::Result<Runtime, Error>> = spin::Once::ne
 pub fn runtime() -> Result<&'static Runtime> {
     let state = match RUNTIME.get() {
         Some(state) => state,
-        None => {
-            // Before anything a fork could leave half done; the check comes first, since a parent
-            // may have forked while another thread was initialising.
-            fork::watch();
-            fork::check()?;
-            RUNTIME.call_once(Runtime::from_env)
-        }
+        None => initialise()?,
     };
     fork::check()?;
     state.as_ref().map_err(Clone::clone)
+}
+
+#[cold]
+fn initialise() -> Result<&'static std::result::Result<Runtime, Error>> {
+    // Before anything a fork could leave half done; the check comes first, since a parent may have
+    // forked while another thread was initialising.
+    fork::watch();
+    fork::check()?;
+    Ok(RUNTIME.call_once(Runtime::from_env))
 }
 
 #[cfg(feature = "cuda")]
@@ -178,17 +181,21 @@ impl Runtime {
         Ok(accelerator)
     }
 
+    #[inline]
     fn lookup(&self, device_type: DeviceType) -> Result<&'static Accelerator> {
         usize::try_from(device_type)
             .ok()
             .and_then(|slot| self.accelerators.get(slot))
             .and_then(|once| once.get().copied())
-            .ok_or_else(|| {
-                Error::invalid_argument(format!(
-                    "device type {device_type} does not exist in this process (known: {})",
-                    self.known_types()
-                ))
-            })
+            .ok_or_else(|| self.no_such_type(device_type))
+    }
+
+    #[cold]
+    fn no_such_type(&self, device_type: DeviceType) -> Error {
+        Error::invalid_argument(format!(
+            "device type {device_type} does not exist in this process (known: {})",
+            self.known_types()
+        ))
     }
 
     fn known_types(&self) -> String {

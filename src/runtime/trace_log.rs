@@ -96,12 +96,16 @@ extern "C" fn flush_at_exit() {
     }
 }
 
-/// Run `write` on the log when recording is on.
-#[inline]
+/// Whether recording is on: the one branch each entry point pays when it is off.
+#[inline(always)]
+pub fn enabled() -> bool {
+    ENABLED.load(Ordering::Relaxed)
+}
+
+/// Run `write` on the log (recording is on: the callers test `enabled` first).
+#[cold]
+#[inline(never)]
 fn with_log(write: impl FnOnce(&mut TraceLog) -> std::io::Result<()>) {
-    if !ENABLED.load(Ordering::Relaxed) {
-        return;
-    }
     let mut guard = log();
     let Some(trace) = guard.as_mut() else { return };
     let mut result = write(trace);
@@ -128,15 +132,11 @@ impl TraceLog {
     }
 }
 
-/// A malloc of `size` bytes on `device` for `stream` and its result: an address, or out of memory
-/// (written as an allocation freed at once; other errors are not operations and are left out).
-#[inline]
-pub fn malloc(device: usize, size: usize, stream: usize, result: &Result<usize>) {
-    let ptr = match result {
-        Ok(ptr) => Some(*ptr),
-        Err(e) if e.kind == crate::error::ErrorKind::OutOfMemory => None,
-        Err(_) => return,
-    };
+/// A malloc of `size` bytes on `device` for `stream` and its result: `Some(address)`, or None for
+/// an out-of-memory (written as an allocation freed at once). The caller leaves out other errors,
+/// which are no operations, and tests `enabled` first.
+#[cold]
+pub fn malloc(device: usize, size: usize, stream: usize, ptr: Option<usize>) {
     with_log(|log| {
         let id = log.next_id;
         log.next_id += 1;
@@ -158,6 +158,9 @@ pub fn malloc(device: usize, size: usize, stream: usize, result: &Result<usize>)
 /// A free of `ptr`, before it happens; pointers this log did not hand out are left out.
 #[inline]
 pub fn free(ptr: usize) {
+    if !enabled() {
+        return;
+    }
     with_log(|log| match log.ids.remove(&ptr) {
         Some(id) => writeln!(log.out, "{{\"op\":\"free\",\"id\":{id}}}"),
         None => Ok(()),
@@ -167,6 +170,9 @@ pub fn free(ptr: usize) {
 /// `stream` uses the live allocation at `ptr`.
 #[inline]
 pub fn record_stream(ptr: usize, stream: usize) {
+    if !enabled() {
+        return;
+    }
     with_log(|log| match log.ids.get(&ptr).copied() {
         Some(id) => {
             let stream = log.stream(stream);
@@ -182,5 +188,8 @@ pub fn record_stream(ptr: usize, stream: usize) {
 /// An empty_cache.
 #[inline]
 pub fn empty_cache() {
+    if !enabled() {
+        return;
+    }
     with_log(|log| writeln!(log.out, "{{\"op\":\"empty_cache\"}}"));
 }
