@@ -22,10 +22,19 @@ const SPINS: u32 = 100;
 const YIELDS: u32 = 20;
 
 /// A value only one thread at a time may use.
+#[repr(C)]
 pub struct DeviceLock<T> {
+    // The flags first, on a line (and its prefetch pair) of their own: waiters spin reading them, and
+    // if they shared a line with the value the holder writes, every spin would take it away from the
+    // holder (seen: four threads on one device 4x slower when the flags sat after the value).
+    flags: LockFlags,
+    value: UnsafeCell<T>,
+}
+
+#[repr(align(128))]
+struct LockFlags {
     locked: AtomicBool,
     poisoned: AtomicBool,
-    value: UnsafeCell<T>,
 }
 
 // SAFETY: the value is reached only through a guard, and one guard exists at a time (the locked
@@ -41,8 +50,10 @@ pub struct Poisoned;
 impl<T> DeviceLock<T> {
     pub fn new(value: T) -> Self {
         DeviceLock {
-            locked: AtomicBool::new(false),
-            poisoned: AtomicBool::new(false),
+            flags: LockFlags {
+                locked: AtomicBool::new(false),
+                poisoned: AtomicBool::new(false),
+            },
             value: UnsafeCell::new(value),
         }
     }
@@ -51,6 +62,7 @@ impl<T> DeviceLock<T> {
     #[inline(always)]
     pub fn lock(&self) -> Result<DeviceGuard<'_, T>, Poisoned> {
         if self
+            .flags
             .locked
             .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
             .is_err()
@@ -61,7 +73,7 @@ impl<T> DeviceLock<T> {
             lock: self,
             panicking: std::thread::panicking(),
         };
-        if self.poisoned.load(Ordering::Relaxed) {
+        if self.flags.poisoned.load(Ordering::Relaxed) {
             return Err(Poisoned); // the guard's drop unlocks
         }
         Ok(guard)
@@ -73,8 +85,9 @@ impl<T> DeviceLock<T> {
         let mut nap = Duration::from_micros(1);
         loop {
             // Look before trying, so that waiters do not fight over the cache line.
-            if !self.locked.load(Ordering::Relaxed)
+            if !self.flags.locked.load(Ordering::Relaxed)
                 && self
+                    .flags
                     .locked
                     .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
                     .is_ok()
@@ -122,9 +135,9 @@ impl<T> Drop for DeviceGuard<'_, T> {
     #[inline]
     fn drop(&mut self) {
         if !self.panicking && std::thread::panicking() {
-            self.lock.poisoned.store(true, Ordering::Relaxed);
+            self.lock.flags.poisoned.store(true, Ordering::Relaxed);
         }
-        self.lock.locked.store(false, Ordering::Release);
+        self.lock.flags.locked.store(false, Ordering::Release);
     }
 }
 
