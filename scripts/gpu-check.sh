@@ -114,7 +114,7 @@ for k in diff[:20]:
 PY
   done
 fi
-if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+if "$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
   # The same trace through the same Python loop three ways, each in its own process: accalloc's C ABI
   # (ctypes), PyTorch's native caching allocator and PyTorch's cudaMallocAsync backend
   # (torch.cuda.caching_allocator_alloc/_delete). The loop's own cost, measured with a call that does
@@ -128,7 +128,7 @@ if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1
       conf=""
       [ "$which" = cudaMallocAsync ] && conf="backend:cudaMallocAsync"
       ns[$which]=$(env ${conf:+PYTORCH_CUDA_ALLOC_CONF=$conf} ACCALLOC_DEVICE=cuda WHICH=$which LIB="$lib" \
-        timeout 150 python3 - "$trace" <<'PY' || echo nan
+        timeout 150 "$python" - "$trace" <<'PY' || echo nan
 import ctypes, json, os, sys, time
 import torch
 which, trace = os.environ["WHICH"], sys.argv[1]
@@ -190,7 +190,7 @@ print(f"{best:.1f}")
 PY
 )
     done
-    python3 - "$trace" "${ns[noop]}" "${ns[accalloc]}" "${ns[pytorch]}" "${ns[cudaMallocAsync]}" <<'PY'
+    "$python" - "$trace" "${ns[noop]}" "${ns[accalloc]}" "${ns[pytorch]}" "${ns[cudaMallocAsync]}" <<'PY'
 import sys
 trace, loop, acc, pt, asy = sys.argv[1], *map(float, sys.argv[2:])
 net = lambda x: max(x - loop, 1e-9)
