@@ -1,7 +1,7 @@
 //! `accalloc compare`: one trace under several settings, figures side by side.
 
 use super::session::{replay_with, ReplayOptions, ReplayReport};
-use super::trace::TraceOp;
+use super::trace::{devices_used, TraceOp};
 use crate::backend::testing::TestBackend;
 use crate::caching::CachingConfig;
 use crate::error::Result;
@@ -16,14 +16,7 @@ pub fn compare(
     configs: &[CachingConfig],
     capacity: usize,
 ) -> Result<Vec<ReplayReport>> {
-    let devices = ops
-        .iter()
-        .filter_map(|op| match op {
-            TraceOp::Alloc { device, .. } => Some(device + 1),
-            _ => None,
-        })
-        .max()
-        .unwrap_or(1);
+    let devices = devices_used(ops);
     let options = ReplayOptions {
         timeline: true,
         ..ReplayOptions::default()

@@ -4,7 +4,7 @@ use crate::backend::Backend;
 use crate::caching::snapshot::settings_json;
 use crate::caching::{CachingAllocator, CachingConfig, DeviceStats, StatType};
 use crate::error::{Error, ErrorKind, Result};
-use crate::replay::trace::TraceOp;
+use crate::replay::trace::{devices_used, TraceOp};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
@@ -95,14 +95,7 @@ struct Session {
 
 impl Session {
     fn new(ops: &[TraceOp], backend: &Arc<dyn Backend>, config: &CachingConfig) -> Result<Session> {
-        let devices_used = ops
-            .iter()
-            .filter_map(|op| match op {
-                TraceOp::Alloc { device, .. } => Some(device.saturating_add(1)),
-                _ => None,
-            })
-            .max()
-            .unwrap_or(1);
+        let devices_used = devices_used(ops);
         if devices_used > backend.device_count() {
             return Err(Error::invalid_device(format!(
                 "the trace uses device {} but {} has {} device(s) (ACCALLOC_HOST_DEVICES gives the \

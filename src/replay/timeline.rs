@@ -87,22 +87,7 @@ pub fn timeline_svg(points: &[TimelinePoint], title: &str) -> String {
         );
     }
     // Axes, x label and legend.
-    let _ = writeln!(
-        svg,
-        r##"<line x1="{LEFT}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#333"/><line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{:.1}" stroke="#333"/>"##,
-        TOP + plot_h,
-        WIDTH - RIGHT,
-        TOP + plot_h,
-        TOP + plot_h
-    );
-    let _ = writeln!(
-        svg,
-        r#"<text x="{LEFT}" y="{:.1}">0</text><text x="{:.1}" y="{:.1}" text-anchor="end">{} operations</text>"#,
-        TOP + plot_h + 16.0,
-        WIDTH - RIGHT,
-        TOP + plot_h + 16.0,
-        points.len()
-    );
+    axes(&mut svg, plot_h, &format!("{} operations", points.len()));
     for (i, layer) in layers.iter().enumerate() {
         let lx = LEFT + i as f64 * 200.0;
         let ly = HEIGHT - 14.0;
@@ -231,20 +216,10 @@ pub fn comparison_svg(runs: &[(&str, &[TimelinePoint])], title: &str) -> String 
             line(|p| p.allocated[0] + p.allocated[1])
         );
     }
-    let _ = writeln!(
-        svg,
-        r##"<line x1="{LEFT}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#333"/><line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{:.1}" stroke="#333"/>"##,
-        TOP + plot_h,
-        WIDTH - RIGHT,
-        TOP + plot_h,
-        TOP + plot_h
-    );
-    let _ = writeln!(
-        svg,
-        r#"<text x="{LEFT}" y="{:.1}">0</text><text x="{:.1}" y="{:.1}" text-anchor="end">{operations} operations; solid: reserved, dashed: allocated</text>"#,
-        TOP + plot_h + 16.0,
-        WIDTH - RIGHT,
-        TOP + plot_h + 16.0,
+    axes(
+        &mut svg,
+        plot_h,
+        &format!("{operations} operations; solid: reserved, dashed: allocated"),
     );
     for (run, (label, _)) in runs.iter().enumerate() {
         let lx = LEFT + run as f64 * 420.0;
@@ -360,4 +335,23 @@ mod tests {
         assert!(svg.contains("(defaults)") && svg.contains("expandable_segments:True"));
         assert!(svg.ends_with("</svg>\n"));
     }
+}
+
+/// The two axes and the x axis's labels: 0 at the origin, `x_label` at the right end.
+fn axes(svg: &mut String, plot_h: f64, x_label: &str) {
+    let _ = writeln!(
+        svg,
+        r##"<line x1="{LEFT}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#333"/><line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{:.1}" stroke="#333"/>"##,
+        TOP + plot_h,
+        WIDTH - RIGHT,
+        TOP + plot_h,
+        TOP + plot_h
+    );
+    let _ = writeln!(
+        svg,
+        r#"<text x="{LEFT}" y="{:.1}">0</text><text x="{:.1}" y="{:.1}" text-anchor="end">{x_label}</text>"#,
+        TOP + plot_h + 16.0,
+        WIDTH - RIGHT,
+        TOP + plot_h + 16.0,
+    );
 }

@@ -62,6 +62,17 @@ pub fn trace_to_jsonl(ops: &[TraceOp]) -> String {
     text
 }
 
+/// How many devices `ops` use: one more than the highest device an allocation names (1 for none).
+pub fn devices_used(ops: &[TraceOp]) -> usize {
+    ops.iter()
+        .filter_map(|op| match op {
+            TraceOp::Alloc { device, .. } => Some(device.saturating_add(1)),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(1)
+}
+
 /// Read a whole trace; a malformed line is an error naming its number (from 1).
 pub fn parse_trace(text: &str) -> Result<Vec<TraceOp>> {
     let mut ops = Vec::new();

@@ -6,7 +6,7 @@
 //! lowest peak reserved memory wins; fewer device calls, fewer retries, then fewer keys break ties.
 
 use super::session::{replay, ReplayReport};
-use super::trace::TraceOp;
+use super::trace::{devices_used, TraceOp};
 use crate::backend::testing::TestBackend;
 use crate::caching::settings::parse_settings;
 use crate::caching::CachingConfig;
@@ -196,14 +196,7 @@ pub fn tune(
     threads: usize,
     mut progress: impl FnMut(usize, usize),
 ) -> Result<Vec<Outcome>> {
-    let devices = ops
-        .iter()
-        .filter_map(|op| match op {
-            TraceOp::Alloc { device, .. } => Some(device + 1),
-            _ => None,
-        })
-        .max()
-        .unwrap_or(1);
+    let devices = devices_used(ops);
     let configs = candidates
         .iter()
         .map(Candidate::config)
