@@ -274,6 +274,25 @@ fn escape(text: &str) -> String {
         .replace('>', "&gt;")
 }
 
+/// The two axes and the x axis's labels: 0 at the origin, `x_label` at the right end.
+fn axes(svg: &mut String, plot_h: f64, x_label: &str) {
+    let _ = writeln!(
+        svg,
+        r##"<line x1="{LEFT}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#333"/><line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{:.1}" stroke="#333"/>"##,
+        TOP + plot_h,
+        WIDTH - RIGHT,
+        TOP + plot_h,
+        TOP + plot_h
+    );
+    let _ = writeln!(
+        svg,
+        r#"<text x="{LEFT}" y="{:.1}">0</text><text x="{:.1}" y="{:.1}" text-anchor="end">{x_label}</text>"#,
+        TOP + plot_h + 16.0,
+        WIDTH - RIGHT,
+        TOP + plot_h + 16.0,
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -335,23 +354,4 @@ mod tests {
         assert!(svg.contains("(defaults)") && svg.contains("expandable_segments:True"));
         assert!(svg.ends_with("</svg>\n"));
     }
-}
-
-/// The two axes and the x axis's labels: 0 at the origin, `x_label` at the right end.
-fn axes(svg: &mut String, plot_h: f64, x_label: &str) {
-    let _ = writeln!(
-        svg,
-        r##"<line x1="{LEFT}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#333"/><line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{:.1}" stroke="#333"/>"##,
-        TOP + plot_h,
-        WIDTH - RIGHT,
-        TOP + plot_h,
-        TOP + plot_h
-    );
-    let _ = writeln!(
-        svg,
-        r#"<text x="{LEFT}" y="{:.1}">0</text><text x="{:.1}" y="{:.1}" text-anchor="end">{x_label}</text>"#,
-        TOP + plot_h + 16.0,
-        WIDTH - RIGHT,
-        TOP + plot_h + 16.0,
-    );
 }
