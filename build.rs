@@ -21,6 +21,10 @@ fn main() {
             abi_version(&crate_dir)
         );
         link_soname_in_target_dir(&crate_dir);
+        // Never unloaded by dlclose: the allocator's books live for the process, and memory it
+        // handed out may outlive any handle to the library (as with any allocator). Without
+        // thread-local destructors nothing else would keep the library mapped.
+        println!("cargo:rustc-cdylib-link-arg=-Wl,-z,nodelete");
     }
 
     let config =
