@@ -624,6 +624,33 @@ fn history_records_each_step_when_on_and_nothing_when_off() {
     assert!(a.history().is_none());
 }
 
+#[test]
+fn an_oom_entry_carries_the_rounded_request_and_the_message_the_segment_size() {
+    let (mut a, _) = allocator(40 << 20);
+    let live = a.malloc(30 << 20, 0).unwrap();
+    a.record_history(true, 10);
+    // 9 MiB + 1 rounds to 9 MiB + 512 and needs a 20 MiB segment: 30 + 20 > 40.
+    let err = a.malloc((9 << 20) + 1, 0).unwrap_err();
+    assert!(
+        err.message.contains("Tried to allocate 20.00 MiB"),
+        "{}",
+        err.message
+    );
+    let oom = a
+        .history()
+        .unwrap()
+        .entries()
+        .find(|e| e.action.name() == "oom")
+        .copied()
+        .unwrap();
+    assert_eq!(
+        oom.size,
+        (9 << 20) + 512,
+        "PyTorch's entry has params.size()"
+    );
+    a.free(live).unwrap();
+}
+
 fn expandable() -> CachingConfig {
     CachingConfig {
         expandable_segments: true,

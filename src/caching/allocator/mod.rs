@@ -178,7 +178,7 @@ impl CachingAllocator {
         let alloc_size = rounded.and_then(allocation_size);
         let (Some(rounded), Some(alloc_size)) = (rounded, alloc_size) else {
             // A size so large that its rounding overflows: nothing could hold it.
-            return Err(self.out_of_memory(size, stream));
+            return Err(self.out_of_memory(size, size, stream));
         };
         let pool = PoolKind::for_size(rounded);
 
@@ -187,7 +187,7 @@ impl CachingAllocator {
             // No segment of this size could ever fit the device: fail without flushing the cache
             // (still an OOM, counted as PyTorch counts it).
             None if alloc_size > self.capacity => {
-                return Err(self.out_of_memory(alloc_size, stream))
+                return Err(self.out_of_memory(alloc_size, rounded, stream))
             }
             None if self.config.release_lock_on_malloc && !self.grows_expandable() => {
                 if self.garbage_collection_on() {

@@ -40,19 +40,25 @@ impl CachingAllocator {
         if let Some(id) = self.allocate_segment(pool, stream, rounded, alloc_size, true)? {
             return Ok(id);
         }
-        Err(self.out_of_memory(alloc_size, stream))
+        Err(self.out_of_memory(alloc_size, rounded, stream))
     }
 
-    /// A request that ends in out of memory: counted in num_ooms, recorded in the history, and
-    /// answered with PyTorch's message.
-    pub(super) fn out_of_memory(&mut self, alloc_size: usize, stream: StreamId) -> Error {
+    /// A request (of `rounded` bytes after rounding, needing a segment of `alloc_size`) that ends in
+    /// out of memory: counted in num_ooms, recorded in the history with the rounded size (as
+    /// PyTorch's trace entry has it), and answered with PyTorch's message, which names alloc_size.
+    pub(super) fn out_of_memory(
+        &mut self,
+        alloc_size: usize,
+        rounded: usize,
+        stream: StreamId,
+    ) -> Error {
         self.stats.num_ooms += 1;
         if self.history.is_some() {
             let free = self
                 .backend
                 .mem_get_info(self.device)
                 .map_or(0, |info| info.free);
-            self.trace(TraceAction::Oom, free, alloc_size, stream);
+            self.trace(TraceAction::Oom, free, rounded, stream);
         }
         self.out_of_memory_message(alloc_size)
     }
