@@ -28,24 +28,7 @@ pub fn timeline_svg(points: &[TimelinePoint], title: &str) -> String {
         .map(|(_, p)| p.reserved[0] + p.reserved[1])
         .max()
         .unwrap_or(0);
-    let (step, ticks) = round_ticks(peak);
-    let top_value = (step * ticks) as f64;
-    let plot_w = WIDTH - LEFT - RIGHT;
-    let plot_h = HEIGHT - TOP - BOTTOM;
-    let last = points.len().saturating_sub(1).max(1) as f64;
-    let x = |op: usize| LEFT + op as f64 / last * plot_w;
-    let y = |bytes: i64| TOP + plot_h - bytes as f64 / top_value * plot_h;
-
-    let mut svg = String::new();
-    let _ = write!(
-        svg,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="12">
-<rect width="100%" height="100%" fill="white"/>
-<text x="{LEFT}" y="20" font-size="15" font-weight="bold">{}</text>
-"#,
-        escape(title)
-    );
-    grid(&mut svg, step, ticks, &y);
+    let (mut svg, plot_h, x, y) = frame(title, peak, points.len());
     let layers = [
         Layer {
             colour: "#c6dbef",
@@ -168,24 +151,8 @@ pub fn comparison_svg(runs: &[(&str, &[TimelinePoint])], title: &str) -> String 
         .map(|(_, p)| p.reserved[0] + p.reserved[1])
         .max()
         .unwrap_or(0);
-    let (step, ticks) = round_ticks(peak);
-    let top_value = (step * ticks) as f64;
     let operations = runs.iter().map(|(_, p)| p.len()).max().unwrap_or(0);
-    let plot_w = WIDTH - LEFT - RIGHT;
-    let plot_h = HEIGHT - TOP - BOTTOM;
-    let last = operations.saturating_sub(1).max(1) as f64;
-    let x = |op: usize| LEFT + op as f64 / last * plot_w;
-    let y = |bytes: i64| TOP + plot_h - bytes as f64 / top_value * plot_h;
-    let mut svg = String::new();
-    let _ = write!(
-        svg,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="12">
-<rect width="100%" height="100%" fill="white"/>
-<text x="{LEFT}" y="20" font-size="15" font-weight="bold">{}</text>
-"#,
-        escape(title)
-    );
-    grid(&mut svg, step, ticks, &y);
+    let (mut svg, plot_h, x, y) = frame(title, peak, operations);
     for (run, points) in columns.iter().enumerate() {
         let colour = COLOURS[run % COLOURS.len()];
         let line = |value: fn(&TimelinePoint) -> i64| -> String {
@@ -272,6 +239,34 @@ fn escape(text: &str) -> String {
     text.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
+}
+
+/// The start of a timeline picture for `operations` operations and `peak` bytes: the document with
+/// its title and the grid of round ticks; with the plot's height and the x (operation) and y (bytes)
+/// scales.
+fn frame(
+    title: &str,
+    peak: i64,
+    operations: usize,
+) -> (String, f64, impl Fn(usize) -> f64, impl Fn(i64) -> f64) {
+    let (step, ticks) = round_ticks(peak);
+    let top_value = (step * ticks) as f64;
+    let plot_w = WIDTH - LEFT - RIGHT;
+    let plot_h = HEIGHT - TOP - BOTTOM;
+    let last = operations.saturating_sub(1).max(1) as f64;
+    let x = move |op: usize| LEFT + op as f64 / last * plot_w;
+    let y = move |bytes: i64| TOP + plot_h - bytes as f64 / top_value * plot_h;
+    let mut svg = String::new();
+    let _ = write!(
+        svg,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="12">
+<rect width="100%" height="100%" fill="white"/>
+<text x="{LEFT}" y="20" font-size="15" font-weight="bold">{}</text>
+"#,
+        escape(title)
+    );
+    grid(&mut svg, step, ticks, &y);
+    (svg, plot_h, x, y)
 }
 
 /// The two axes and the x axis's labels: 0 at the origin, `x_label` at the right end.
