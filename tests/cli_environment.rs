@@ -118,6 +118,7 @@ fn unknown_commands_version_and_help() {
         "ACCALLOC_HOST_CAPACITY",
         "ACCALLOC_HOST_DEVICES",
         "ACCALLOC_HOST_FAIL",
+        "ACCALLOC_TRACE",
     ] {
         assert!(out.contains(var), "--help does not name {var}:\n{out}");
     }

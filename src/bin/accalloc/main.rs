@@ -59,8 +59,9 @@ Environment (read by the library and by every command; a bad value is an error n
                          --cuda or --backend chooses)
   ACCALLOC_HOST_CAPACITY bytes each host device may hold, e.g. 8GiB (default: physical memory)
   ACCALLOC_HOST_DEVICES  how many host devices, 1 to 64 (default 1)
-  ACCALLOC_HOST_FAIL     inject host allocation failures, for tests: alloc:every=N or alloc:after=N
-  ACCALLOC_TRACE         append every malloc, free, empty_cache and record_stream of the process to
+  ACCALLOC_HOST_FAIL     inject host failures, for tests: alloc:every=N or alloc:after=N (allocations
+                         and mappings), event:every=N or event:after=N (event and stream calls)
+  ACCALLOC_TRACE         write every malloc, free, empty_cache and record_stream of the process to
                          this file, as a trace replay and tune read";
 
 fn main() -> ExitCode {
