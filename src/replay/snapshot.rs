@@ -283,21 +283,25 @@ fn read_device(
 }
 
 /// A block live at the end: (address, requested size, stream value).
+/// The list under `key` (none when absent or None); anything else is an error saying it must be
+/// `what`.
+fn list_field<'a>(object: &'a Map<String, Value>, key: &str, what: &str) -> Result<&'a [Value]> {
+    match object.get(key) {
+        None | Some(Value::Null) => Ok(&[]),
+        Some(Value::Array(items)) => Ok(items),
+        Some(other) => Err(Error::invalid_argument(format!(
+            "\"{key}\" must be {what}, got {}",
+            short(other)
+        ))),
+    }
+}
+
 type LiveBlock = (u64, usize, i64);
 
 /// The `active_allocated` blocks of `segments`, by device.
 fn live_blocks(snapshot: &Map<String, Value>) -> Result<BTreeMap<usize, Vec<LiveBlock>>> {
     let mut by_device: BTreeMap<usize, Vec<LiveBlock>> = BTreeMap::new();
-    let segments = match snapshot.get("segments") {
-        None | Some(Value::Null) => return Ok(by_device),
-        Some(Value::Array(segments)) => segments,
-        Some(other) => {
-            return Err(Error::invalid_argument(format!(
-                "\"segments\" must be a list, got {}",
-                short(other)
-            )))
-        }
-    };
+    let segments = list_field(snapshot, "segments", "a list")?;
     for (index, segment) in segments.iter().enumerate() {
         let bad = |why: String| Error::invalid_argument(format!("segments[{index}]: {why}"));
         let segment = segment
@@ -352,16 +356,11 @@ pub fn read_snapshot(snapshot: &Value, options: &SnapshotOptions) -> Result<Snap
             keys.join(", ")
         )));
     }
-    let traces: &[Value] = match top.get("device_traces") {
-        None | Some(Value::Null) => &[],
-        Some(Value::Array(traces)) => traces,
-        Some(other) => {
-            return Err(Error::invalid_argument(format!(
-                "\"device_traces\" must be a list (one list of entries per device), got {}",
-                short(other)
-            )))
-        }
-    };
+    let traces = list_field(
+        top,
+        "device_traces",
+        "a list (one list of entries per device)",
+    )?;
     for (device, trace) in traces.iter().enumerate() {
         if !trace.is_array() {
             return Err(Error::invalid_argument(format!(
