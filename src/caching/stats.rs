@@ -1,5 +1,7 @@
 //! PyTorch's DeviceStats: the counters, how they move, and their flat key names.
 
+use super::policy::PoolKind;
+
 /// One statistic: current value, peak since the last peak reset, and totals added and removed since
 /// the last accumulated reset.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -77,6 +79,192 @@ pub struct DeviceStats {
     pub num_device_free: i64,
     /// The configured max_split_size in bytes; -1 when unset (PyTorch stores SIZE_MAX in an int64).
     pub max_split_size: i64,
+}
+
+/// One statistic of the allocator's books, kept per pool: the "all" slot is the sum of the small- and
+/// large-pool slots, so a change writes one slot instead of two, and `freed` is derived from the
+/// others instead of counted. Every figure it reports equals what PyTorch's pair of updates
+/// (all, then the pool) would give: the all slot's current, allocated and freed are sums by
+/// construction, and its peak is followed at every increase.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PooledStat {
+    /// Small pool, large pool.
+    current: [i64; 2],
+    /// Added since the last accumulated reset (wrapping past 8 EiB, as Stat's totals do).
+    allocated: [i64; 2],
+    /// `current` at the last accumulated reset: freed = allocated - (current - base).
+    base: [i64; 2],
+    /// All, small pool, large pool.
+    peak: [i64; 3],
+}
+
+impl PooledStat {
+    #[inline(always)]
+    pub fn increase(&mut self, pool: PoolKind, amount: u64) {
+        let slot = pool as usize;
+        let current = self.current[slot] + amount as i64;
+        self.current[slot] = current;
+        self.allocated[slot] = self.allocated[slot].wrapping_add(amount as i64);
+        // Peaks are stored only when they move (see Stat::increase).
+        if current > self.peak[slot + 1] {
+            self.peak[slot + 1] = current;
+        }
+        let all = self.current[0] + self.current[1];
+        if all > self.peak[0] {
+            self.peak[0] = all;
+        }
+    }
+
+    #[inline(always)]
+    pub fn decrease(&mut self, pool: PoolKind, amount: u64) {
+        let slot = pool as usize;
+        self.current[slot] -= amount as i64;
+        debug_assert!(self.current[slot] >= 0, "statistic went negative");
+    }
+
+    /// Move by a signed amount (an increase when positive).
+    #[inline(always)]
+    pub fn add(&mut self, pool: PoolKind, amount: i64) {
+        if amount > 0 {
+            self.increase(pool, amount as u64);
+        } else if amount < 0 {
+            self.decrease(pool, amount.unsigned_abs());
+        }
+    }
+
+    /// The current value of one pool's slot.
+    #[inline]
+    pub fn current(&self, pool: PoolKind) -> i64 {
+        self.current[pool as usize]
+    }
+
+    /// The all slot's current value.
+    #[inline]
+    pub fn current_all(&self) -> i64 {
+        self.current[0] + self.current[1]
+    }
+
+    /// The all slot's peak.
+    #[inline]
+    pub fn peak_all(&self) -> i64 {
+        self.peak[0]
+    }
+
+    /// The three slots (all, small pool, large pool) as PyTorch reports them.
+    pub fn slots(&self) -> StatArray {
+        let pool = |slot: usize| {
+            let current = self.current[slot];
+            Stat {
+                current,
+                peak: self.peak[slot + 1],
+                allocated: self.allocated[slot],
+                freed: self.allocated[slot]
+                    .wrapping_sub(current)
+                    .wrapping_add(self.base[slot]),
+            }
+        };
+        let (small, large) = (pool(0), pool(1));
+        let all = Stat {
+            current: small.current + large.current,
+            peak: self.peak[0],
+            allocated: small.allocated.wrapping_add(large.allocated),
+            freed: small.freed.wrapping_add(large.freed),
+        };
+        [all, small, large]
+    }
+
+    fn reset_accumulated(&mut self) {
+        self.allocated = [0; 2];
+        self.base = self.current;
+    }
+
+    fn reset_peak(&mut self) {
+        self.peak = [self.current_all(), self.current[0], self.current[1]];
+    }
+}
+
+/// The statistics as the allocator keeps them while it runs (pooled families as PooledStat);
+/// `to_device_stats` gives PyTorch's DeviceStats.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LiveStats {
+    pub allocation: PooledStat,
+    pub segment: PooledStat,
+    pub active: PooledStat,
+    pub inactive_split: PooledStat,
+    pub allocated_bytes: PooledStat,
+    pub reserved_bytes: PooledStat,
+    pub active_bytes: PooledStat,
+    pub inactive_split_bytes: PooledStat,
+    pub requested_bytes: PooledStat,
+    pub oversize_allocations: Stat,
+    pub oversize_segments: Stat,
+    pub num_alloc_retries: i64,
+    pub num_ooms: i64,
+    pub num_sync_all_streams: i64,
+    pub num_device_alloc: i64,
+    pub num_device_free: i64,
+}
+
+impl LiveStats {
+    /// PyTorch's DeviceStats, with the configured max_split_size (-1 when unset).
+    pub fn to_device_stats(&self, max_split_size: i64) -> DeviceStats {
+        DeviceStats {
+            allocation: self.allocation.slots(),
+            segment: self.segment.slots(),
+            active: self.active.slots(),
+            inactive_split: self.inactive_split.slots(),
+            allocated_bytes: self.allocated_bytes.slots(),
+            reserved_bytes: self.reserved_bytes.slots(),
+            active_bytes: self.active_bytes.slots(),
+            inactive_split_bytes: self.inactive_split_bytes.slots(),
+            requested_bytes: self.requested_bytes.slots(),
+            oversize_allocations: self.oversize_allocations,
+            oversize_segments: self.oversize_segments,
+            num_alloc_retries: self.num_alloc_retries,
+            num_ooms: self.num_ooms,
+            num_sync_all_streams: self.num_sync_all_streams,
+            num_device_alloc: self.num_device_alloc,
+            num_device_free: self.num_device_free,
+            max_split_size,
+        }
+    }
+
+    /// reset_accumulated_memory_stats (see DeviceStats::reset_accumulated).
+    pub fn reset_accumulated(&mut self) {
+        for family in self.pooled_mut() {
+            family.reset_accumulated();
+        }
+        self.oversize_allocations.reset_accumulated();
+        self.oversize_segments.reset_accumulated();
+        self.num_alloc_retries = 0;
+        self.num_ooms = 0;
+        self.num_sync_all_streams = 0;
+        self.num_device_alloc = 0;
+        self.num_device_free = 0;
+    }
+
+    /// reset_peak_memory_stats: every peak becomes the current value.
+    pub fn reset_peak(&mut self) {
+        for family in self.pooled_mut() {
+            family.reset_peak();
+        }
+        self.oversize_allocations.reset_peak();
+        self.oversize_segments.reset_peak();
+    }
+
+    fn pooled_mut(&mut self) -> [&mut PooledStat; 9] {
+        [
+            &mut self.allocation,
+            &mut self.segment,
+            &mut self.active,
+            &mut self.inactive_split,
+            &mut self.allocated_bytes,
+            &mut self.reserved_bytes,
+            &mut self.active_bytes,
+            &mut self.inactive_split_bytes,
+            &mut self.requested_bytes,
+        ]
+    }
 }
 
 /// Apply `f` to the "all" slot and the pool's slot of a statistic array.
@@ -283,6 +471,58 @@ mod tests {
                 freed: 0
             }
         );
+    }
+
+    #[test]
+    fn pooled_stat_reports_what_pytorchs_two_updates_give() {
+        // PyTorch updates the all slot and the pool's slot alike; PooledStat keeps only the pools
+        // and derives the rest. The same moves must give the same twelve figures at every step.
+        let mut pooled = PooledStat::default();
+        let mut pair: StatArray = Default::default();
+        let moves: [(PoolKind, i64); 9] = [
+            (PoolKind::Small, 512),
+            (PoolKind::Large, 20 << 20),
+            (PoolKind::Small, -512),
+            (PoolKind::Small, 4096),
+            (PoolKind::Large, -(20 << 20)),
+            (PoolKind::Large, 2 << 20),
+            (PoolKind::Small, 1024),
+            (PoolKind::Small, -5120),
+            (PoolKind::Large, -(2 << 20)),
+        ];
+        for (step, &(pool, amount)) in moves.iter().enumerate() {
+            pooled.add(pool, amount);
+            let slot = match pool {
+                PoolKind::Small => StatType::SmallPool,
+                PoolKind::Large => StatType::LargePool,
+            };
+            for_pool(&mut pair, slot, |s| {
+                if amount > 0 {
+                    s.increase(amount as u64)
+                } else {
+                    s.decrease(amount.unsigned_abs())
+                }
+            });
+            assert_eq!(pooled.slots(), pair, "after move {step}");
+            if step == 3 {
+                pooled.reset_accumulated();
+                pair.iter_mut().for_each(Stat::reset_accumulated);
+                assert_eq!(pooled.slots(), pair, "after the accumulated reset");
+            }
+            if step == 5 {
+                pooled.reset_peak();
+                pair.iter_mut().for_each(Stat::reset_peak);
+                assert_eq!(pooled.slots(), pair, "after the peak reset");
+            }
+        }
+        // Worked by hand: the all slot peaked at 512 + 20 MiB (step 1); after the peak reset at
+        // step 5 (current 4096 + 2 MiB) the small pool rose to 5120.
+        let [all, small, large] = pooled.slots();
+        assert_eq!((all.current, small.current, large.current), (0, 0, 0));
+        assert_eq!(all.peak, 4096 + (2 << 20) + 1024);
+        assert_eq!(small.peak, 5120);
+        assert_eq!(small.allocated, 1024);
+        assert_eq!(small.freed, 5120);
     }
 
     #[test]

@@ -107,6 +107,11 @@ impl Accelerator {
     /// Check a device index from the C ABI (-1 = this thread's current device).
     #[inline]
     pub fn resolve(&self, device: i32) -> Result<usize> {
+        // With one device the current device can only be 0 (set_device accepts nothing else): no
+        // thread-local lookup, which from a shared library is a call into the dynamic linker.
+        if device == -1 && self.devices.len() == 1 {
+            return Ok(0);
+        }
         let index = if device == -1 {
             current_device_of(self.device_type) as i64
         } else {

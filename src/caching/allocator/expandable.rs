@@ -201,8 +201,8 @@ impl CachingAllocator {
     /// Reserved memory may grow to this (expandable_trim): the most ever allocated, counting a
     /// request of `size` bytes, plus 1/TRIM_SLACK of it.
     fn trim_limit(&self, size: usize) -> usize {
-        let allocated = &self.stats.allocated_bytes[StatType::All as usize];
-        let needed = (allocated.current as usize + size).max(allocated.peak as usize);
+        let allocated = &self.stats.allocated_bytes;
+        let needed = (allocated.current_all() as usize + size).max(allocated.peak_all() as usize);
         needed + needed / TRIM_SLACK
     }
 
@@ -345,9 +345,9 @@ impl CachingAllocator {
         self.cache_block(id);
 
         self.reserved_total += mapped_size;
-        for_pool(&mut self.stats.reserved_bytes, stat_type(block.pool), |s| {
-            s.increase(mapped_size as u64)
-        });
+        self.stats
+            .reserved_bytes
+            .increase(block.pool, mapped_size as u64);
         self.stats.num_device_alloc += 1;
         self.trace(
             TraceAction::SegmentMap,
@@ -417,9 +417,7 @@ impl CachingAllocator {
             .insert((merged.stream, merged.ptr), id);
 
         self.reserved_total -= size;
-        for_pool(&mut self.stats.reserved_bytes, stat_type(block.pool), |s| {
-            s.decrease(size as u64)
-        });
+        self.stats.reserved_bytes.decrease(block.pool, size as u64);
         self.stats.num_device_free += 1;
         self.trace(TraceAction::SegmentUnmap, start, size, block.stream);
         Ok(())

@@ -6,16 +6,16 @@ impl CachingAllocator {
     /// Bytes allocated and reserved now, as [small pool, large pool] each (cheaper than stats()).
     #[inline]
     pub fn current_bytes_by_pool(&self) -> ([i64; 2], [i64; 2]) {
-        let (small, large) = (StatType::SmallPool as usize, StatType::LargePool as usize);
+        let (small, large) = (PoolKind::Small, PoolKind::Large);
         let s = &self.stats;
         (
             [
-                s.allocated_bytes[small].current,
-                s.allocated_bytes[large].current,
+                s.allocated_bytes.current(small),
+                s.allocated_bytes.current(large),
             ],
             [
-                s.reserved_bytes[small].current,
-                s.reserved_bytes[large].current,
+                s.reserved_bytes.current(small),
+                s.reserved_bytes.current(large),
             ],
         )
     }

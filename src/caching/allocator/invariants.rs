@@ -225,7 +225,7 @@ impl CachingAllocator {
                 family[StatType::All as usize].current += family[slot].current;
             }
         }
-        let s = &self.stats;
+        let s = &self.stats();
         if s.oversize_allocations.current != recount.oversize_allocations.current
             || s.oversize_segments.current != recount.oversize_segments.current
         {

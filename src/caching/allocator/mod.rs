@@ -17,7 +17,7 @@ use super::block::{Block, BlockId, BlockPool, PtrMap, Slab};
 use super::config::CachingConfig;
 use super::policy::{allocation_size, round_size, should_split, PoolKind};
 use super::snapshot::{BlockInfo, BlockState, History, SegmentInfo, TraceAction};
-use super::stats::{for_pool, DeviceStats, StatType};
+use super::stats::{DeviceStats, LiveStats, StatType};
 use crate::backend::{Backend, BackendError, EventId, MemInfo, StreamId};
 use crate::error::{Error, ErrorKind, Result};
 use crate::units::format_size;
@@ -57,7 +57,7 @@ pub struct CachingAllocator {
     large: BlockPool,
     /// Blocks handed out and not yet freed, by address.
     active: PtrMap,
-    stats: DeviceStats,
+    stats: LiveStats,
     /// Bytes of all segments held from the backend (PyTorch's total_allocated_memory).
     reserved_total: usize,
     /// Bytes of segments being asked for without the lock (release_lock_on_malloc): the memory
@@ -97,7 +97,7 @@ impl CachingAllocator {
             small: BlockPool::default(),
             large: BlockPool::default(),
             active: PtrMap::default(),
-            stats: DeviceStats::default(),
+            stats: LiveStats::default(),
             reserved_total: 0,
             reserving_unlocked: 0,
             allowed_maximum: None,
@@ -282,11 +282,8 @@ impl CachingAllocator {
         // History entries carry the size the caller asked for, as PyTorch's do.
         let requested = block.requested_size;
         self.trace(TraceAction::FreeRequested, ptr, requested, stream);
-        let stat_type = stat_type(pool);
-        for_pool(&mut self.stats.allocation, stat_type, |s| s.decrease(1));
-        for_pool(&mut self.stats.allocated_bytes, stat_type, |s| {
-            s.decrease(size as u64)
-        });
+        self.stats.allocation.decrease(pool, 1);
+        self.stats.allocated_bytes.decrease(pool, size as u64);
         if self.blocks[id].counted_oversize_allocation {
             self.blocks[id].counted_oversize_allocation = false;
             self.stats.oversize_allocations.decrease(1);
@@ -316,10 +313,8 @@ impl CachingAllocator {
 
     /// A copy of the statistics, with max_split_size filled in.
     pub fn stats(&self) -> DeviceStats {
-        DeviceStats {
-            max_split_size: self.config.max_split_size_stat(),
-            ..self.stats
-        }
+        self.stats
+            .to_device_stats(self.config.max_split_size_stat())
     }
 
     pub fn reset_accumulated_stats(&mut self) {
@@ -468,7 +463,7 @@ impl CachingAllocator {
     #[inline]
     fn hand_out(&mut self, id: BlockId, rounded: usize, requested: usize, split: bool) -> usize {
         let found = self.blocks[id];
-        let stat_type = stat_type(found.pool);
+        let pool = found.pool;
         // Blocks of expandable segments never count as inactive splits.
         let already_split = found.is_split() && found.expandable.is_none();
         let handed = if split {
@@ -490,22 +485,22 @@ impl CachingAllocator {
             remainder.size = remainder_size;
             self.cache_block_as(id, (found.stream, remainder_size, remainder_ptr));
             if already_split {
-                for_pool(&mut self.stats.inactive_split_bytes, stat_type, |s| {
-                    s.decrease(rounded as u64)
-                });
+                self.stats
+                    .inactive_split_bytes
+                    .decrease(pool, rounded as u64);
             } else if found.expandable.is_none() {
-                for_pool(&mut self.stats.inactive_split_bytes, stat_type, |s| {
-                    s.increase(remainder_size as u64)
-                });
-                for_pool(&mut self.stats.inactive_split, stat_type, |s| s.increase(1));
+                self.stats
+                    .inactive_split_bytes
+                    .increase(pool, remainder_size as u64);
+                self.stats.inactive_split.increase(pool, 1);
             }
             handed
         } else {
             if already_split {
-                for_pool(&mut self.stats.inactive_split_bytes, stat_type, |s| {
-                    s.decrease(found.size as u64)
-                });
-                for_pool(&mut self.stats.inactive_split, stat_type, |s| s.decrease(1));
+                self.stats
+                    .inactive_split_bytes
+                    .decrease(pool, found.size as u64);
+                self.stats.inactive_split.decrease(pool, 1);
             }
             id
         };
@@ -517,17 +512,11 @@ impl CachingAllocator {
         self.active.insert(ptr, handed);
         self.trace(TraceAction::Alloc, ptr, requested, found.stream);
         let stats = &mut self.stats;
-        for_pool(&mut stats.allocation, stat_type, |s| s.increase(1));
-        for_pool(&mut stats.allocated_bytes, stat_type, |s| {
-            s.increase(size as u64)
-        });
-        for_pool(&mut stats.active, stat_type, |s| s.increase(1));
-        for_pool(&mut stats.active_bytes, stat_type, |s| {
-            s.increase(size as u64)
-        });
-        for_pool(&mut stats.requested_bytes, stat_type, |s| {
-            s.increase(requested as u64)
-        });
+        stats.allocation.increase(pool, 1);
+        stats.allocated_bytes.increase(pool, size as u64);
+        stats.active.increase(pool, 1);
+        stats.active_bytes.increase(pool, size as u64);
+        stats.requested_bytes.increase(pool, requested as u64);
         if size >= self.config.max_split_size {
             stats.oversize_allocations.increase(1);
             self.blocks[handed].counted_oversize_allocation = true;
@@ -574,21 +563,12 @@ impl CachingAllocator {
             net_blocks += 1;
             net_bytes += size as i64;
         }
-        let stat_type = stat_type(pool);
         let stats = &mut self.stats;
-        for_pool(&mut stats.inactive_split, stat_type, |s| {
-            apply_net(s, net_blocks)
-        });
-        for_pool(&mut stats.inactive_split_bytes, stat_type, |s| {
-            apply_net(s, net_bytes)
-        });
-        for_pool(&mut stats.active, stat_type, |s| s.decrease(1));
-        for_pool(&mut stats.active_bytes, stat_type, |s| {
-            s.decrease(original_size as u64)
-        });
-        for_pool(&mut stats.requested_bytes, stat_type, |s| {
-            s.decrease(requested as u64)
-        });
+        stats.inactive_split.add(pool, net_blocks);
+        stats.inactive_split_bytes.add(pool, net_bytes);
+        stats.active.decrease(pool, 1);
+        stats.active_bytes.decrease(pool, original_size as u64);
+        stats.requested_bytes.decrease(pool, requested as u64);
     }
 
     /// Merge cached neighbour `source` into `target`; returns the bytes absorbed (0 when not merged).
@@ -638,14 +618,6 @@ fn stat_type(pool: PoolKind) -> StatType {
     match pool {
         PoolKind::Small => StatType::SmallPool,
         PoolKind::Large => StatType::LargePool,
-    }
-}
-
-fn apply_net(stat: &mut super::stats::Stat, net: i64) {
-    if net > 0 {
-        stat.increase(net as u64);
-    } else if net < 0 {
-        stat.decrease((-net) as u64);
     }
 }
 

@@ -125,11 +125,8 @@ impl CachingAllocator {
         size: usize,
     ) -> BlockId {
         self.reserved_total += size;
-        let stat_type = stat_type(pool);
-        for_pool(&mut self.stats.segment, stat_type, |s| s.increase(1));
-        for_pool(&mut self.stats.reserved_bytes, stat_type, |s| {
-            s.increase(size as u64)
-        });
+        self.stats.segment.increase(pool, 1);
+        self.stats.reserved_bytes.increase(pool, size as u64);
         let oversize = size >= self.config.max_split_size;
         if oversize {
             self.stats.oversize_segments.increase(1);
@@ -224,11 +221,9 @@ impl CachingAllocator {
             block.size,
             block.stream,
         );
-        let stat_type = stat_type(block.pool);
-        for_pool(&mut self.stats.segment, stat_type, |s| s.decrease(1));
-        for_pool(&mut self.stats.reserved_bytes, stat_type, |s| {
-            s.decrease(block.size as u64)
-        });
+        let pool = block.pool;
+        self.stats.segment.decrease(pool, 1);
+        self.stats.reserved_bytes.decrease(pool, block.size as u64);
         // Uncount what was counted when the segment came, even if max_split_size changed since.
         if block.counted_oversize_segment {
             self.stats.oversize_segments.decrease(1);
@@ -246,8 +241,8 @@ impl CachingAllocator {
             .allowed_maximum
             .map(|a| format!("{} allowed; ", format_size(a as u64)))
             .unwrap_or_default();
-        let allocated = self.stats.allocated_bytes[StatType::All as usize].current;
-        let reserved = self.stats.reserved_bytes[StatType::All as usize].current;
+        let allocated = self.stats.allocated_bytes.current_all();
+        let reserved = self.stats.reserved_bytes.current_all();
         Error::new(
             ErrorKind::OutOfMemory,
             format!(
