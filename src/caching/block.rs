@@ -188,7 +188,7 @@ impl BlockPool {
     }
 
     /// Take out the first cached block at or after (stream, size, 0) if `accept` takes its key.
-    #[inline]
+    #[inline(always)]
     pub fn take_lower_bound(
         &mut self,
         stream: StreamId,
@@ -204,6 +204,19 @@ impl BlockPool {
             self.staged.clear();
             return Some(id);
         }
+        self.take_lower_bound_in_tree(stream, size, in_slot, accept)
+    }
+
+    /// take_lower_bound when the tree holds blocks too (out of line: the common cycle of one free
+    /// block per pool never gets here).
+    #[inline(never)]
+    fn take_lower_bound_in_tree(
+        &mut self,
+        stream: StreamId,
+        size: usize,
+        in_slot: bool,
+        accept: impl FnOnce(PoolKey) -> bool,
+    ) -> Option<BlockId> {
         let (key, id) = match self.tree.range((stream, size, 0)..).next() {
             Some((key, _)) if in_slot && self.staged.key() < *key => {
                 (self.staged.key(), self.staged.id)

@@ -23,7 +23,7 @@ pub unsafe extern "C" fn accalloc_malloc(
     // The current accelerator directly: one runtime lookup instead of two on the hot path.
     guard(|| {
         let out = out_ptr(out, "out")?;
-        let ptr = runtime()?.current().alloc(size, device, stream as usize)?;
+        let ptr = runtime()?.malloc_current(size, device, stream as usize)?;
         *out = ptr as *mut c_void;
         Ok(())
     })

@@ -170,6 +170,11 @@ impl Accelerator {
         )
     }
 
+    /// Device `index`'s lock, if its allocator exists.
+    pub fn created_device(&self, index: usize) -> Option<&DeviceLock<CachingAllocator>> {
+        self.devices.get(index)?.get().map(|boxed| &**boxed)
+    }
+
     /// Whether device `index` has been used (its allocator exists).
     pub fn is_device_in_use(&self, index: usize) -> bool {
         self.devices[index].is_completed()

@@ -25,8 +25,9 @@ use crate::backend::{Backend, StreamId};
 use crate::caching::settings::parse_settings;
 use crate::caching::{CachingAllocator, CachingConfig};
 use crate::error::{Error, ErrorKind, Result};
+use device_lock::DeviceLock;
 use ownership::SegmentIndex;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Environment variable with the allocator settings, in PYTORCH_ALLOC_CONF's syntax.
@@ -57,7 +58,16 @@ pub struct Runtime {
     registering: Mutex<()>,
     /// Why CUDA is not in use, when it is not.
     cuda_absent_because: Option<String>,
+    /// The host's device 0 as a plain address, once it is the only device of the process and the
+    /// current one (SOLE_UNSET until then; SOLE_NEVER for good once another accelerator is
+    /// registered: only an installed accelerator can be made current, and CUDA is installed before
+    /// the runtime is seen, so the shortcut is never taken beside it). Calls then reach its allocator in one load instead of walking the runtime,
+    /// the accelerator and its device table (see `sole_device`).
+    sole_device: AtomicUsize,
 }
+
+const SOLE_UNSET: usize = 0;
+const SOLE_NEVER: usize = 1;
 
 static RUNTIME: spin::Once<std::result::Result<Runtime, Error>> = spin::Once::new();
 
@@ -126,6 +136,7 @@ impl Runtime {
             initial_config,
             registering: Mutex::new(()),
             cuda_absent_because: None,
+            sole_device: AtomicUsize::new(SOLE_UNSET),
         };
         runtime.install(DEVICE_TYPE_HOST, Arc::new(HostBackend::new(settings)));
         if forced.as_deref() == Some("host") {
@@ -255,8 +266,74 @@ impl Runtime {
                     MAX_DEVICE_TYPES - FIRST_REGISTERED_TYPE as usize
                 ))
             })?;
+        // Before the new accelerator can hand out a pointer, the one-device shortcut is gone.
+        self.sole_device.store(SOLE_NEVER, Ordering::SeqCst);
         self.install(slot as DeviceType, backend);
         Ok(slot as DeviceType)
+    }
+
+    /// The host's only device, when the process has no other (see the field `sole_device`): every
+    /// pointer accalloc handed out is then its, and calls without a device go to it.
+    #[inline(always)]
+    fn sole_device(&self) -> Option<&'static DeviceLock<CachingAllocator>> {
+        let address = self.sole_device.load(Ordering::Acquire);
+        // SAFETY: a value past SOLE_NEVER is the address of a device lock that lives as long as
+        // the process (accelerators are leaked and their devices never removed).
+        (address > SOLE_NEVER)
+            .then(|| unsafe { &*(address as *const DeviceLock<CachingAllocator>) })
+    }
+
+    /// Take the one-device shortcut when the process has come to that state: the host current, no
+    /// other accelerator, one host device and in use. Racing an installation is safe: that sets SOLE_NEVER first, and the
+    /// exchange here only succeeds from SOLE_UNSET.
+    #[cold]
+    #[inline(never)]
+    fn try_take_sole_device(&self) {
+        if self.sole_device.load(Ordering::Relaxed) != SOLE_UNSET
+            || self.current.load(Ordering::Acquire) != DEVICE_TYPE_HOST
+            || self.accelerators[DEVICE_TYPE_HOST as usize + 1..]
+                .iter()
+                .any(|once| once.is_completed())
+        {
+            return;
+        }
+        let Ok(host) = self.lookup(DEVICE_TYPE_HOST) else {
+            return;
+        };
+        if let Some(lock) = host.created_device(0).filter(|_| host.device_count() == 1) {
+            let address = lock as *const DeviceLock<CachingAllocator> as usize;
+            let _ = self.sole_device.compare_exchange(
+                SOLE_UNSET,
+                address,
+                Ordering::SeqCst,
+                Ordering::Relaxed,
+            );
+        }
+    }
+
+    /// malloc on the current accelerator (the C ABI's accalloc_malloc).
+    #[inline]
+    pub fn malloc_current(&self, size: usize, device: i32, stream: StreamId) -> Result<usize> {
+        if let Some(lock) = self.sole_device() {
+            // ACCALLOC_TRACE records mallocs in Accelerator::alloc: while it is on, go there.
+            if (device == -1 || device == 0) && size != 0 && !trace_log::enabled() {
+                if let Ok(mut allocator) = lock.lock() {
+                    if let Some(ptr) = allocator.malloc_cached(size, stream) {
+                        return Ok(ptr);
+                    }
+                }
+            }
+            // A miss, a poisoned device or another device index: the general path answers.
+            return self.current().alloc(size, device, stream);
+        }
+        self.malloc_current_slow(size, device, stream)
+    }
+
+    #[inline(never)]
+    fn malloc_current_slow(&self, size: usize, device: i32, stream: StreamId) -> Result<usize> {
+        let result = self.current().alloc(size, device, stream);
+        self.try_take_sole_device();
+        result
     }
 
     /// Return memory from malloc, whichever accelerator it came from; a null pointer is a no-op.
@@ -266,7 +343,27 @@ impl Runtime {
             return Ok(());
         }
         trace_log::free(ptr);
-        self.with_owner(ptr, |device| device.free(ptr))
+        if let Some(lock) = self.sole_device() {
+            if let Ok(mut allocator) = lock.lock() {
+                return match allocator.free(ptr) {
+                    Err(e)
+                        if e.kind == ErrorKind::InvalidPointer
+                            && self.index.owner_of(ptr).is_none() =>
+                    {
+                        Err(not_ours(ptr))
+                    }
+                    other => other,
+                };
+            }
+        }
+        self.free_slow(ptr)
+    }
+
+    #[inline(never)]
+    fn free_slow(&self, ptr: usize) -> Result<()> {
+        let result = self.with_owner(ptr, |device| device.free(ptr));
+        self.try_take_sole_device();
+        result
     }
 
     /// Note that `stream` uses the allocation at `ptr` (PyTorch's record_stream).

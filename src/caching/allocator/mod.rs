@@ -357,7 +357,7 @@ impl CachingAllocator {
 
     /// Best fit from the pool: the smallest cached block of this stream that is big enough, unless the
     /// max_split_size rules forbid it. Removes it from the pool.
-    #[inline]
+    #[inline(always)]
     fn take_free_block(
         &mut self,
         pool: PoolKind,
@@ -572,7 +572,7 @@ impl CachingAllocator {
     }
 
     /// Merge cached neighbour `source` into `target`; returns the bytes absorbed (0 when not merged).
-    #[inline]
+    #[inline(always)]
     fn try_merge(&mut self, target: BlockId, source: Option<BlockId>) -> usize {
         let Some(source) = source else { return 0 };
         let absorbed = self.blocks[source];
