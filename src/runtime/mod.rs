@@ -9,13 +9,17 @@
 //! - `device_lock`: the lock each device's allocator sits behind
 //! - `fork`: what a fork() child gets (a clear error, never a hang)
 //! - `reentry`: refusing calls from a backend's callbacks into its own device type
+//! - `sole_device`: the shortcut to the host's device while it is the only one
+//! - `owner_guess`: each thread's last answer of the segment index, tried before asking it again
 
 pub mod accelerator;
 pub mod current_device;
 pub mod device_lock;
 mod fork;
+mod owner_guess;
 pub mod ownership;
 mod reentry;
+mod sole_device;
 pub mod trace_log;
 
 pub use accelerator::Accelerator;
@@ -25,7 +29,6 @@ use crate::backend::{Backend, StreamId};
 use crate::caching::settings::parse_settings;
 use crate::caching::{CachingAllocator, CachingConfig};
 use crate::error::{Error, ErrorKind, Result};
-use device_lock::DeviceLock;
 use ownership::SegmentIndex;
 use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -58,16 +61,10 @@ pub struct Runtime {
     registering: Mutex<()>,
     /// Why CUDA is not in use, when it is not.
     cuda_absent_because: Option<String>,
-    /// The host's device 0 as a plain address, once it is the only device of the process and the
-    /// current one (SOLE_UNSET until then; SOLE_NEVER for good once another accelerator is
-    /// registered: only an installed accelerator can be made current, and CUDA is installed before
-    /// the runtime is seen, so the shortcut is never taken beside it). Calls then reach its allocator in one load instead of walking the runtime,
-    /// the accelerator and its device table (see `sole_device`).
+    /// The host's device 0 as a plain address while it is the only device of the process (see
+    /// `sole_device`).
     sole_device: AtomicUsize,
 }
-
-const SOLE_UNSET: usize = 0;
-const SOLE_NEVER: usize = 1;
 
 static RUNTIME: spin::Once<std::result::Result<Runtime, Error>> = spin::Once::new();
 
@@ -136,7 +133,7 @@ impl Runtime {
             initial_config,
             registering: Mutex::new(()),
             cuda_absent_because: None,
-            sole_device: AtomicUsize::new(SOLE_UNSET),
+            sole_device: AtomicUsize::new(sole_device::UNSET),
         };
         runtime.install(DEVICE_TYPE_HOST, Arc::new(HostBackend::new(settings)));
         if forced.as_deref() == Some("host") {
@@ -267,48 +264,9 @@ impl Runtime {
                 ))
             })?;
         // Before the new accelerator can hand out a pointer, the one-device shortcut is gone.
-        self.sole_device.store(SOLE_NEVER, Ordering::SeqCst);
+        self.give_up_sole_device();
         self.install(slot as DeviceType, backend);
         Ok(slot as DeviceType)
-    }
-
-    /// The host's only device, when the process has no other (see the field `sole_device`): every
-    /// pointer accalloc handed out is then its, and calls without a device go to it.
-    #[inline(always)]
-    fn sole_device(&self) -> Option<&'static DeviceLock<CachingAllocator>> {
-        let address = self.sole_device.load(Ordering::Acquire);
-        // SAFETY: a value past SOLE_NEVER is the address of a device lock that lives as long as
-        // the process (accelerators are leaked and their devices never removed).
-        (address > SOLE_NEVER)
-            .then(|| unsafe { &*(address as *const DeviceLock<CachingAllocator>) })
-    }
-
-    /// Take the one-device shortcut when the process has come to that state: the host current, no
-    /// other accelerator, one host device and in use. Racing an installation is safe: that sets SOLE_NEVER first, and the
-    /// exchange here only succeeds from SOLE_UNSET.
-    #[cold]
-    #[inline(never)]
-    fn try_take_sole_device(&self) {
-        if self.sole_device.load(Ordering::Relaxed) != SOLE_UNSET
-            || self.current.load(Ordering::Acquire) != DEVICE_TYPE_HOST
-            || self.accelerators[DEVICE_TYPE_HOST as usize + 1..]
-                .iter()
-                .any(|once| once.is_completed())
-        {
-            return;
-        }
-        let Ok(host) = self.lookup(DEVICE_TYPE_HOST) else {
-            return;
-        };
-        if let Some(lock) = host.created_device(0).filter(|_| host.device_count() == 1) {
-            let address = lock as *const DeviceLock<CachingAllocator> as usize;
-            let _ = self.sole_device.compare_exchange(
-                SOLE_UNSET,
-                address,
-                Ordering::SeqCst,
-                Ordering::Relaxed,
-            );
-        }
     }
 
     /// malloc on the current accelerator (the C ABI's accalloc_malloc).
@@ -380,28 +338,26 @@ impl Runtime {
     fn with_owner<T>(
         &self,
         ptr: usize,
-        action: impl FnOnce(&mut CachingAllocator) -> Result<T>,
+        action: impl Fn(&mut CachingAllocator) -> Result<T>,
     ) -> Result<T> {
-        // Fast path: with a single device of a single accelerator there is one place to look.
-        let current = self.current();
-        if self.current.load(Ordering::Relaxed) == DEVICE_TYPE_HOST
-            && !self.accelerators[FIRST_REGISTERED_TYPE as usize].is_completed()
-            && !self.accelerators[DEVICE_TYPE_CUDA as usize].is_completed()
-            && current.device_count() == 1
-            && current.is_device_in_use(0)
-        {
-            let result = action(&mut *current.lock(0)?);
-            return match result {
-                Err(e)
-                    if e.kind == ErrorKind::InvalidPointer
-                        && self.index.owner_of(ptr).is_none() =>
-                {
-                    Err(not_ours(ptr))
+        // This thread's last answer first: asking the index takes its read lock, whose counter is
+        // written by every thread that frees on any device. A guess that has gone stale (the segment
+        // went back and its addresses now belong to another device) finds no live block there, and
+        // then the index answers.
+        if let Some((device_type, device)) = owner_guess::guess(ptr) {
+            if let Ok(mut allocator) = self
+                .accelerator(device_type)
+                .and_then(|accelerator| accelerator.lock(device))
+            {
+                match action(&mut allocator) {
+                    Err(e) if e.kind == ErrorKind::InvalidPointer => {}
+                    answer => return answer,
                 }
-                other => other,
-            };
+            }
         }
-        let (device_type, device) = self.index.owner_of(ptr).ok_or_else(|| not_ours(ptr))?;
+        let (start, end, (device_type, device)) =
+            self.index.segment_of(ptr).ok_or_else(|| not_ours(ptr))?;
+        owner_guess::remember(start, end, (device_type, device));
         let accelerator = self.accelerator(device_type)?;
         action(&mut *accelerator.lock(device)?)
     }

@@ -18,9 +18,14 @@ pub struct SegmentIndex {
 impl SegmentIndex {
     /// The device whose segment contains `ptr`.
     pub fn owner_of(&self, ptr: usize) -> Option<Owner> {
+        self.segment_of(ptr).map(|(_, _, owner)| owner)
+    }
+
+    /// The segment containing `ptr`: (start, end, owner).
+    pub fn segment_of(&self, ptr: usize) -> Option<(usize, usize, Owner)> {
         let ranges = self.ranges.read();
-        let (_, &(end, owner)) = ranges.range(..=ptr).next_back()?;
-        (ptr < end).then_some(owner)
+        let (&start, &(end, owner)) = ranges.range(..=ptr).next_back()?;
+        (ptr < end).then_some((start, end, owner))
     }
 
     /// Record [start, start + size) as `owner`'s, unless it wraps around the address space or

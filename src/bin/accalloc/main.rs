@@ -157,7 +157,8 @@ fn bench(option: Option<&str>) -> Result<(), String> {
 
     // Several threads: one device (one lock) against one device each (ACCALLOC_HOST_DEVICES permitting).
     let devices = runtime().map_err(|e| e.message)?.current().device_count();
-    let threaded_pairs = pairs * 5;
+    // Long enough (a million pairs a thread by default) for the scheduler to have spread the threads.
+    let threaded_pairs = pairs * 50;
     println!("\nthreads, wall-clock ns per pair (mixed sizes, {threaded_pairs} pairs a thread, best of 3; {} cores)",
         std::thread::available_parallelism().map_or(1, |n| n.get()));
     println!("| threads | same device | one device each |\n|---:|---:|---:|");

@@ -1,0 +1,93 @@
+//! A free tries the device this thread last found an address range on before asking the segment
+//! index (runtime/owner_guess.rs). The guess can go stale: here a segment goes back to the backend
+//! and the same addresses come back as another device's. The free must still reach the new owner.
+
+use accalloc::backend::{Backend, BackendError, MemInfo, StreamId};
+use accalloc::capi::memory::{accalloc_free, accalloc_malloc_on};
+use accalloc::capi::AccallocStatus;
+use accalloc::runtime::runtime;
+use std::collections::BTreeSet;
+use std::ffi::c_void;
+use std::sync::{Arc, Mutex};
+
+/// Fake addresses (no memory is touched) far above user space.
+const BASE: usize = 1 << 47;
+const SLOT: usize = 1 << 30;
+
+/// Two devices sharing one address space: each segment gets the lowest free 1 GiB slot, so an
+/// address given back is the next one handed out, to either device.
+#[derive(Default)]
+struct SharedAddresses {
+    live: Mutex<BTreeSet<usize>>,
+}
+
+impl Backend for SharedAddresses {
+    fn name(&self) -> &str {
+        "shared_addresses"
+    }
+    fn device_count(&self) -> usize {
+        2
+    }
+    fn raw_alloc(&self, _: usize, size: usize, _: StreamId) -> Result<usize, BackendError> {
+        if size > SLOT {
+            return Err(BackendError::OutOfMemory);
+        }
+        let mut live = self.live.lock().unwrap();
+        let slot = (0..).find(|k| !live.contains(k)).unwrap();
+        live.insert(slot);
+        Ok(BASE + slot * SLOT)
+    }
+    fn raw_free(&self, _: usize, ptr: usize, _: usize) -> Result<(), BackendError> {
+        self.live.lock().unwrap().remove(&((ptr - BASE) / SLOT));
+        Ok(())
+    }
+    fn mem_get_info(&self, _: usize) -> Result<MemInfo, BackendError> {
+        Ok(MemInfo {
+            free: 16 * SLOT,
+            total: 16 * SLOT,
+        })
+    }
+}
+
+fn malloc_on(device_type: i32, device: i32) -> usize {
+    let mut ptr: *mut c_void = std::ptr::null_mut();
+    // SAFETY: &mut ptr is a valid out-pointer.
+    let status =
+        unsafe { accalloc_malloc_on(device_type, &mut ptr, 4096, device, std::ptr::null_mut()) };
+    assert_eq!(status, AccallocStatus::ACCALLOC_OK);
+    ptr as usize
+}
+
+fn free(ptr: usize) -> AccallocStatus {
+    // SAFETY: accalloc_free checks its pointer.
+    unsafe { accalloc_free(ptr as *mut c_void) }
+}
+
+#[test]
+fn a_stale_guess_gives_way_to_the_segment_index() {
+    let runtime = runtime().unwrap();
+    let t = runtime
+        .register(Arc::new(SharedAddresses::default()))
+        .unwrap();
+    let accelerator = runtime.accelerator(t).unwrap();
+    let allocated =
+        |device: i32| accelerator.device_stats(device).unwrap().allocated_bytes[0].current;
+
+    // Device 0's segment: freed twice from this thread, so the guess now names device 0.
+    let first = malloc_on(t, 0);
+    assert_eq!(first, BASE);
+    assert_eq!(free(first), AccallocStatus::ACCALLOC_OK);
+    assert_eq!(malloc_on(t, 0), first);
+    assert_eq!(free(first), AccallocStatus::ACCALLOC_OK);
+
+    // The segment goes back, and the same addresses become device 1's.
+    accelerator.empty_cache().unwrap();
+    let second = malloc_on(t, 1);
+    assert_eq!(second, first, "the backend reuses the address");
+    assert_eq!((allocated(0), allocated(1)), (0, 4096));
+    assert_eq!(free(second), AccallocStatus::ACCALLOC_OK);
+    assert_eq!((allocated(0), allocated(1)), (0, 0));
+
+    // A double free still reads as one, from the device that owns the range now.
+    assert_eq!(free(second), AccallocStatus::ACCALLOC_ERROR_INVALID_POINTER);
+}
