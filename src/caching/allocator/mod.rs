@@ -466,13 +466,17 @@ impl CachingAllocator {
         let pool = found.pool;
         // Blocks of expandable segments never count as inactive splits.
         let already_split = found.is_split() && found.expandable.is_none();
-        let handed = if split {
+        let oversize = rounded >= self.config.max_split_size;
+        let (handed, size) = if split {
             // The caller's block takes the front; the found block keeps the remainder.
             let handed = self.blocks.insert(Block {
                 expandable: found.expandable,
                 counted_oversize_segment: found.counted_oversize_segment,
                 prev: found.prev,
                 next: Some(id),
+                allocated: true,
+                requested_size: requested,
+                counted_oversize_allocation: oversize,
                 ..Block::new(found.ptr, rounded, found.stream, found.pool)
             });
             if let Some(prev) = found.prev {
@@ -494,7 +498,7 @@ impl CachingAllocator {
                     .increase(pool, remainder_size as u64);
                 self.stats.inactive_split.increase(pool, 1);
             }
-            handed
+            (handed, rounded)
         } else {
             if already_split {
                 self.stats
@@ -502,13 +506,17 @@ impl CachingAllocator {
                     .decrease(pool, found.size as u64);
                 self.stats.inactive_split.decrease(pool, 1);
             }
-            id
+            let block = &mut self.blocks[id];
+            block.allocated = true;
+            block.requested_size = requested;
+            // The whole block, which may be larger than asked (max_non_split_rounding, or a
+            // remainder too small to split off).
+            let oversize = found.size >= self.config.max_split_size;
+            block.counted_oversize_allocation = oversize;
+            (id, found.size)
         };
 
-        let block = &mut self.blocks[handed];
-        block.allocated = true;
-        block.requested_size = requested;
-        let (ptr, size) = (block.ptr, block.size);
+        let ptr = found.ptr;
         self.active.insert(ptr, handed);
         self.trace(TraceAction::Alloc, ptr, requested, found.stream);
         let stats = &mut self.stats;
@@ -519,7 +527,6 @@ impl CachingAllocator {
         stats.requested_bytes.increase(pool, requested as u64);
         if size >= self.config.max_split_size {
             stats.oversize_allocations.increase(1);
-            self.blocks[handed].counted_oversize_allocation = true;
         }
         ptr
     }
