@@ -102,12 +102,36 @@ fn the_one_device_shortcut_answers_as_the_general_path_and_gives_way() {
     assert!(message.contains("already freed"), "{message}");
     assert_eq!(allocated(DEVICE_TYPE_HOST), 0);
 
-    // Another accelerator appears: its pointers are freed by it, not refused by the host.
+    // Another accelerator appears while two threads keep the host busy through the shortcut: its
+    // pointers are freed by it, not refused by the host, and the host's books stay exact.
     let base = OFFSET;
-    let other = runtime()
-        .unwrap()
-        .register(Arc::new(Distant(TestBackend::new(1, 64 << 20))))
-        .unwrap();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let other = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..2)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut pairs = 0u64;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) || pairs < 10_000 {
+                        let ptr = malloc([512, 4096, 1 << 20][pairs as usize % 3]);
+                        // SAFETY: a pointer from accalloc_malloc, freed once.
+                        assert_eq!(unsafe { accalloc_free(ptr) }, AccallocStatus::ACCALLOC_OK);
+                        pairs += 1;
+                    }
+                })
+            })
+            .collect();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let other = runtime()
+            .unwrap()
+            .register(Arc::new(Distant(TestBackend::new(1, 64 << 20))))
+            .unwrap();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for worker in workers {
+            worker.join().unwrap();
+        }
+        other
+    });
+    assert_eq!(allocated(DEVICE_TYPE_HOST), 0);
     let mut foreign = std::ptr::null_mut();
     // SAFETY: &mut foreign is a valid out-pointer.
     let status = unsafe { accalloc_malloc_on(other, &mut foreign, 8192, 0, std::ptr::null_mut()) };
