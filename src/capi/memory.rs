@@ -40,7 +40,7 @@ pub unsafe extern "C" fn accalloc_malloc_on(
 ) -> AccallocStatus {
     guard(|| {
         let out = out_ptr(out, "out")?;
-        let ptr = on(device_type)?.alloc(size, device, stream as usize)?;
+        let ptr = runtime()?.malloc_on(device_type, size, device, stream as usize)?;
         *out = ptr as *mut c_void;
         Ok(())
     })

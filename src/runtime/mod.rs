@@ -9,7 +9,7 @@
 //! - `device_lock`: the lock each device's allocator sits behind
 //! - `fork`: what a fork() child gets (a clear error, never a hang)
 //! - `reentry`: refusing calls from a backend's callbacks into its own device type
-//! - `sole_device`: the shortcut to the host's device while it is the only one
+//! - `sole_device`: the shortcut to the one device that holds memory, while there is only one
 //! - `owner_guess`: each thread's last answer of the segment index, tried before asking it again
 
 pub mod accelerator;
@@ -30,7 +30,7 @@ use crate::caching::settings::parse_settings;
 use crate::caching::{CachingAllocator, CachingConfig};
 use crate::error::{Error, ErrorKind, Result};
 use ownership::SegmentIndex;
-use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Environment variable with the allocator settings, in PYTORCH_ALLOC_CONF's syntax.
@@ -61,9 +61,6 @@ pub struct Runtime {
     registering: Mutex<()>,
     /// Why CUDA is not in use, when it is not.
     cuda_absent_because: Option<String>,
-    /// The host's device 0 as a plain address while it is the only device of the process (see
-    /// `sole_device`).
-    sole_device: AtomicUsize,
 }
 
 static RUNTIME: spin::Once<std::result::Result<Runtime, Error>> = spin::Once::new();
@@ -133,7 +130,6 @@ impl Runtime {
             initial_config,
             registering: Mutex::new(()),
             cuda_absent_because: None,
-            sole_device: AtomicUsize::new(sole_device::UNSET),
         };
         runtime.install(DEVICE_TYPE_HOST, Arc::new(HostBackend::new(settings)));
         if forced.as_deref() == Some("host") {
@@ -263,8 +259,6 @@ impl Runtime {
                     MAX_DEVICE_TYPES - FIRST_REGISTERED_TYPE as usize
                 ))
             })?;
-        // Before the new accelerator can hand out a pointer, the one-device shortcut is gone.
-        self.give_up_sole_device();
         self.install(slot as DeviceType, backend);
         Ok(slot as DeviceType)
     }
@@ -272,24 +266,54 @@ impl Runtime {
     /// malloc on the current accelerator (the C ABI's accalloc_malloc).
     #[inline]
     pub fn malloc_current(&self, size: usize, device: i32, stream: StreamId) -> Result<usize> {
-        if let Some(lock) = self.sole_device() {
-            // ACCALLOC_TRACE records mallocs in Accelerator::alloc: while it is on, go there.
-            if (device == -1 || device == 0) && size != 0 && !trace_log::enabled() {
-                if let Ok(mut allocator) = lock.lock() {
-                    if let Some(ptr) = allocator.malloc_cached(size, stream) {
-                        return Ok(ptr);
-                    }
-                }
-            }
-            // A miss, a poisoned device or another device index: the general path answers.
-            return self.current().alloc(size, device, stream);
+        let device_type = self.current.load(Ordering::Acquire);
+        if let Some(ptr) = Self::malloc_on_sole(device_type, size, device, stream) {
+            return Ok(ptr);
         }
-        self.malloc_current_slow(size, device, stream)
+        self.malloc_slow(self.current(), size, device, stream)
+    }
+
+    /// malloc on the accelerator of `device_type` (the C ABI's accalloc_malloc_on).
+    #[inline]
+    pub fn malloc_on(
+        &self,
+        device_type: DeviceType,
+        size: usize,
+        device: i32,
+        stream: StreamId,
+    ) -> Result<usize> {
+        if let Some(ptr) = Self::malloc_on_sole(device_type, size, device, stream) {
+            return Ok(ptr);
+        }
+        self.malloc_slow(self.accelerator(device_type)?, size, device, stream)
+    }
+
+    /// A cached block from the sole device, when the call is for it (see `sole_device`).
+    #[inline(always)]
+    fn malloc_on_sole(
+        device_type: DeviceType,
+        size: usize,
+        device: i32,
+        stream: StreamId,
+    ) -> Option<usize> {
+        let sole = sole_device::sole()?;
+        // ACCALLOC_TRACE records mallocs in Accelerator::alloc: while it is on, go there.
+        if !sole.serves(device_type, device) || size == 0 || trace_log::enabled() {
+            return None;
+        }
+        // A miss or a poisoned device: the general path answers.
+        sole.lock.lock().ok()?.malloc_cached(size, stream)
     }
 
     #[inline(never)]
-    fn malloc_current_slow(&self, size: usize, device: i32, stream: StreamId) -> Result<usize> {
-        let result = self.current().alloc(size, device, stream);
+    fn malloc_slow(
+        &self,
+        accelerator: &Accelerator,
+        size: usize,
+        device: i32,
+        stream: StreamId,
+    ) -> Result<usize> {
+        let result = accelerator.alloc(size, device, stream);
         self.try_take_sole_device();
         result
     }
@@ -301,8 +325,8 @@ impl Runtime {
             return Ok(());
         }
         trace_log::free(ptr);
-        if let Some(lock) = self.sole_device() {
-            if let Ok(mut allocator) = lock.lock() {
+        if let Some(sole) = sole_device::sole() {
+            if let Ok(mut allocator) = sole.lock.lock() {
                 return match allocator.free(ptr) {
                     Err(e)
                         if e.kind == ErrorKind::InvalidPointer

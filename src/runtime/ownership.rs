@@ -12,7 +12,23 @@ pub type Owner = (i32, usize);
 /// Address ranges of all live segments, by start address.
 #[derive(Default)]
 pub struct SegmentIndex {
-    ranges: spin::RwLock<BTreeMap<usize, (usize, Owner)>>,
+    ranges: spin::RwLock<Ranges>,
+}
+
+#[derive(Default)]
+struct Ranges {
+    by_start: BTreeMap<usize, (usize, Owner)>,
+    /// Who has held segments so far.
+    owners: Owners,
+}
+
+/// Whether every segment ever recorded was one device's.
+#[derive(Clone, Copy, Default, PartialEq)]
+enum Owners {
+    #[default]
+    None,
+    One(Owner),
+    Several,
 }
 
 impl SegmentIndex {
@@ -24,8 +40,16 @@ impl SegmentIndex {
     /// The segment containing `ptr`: (start, end, owner).
     pub fn segment_of(&self, ptr: usize) -> Option<(usize, usize, Owner)> {
         let ranges = self.ranges.read();
-        let (&start, &(end, owner)) = ranges.range(..=ptr).next_back()?;
+        let (&start, &(end, owner)) = ranges.by_start.range(..=ptr).next_back()?;
         (ptr < end).then_some((start, end, owner))
+    }
+
+    /// The device every segment recorded so far belonged to, if they were all one device's.
+    pub fn sole_owner(&self) -> Option<Owner> {
+        match self.ranges.read().owners {
+            Owners::One(owner) => Some(owner),
+            Owners::None | Owners::Several => None,
+        }
     }
 
     /// Record [start, start + size) as `owner`'s, unless it wraps around the address space or
@@ -36,7 +60,9 @@ impl SegmentIndex {
             .filter(|_| start != 0)
             .ok_or("a range that wraps around the address space (or starts at NULL)")?;
         let mut ranges = self.ranges.write();
-        if let Some((&held, &(held_end, (device_type, device)))) = ranges.range(..end).next_back() {
+        if let Some((&held, &(held_end, (device_type, device)))) =
+            ranges.by_start.range(..end).next_back()
+        {
             if held_end > start {
                 return Err(format!(
                     "a range overlapping one already held ({held:#x}, {} bytes, of device type \
@@ -45,12 +71,21 @@ impl SegmentIndex {
                 ));
             }
         }
-        ranges.insert(start, (end, owner));
+        ranges.owners = match ranges.owners {
+            Owners::None => Owners::One(owner),
+            Owners::One(first) if first == owner => Owners::One(owner),
+            Owners::One(_) | Owners::Several => {
+                // Before this segment can hold a block, whose pointer could reach a free.
+                super::sole_device::give_up();
+                Owners::Several
+            }
+        };
+        ranges.by_start.insert(start, (end, owner));
         Ok(())
     }
 
     fn remove(&self, start: usize) {
-        self.ranges.write().remove(&start);
+        self.ranges.write().by_start.remove(&start);
     }
 }
 

@@ -1,65 +1,102 @@
-//! The one-device shortcut. While the host's device 0 is the only device of the process (no CUDA,
-//! no registered backend, one host device) every pointer accalloc hands out is its, and every call
-//! without a device goes to it. Calls then reach its allocator from one address kept in the runtime,
-//! instead of walking the runtime's accelerator table, the accelerator and its device table: each
-//! of those steps is a load that waits for the one before, and a cached malloc or free is short
-//! enough for that chain to be a fifth of it.
+//! The one-device shortcut. While every segment accalloc holds belongs to one device (one GPU of
+//! CUDA, or one host device), every pointer it hands out is that device's, and calls naming that
+//! device (or the current device, when its accelerator has no other) go to it. Calls then reach its
+//! allocator from one address in a static, instead of walking the runtime's accelerator table, the
+//! accelerator and its device table: each of those steps is a load that waits for the one before,
+//! and a cached malloc or free is short enough for that chain to be a fifth of it.
 //!
 //! The address is taken once the process is in that state (`try_take_sole_device`, from the general
-//! path) and given up for good when a backend is registered (`give_up_sole_device`, before the new
-//! accelerator can hand out anything). CUDA is installed before the runtime is published, so the
-//! shortcut is never taken beside it; only an installed accelerator can be made current.
+//! path) and given up for good when a segment of a second device is recorded (`give_up`, called by
+//! the segment index before that segment can hold a block). Backends registered from C are left out:
+//! their callbacks may call back into accalloc, which the general path refuses (runtime/reentry.rs).
 
 use super::device_lock::DeviceLock;
-use super::{Runtime, DEVICE_TYPE_HOST};
+use super::{DeviceType, Runtime, DEVICE_TYPE_CUDA, DEVICE_TYPE_HOST};
 use crate::caching::CachingAllocator;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// Not taken yet.
-pub(super) const UNSET: usize = 0;
+const UNSET: usize = 0;
 /// Given up for good.
 const NEVER: usize = 1;
 
-impl Runtime {
-    /// The host's only device, when the process has no other.
+/// The device's lock, as an address (or UNSET, NEVER).
+static SOLE: AtomicUsize = AtomicUsize::new(UNSET);
+/// Which device it is: written before SOLE publishes the address, never changed after.
+static IDENTITY: AtomicU64 = AtomicU64::new(0);
+
+/// The sole device and who it is.
+#[derive(Clone, Copy)]
+pub(super) struct Sole {
+    pub lock: &'static DeviceLock<CachingAllocator>,
+    pub device_type: DeviceType,
+    pub index: usize,
+    /// Its accelerator has no other device (so device -1 always means this one).
+    pub only_device: bool,
+}
+
+impl Sole {
+    /// Whether a call for `device` (-1: the thread's current device) of `device_type` is this
+    /// device's.
     #[inline(always)]
-    pub(super) fn sole_device(&self) -> Option<&'static DeviceLock<CachingAllocator>> {
-        let address = self.sole_device.load(Ordering::Acquire);
+    pub fn serves(&self, device_type: DeviceType, device: i32) -> bool {
+        device_type == self.device_type
+            && ((device == -1 && self.only_device) || device as usize == self.index)
+    }
+}
+
+/// The sole device, while there is one.
+#[inline(always)]
+pub(super) fn sole() -> Option<Sole> {
+    let address = SOLE.load(Ordering::Acquire);
+    if address <= NEVER {
+        return None;
+    }
+    let identity = IDENTITY.load(Ordering::Relaxed);
+    Some(Sole {
         // SAFETY: a value past NEVER is the address of a device lock that lives as long as the
         // process (accelerators are leaked and their devices never removed).
-        (address > NEVER).then(|| unsafe { &*(address as *const DeviceLock<CachingAllocator>) })
-    }
+        lock: unsafe { &*(address as *const DeviceLock<CachingAllocator>) },
+        device_type: (identity & 0xff) as DeviceType,
+        only_device: identity & 0x100 != 0,
+        index: (identity >> 16) as usize,
+    })
+}
 
-    /// Take the shortcut when the process has come to that state: the host current, no other
-    /// accelerator, one host device and in use. Racing a registration is safe: that stores NEVER
-    /// first, and the exchange here only succeeds from UNSET.
+/// A segment of another device is about to be used: from now on every call takes the general path.
+pub(super) fn give_up() {
+    SOLE.store(NEVER, Ordering::SeqCst);
+}
+
+impl Runtime {
+    /// Take the shortcut when every segment held is one host or CUDA device's. Racing a segment of
+    /// another device is safe: the index gives up first, and the exchange here only succeeds from
+    /// UNSET.
     #[cold]
     #[inline(never)]
     pub(super) fn try_take_sole_device(&self) {
-        if self.sole_device.load(Ordering::Relaxed) != UNSET
-            || self.current.load(Ordering::Acquire) != DEVICE_TYPE_HOST
-            || self.accelerators[DEVICE_TYPE_HOST as usize + 1..]
-                .iter()
-                .any(|once| once.is_completed())
-        {
+        if SOLE.load(Ordering::Relaxed) != UNSET {
             return;
         }
-        let Ok(host) = self.lookup(DEVICE_TYPE_HOST) else {
+        let Some((device_type, index)) = self.index.sole_owner() else {
             return;
         };
-        if let Some(lock) = host.created_device(0).filter(|_| host.device_count() == 1) {
-            let address = lock as *const DeviceLock<CachingAllocator> as usize;
-            let _ = self.sole_device.compare_exchange(
-                UNSET,
-                address,
-                Ordering::SeqCst,
-                Ordering::Relaxed,
-            );
+        if device_type != DEVICE_TYPE_HOST && device_type != DEVICE_TYPE_CUDA {
+            return;
         }
-    }
-
-    /// Another accelerator is coming: from now on every call takes the general path.
-    pub(super) fn give_up_sole_device(&self) {
-        self.sole_device.store(NEVER, Ordering::SeqCst);
+        let Ok(accelerator) = self.lookup(device_type) else {
+            return;
+        };
+        let Some(lock) = accelerator.created_device(index) else {
+            return;
+        };
+        let only_device = accelerator.device_count() == 1;
+        // Every thread that takes it writes the same identity (the sole owner never changes).
+        IDENTITY.store(
+            device_type as u64 | (only_device as u64) << 8 | (index as u64) << 16,
+            Ordering::Relaxed,
+        );
+        let address = lock as *const DeviceLock<CachingAllocator> as usize;
+        let _ = SOLE.compare_exchange(UNSET, address, Ordering::SeqCst, Ordering::Relaxed);
     }
 }
