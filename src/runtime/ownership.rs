@@ -23,8 +23,8 @@ struct Ranges {
 }
 
 /// Whether every segment ever recorded was one device's.
-#[derive(Clone, Copy, Default, PartialEq)]
-enum Owners {
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub enum Owners {
     #[default]
     None,
     One(Owner),
@@ -44,12 +44,9 @@ impl SegmentIndex {
         (ptr < end).then_some((start, end, owner))
     }
 
-    /// The device every segment recorded so far belonged to, if they were all one device's.
-    pub fn sole_owner(&self) -> Option<Owner> {
-        match self.ranges.read().owners {
-            Owners::One(owner) => Some(owner),
-            Owners::None | Owners::Several => None,
-        }
+    /// Who has held segments so far: nobody, one device, or several (for good).
+    pub fn owners(&self) -> Owners {
+        self.ranges.read().owners
     }
 
     /// Record [start, start + size) as `owner`'s, unless it wraps around the address space or

@@ -7,10 +7,12 @@
 //!
 //! The address is taken once the process is in that state (`try_take_sole_device`, from the general
 //! path) and given up for good when a segment of a second device is recorded (`give_up`, called by
-//! the segment index before that segment can hold a block). Backends registered from C are left out:
-//! their callbacks may call back into accalloc, which the general path refuses (runtime/reentry.rs).
+//! the segment index before that segment can hold a block). Backends registered from C are left out
+//! (given up as soon as one holds the only segments, so the general path stops asking): their
+//! callbacks may call back into accalloc, which only the general path refuses (runtime/reentry.rs).
 
 use super::device_lock::DeviceLock;
+use super::ownership::Owners;
 use super::{DeviceType, Runtime, DEVICE_TYPE_CUDA, DEVICE_TYPE_HOST};
 use crate::caching::CachingAllocator;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -78,11 +80,14 @@ impl Runtime {
         if SOLE.load(Ordering::Relaxed) != UNSET {
             return;
         }
-        let Some((device_type, index)) = self.index.sole_owner() else {
-            return;
+        let (device_type, index) = match self.index.owners() {
+            Owners::None => return,
+            Owners::One(owner) => owner,
+            Owners::Several => return give_up(),
         };
         if device_type != DEVICE_TYPE_HOST && device_type != DEVICE_TYPE_CUDA {
-            return;
+            // The sole owner never changes: no need to look again on every call.
+            return give_up();
         }
         let Ok(accelerator) = self.lookup(device_type) else {
             return;
