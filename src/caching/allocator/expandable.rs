@@ -77,9 +77,16 @@ impl CachingAllocator {
         stream: StreamId,
         size: usize,
     ) -> Result<Option<BlockId>> {
+        // expandable_trim: unmap free pages elsewhere first if this growth would cross the line.
+        let trimmed = self.config.expandable_trim && self.trim_before_growth(pool, stream, size)?;
         // A chain of blocks with room for `size`: unmapped; unmapped then free; or free then unmapped.
         let mut candidate = self.find_expandable_block(pool, stream, size)?;
-        let size = self.growth_with_headroom(pool, candidate, size);
+        let size = if trimmed {
+            // Mapping ahead now would map again what the trim has just unmapped.
+            size
+        } else {
+            self.growth_with_headroom(pool, candidate, size)
+        };
         if !self.blocks[candidate].mapped {
             let first = self.blocks[candidate].size.min(size);
             if !self.map_block(candidate, first)? {
@@ -157,20 +164,45 @@ impl CachingAllocator {
     }
 
     /// The start of an existing chain of free or unmapped blocks of this pool and stream with at
-    /// least `size` bytes of address space, if there is one.
+    /// least `size` bytes of address space, if there is one: the lowest such chain (PyTorch's
+    /// choice), or with expandable_trim the one whose first `size` bytes need the fewest new bytes
+    /// mapped (the lowest of those), so that free pages are used before new ones are mapped.
     fn growth_chain(&self, pool: PoolKind, stream: StreamId, size: usize) -> Option<BlockId> {
         let pool = match pool {
             PoolKind::Small => &self.small,
             PoolKind::Large => &self.large,
         };
-        pool.unmapped
+        let mut chains = pool
+            .unmapped
             .range((stream, 0)..)
             .take_while(|((s, _), _)| *s == stream)
             .map(|(_, &id)| {
                 // There may be a free block right before the lowest unmapped one to use as well.
                 self.allocatable(self.blocks[id].prev).unwrap_or(id)
             })
-            .find(|&start| self.chain(start, size).1 >= size)
+            .filter(|&start| self.chain(start, size).1 >= size);
+        if !self.config.expandable_trim {
+            return chains.next();
+        }
+        // min_by_key keeps the first of equal keys: the lowest address.
+        chains.min_by_key(|&start| self.unmapped_in_growth(start, size))
+    }
+
+    /// The bytes a growth by `size` from `start` must map: the unmapped ones among the first
+    /// `size` bytes of its chain.
+    fn unmapped_in_growth(&self, start: BlockId, size: usize) -> usize {
+        let (blocks, _, _) = self.chain(start, size);
+        let mut covered = 0;
+        let mut unmapped = 0;
+        for id in blocks {
+            let block = &self.blocks[id];
+            let part = block.size.min(size - covered);
+            if !block.mapped {
+                unmapped += part;
+            }
+            covered += part;
+        }
+        unmapped
     }
 
     /// A block that a growing segment may take in: free, with no events pending.
@@ -213,38 +245,37 @@ impl CachingAllocator {
         if !self.config.expandable_trim || pool == PoolKind::Small {
             return size;
         }
-        let (_, room, mapped) = self.chain(start, usize::MAX);
-        let limit = self.trim_limit(size);
-        let new_for_size = size.saturating_sub(mapped).next_multiple_of(SMALL_PAGE);
-        let headroom = limit.saturating_sub(self.reserved_total + new_for_size);
-        let ahead = (size + (headroom / SMALL_PAGE * SMALL_PAGE).min(LARGE_PAGE)).min(room);
-        ahead.max(size)
+        let (_, room, _) = self.chain(start, usize::MAX);
+        let new = self.unmapped_in_growth(start, size).next_multiple_of(SMALL_PAGE);
+        let headroom = self
+            .trim_limit(size)
+            .saturating_sub(self.reserved_total + new);
+        let ahead = (headroom / SMALL_PAGE * SMALL_PAGE).min(LARGE_PAGE);
+        (size + ahead).min(room).max(size)
     }
 
     /// expandable_trim: before an expandable segment grows for a request of `size` bytes, unmap
-    /// free pages elsewhere, but only as many as keep reserved memory from rising past what is
-    /// needed: the most ever allocated (this request included) plus 1/TRIM_SLACK of it. Below that
-    /// line growth maps as plain expandable segments do, so cached pages are reused rather than
-    /// unmapped and mapped again; above it, the largest free stretches go first (one unmap call
-    /// each), never the free blocks the growth itself takes in.
-    pub(super) fn trim_before_growth(
-        &mut self,
-        pool: PoolKind,
-        stream: StreamId,
-        size: usize,
-    ) -> Result<()> {
+    /// free pages elsewhere, but only when the growth would take reserved memory past the line: the
+    /// most ever allocated (this request included) plus 1/TRIM_SLACK of it. Below the line growth
+    /// maps as plain expandable segments do, so cached pages are reused rather than unmapped and
+    /// mapped again. Above it, whole free stretches go: the smallest that covers the excess (one
+    /// call), else the largest ones first (one call each), never the free blocks the growth itself
+    /// takes in. Giving back the whole stretch rather than just the excess leaves room under the line
+    /// for the next growths, which then need no unmap of their own. Returns whether anything was
+    /// unmapped.
+    fn trim_before_growth(&mut self, pool: PoolKind, stream: StreamId, size: usize) -> Result<bool> {
         let page = SMALL_PAGE;
         let (taken, new_bytes) = match self.growth_chain(pool, stream, size) {
-            Some(start) => {
-                let (blocks, _, mapped) = self.chain(start, size);
-                (blocks, size.saturating_sub(mapped).next_multiple_of(page))
-            }
+            Some(start) => (
+                self.chain(start, size).0,
+                self.unmapped_in_growth(start, size).next_multiple_of(page),
+            ),
             None => (Vec::new(), size.next_multiple_of(page)),
         };
         let limit = self.trim_limit(size);
         let mut excess = (self.reserved_total + new_bytes).saturating_sub(limit);
         if excess == 0 {
-            return Ok(());
+            return Ok(false);
         }
         let mut candidates: Vec<(usize, BlockId)> = self
             .small
@@ -264,16 +295,19 @@ impl CachingAllocator {
         // One call where one stretch covers the excess: the smallest that does, so that the big free
         // blocks the next requests want stay mapped.
         if let Some(&(_, id)) = candidates.iter().rev().find(|(bytes, _)| *bytes >= excess) {
-            return self.unmap_block(id);
+            self.unmap_block(id)?;
+            return Ok(true);
         }
+        let mut unmapped = false;
         for (bytes, id) in candidates {
             if excess == 0 {
                 break;
             }
             self.unmap_block(id)?;
+            unmapped = true;
             excess = excess.saturating_sub(bytes);
         }
-        Ok(())
+        Ok(unmapped)
     }
 
     /// Map the pages under the first `size` bytes of unmapped block `id`; the mapped part becomes a
