@@ -832,6 +832,77 @@ fn expandable_trim_keeps_free_pages_while_growth_stays_under_the_line() {
     a.free(again).unwrap();
 }
 
+fn trim() -> CachingConfig {
+    CachingConfig {
+        expandable_trim: true,
+        ..expandable()
+    }
+}
+
+#[test]
+fn expandable_trim_grows_where_free_pages_are_already_mapped() {
+    // No growth below maps ahead: each line (most allocated + 1/14) is under a page above it.
+    let (mut a, backend) = allocator_with(1 << 30, trim());
+    let x = a.malloc(8 << 20, 0).unwrap(); // [0, 8) MiB
+    let y = a.malloc(2 << 20, 0).unwrap(); // [8, 10)
+    let z = a.malloc(4 << 20, 0).unwrap(); // [10, 14)
+    let w = a.malloc(6 << 20, 0).unwrap(); // [14, 20)
+    let v = a.malloc(2 << 20, 0).unwrap(); // [20, 22): 22 MiB reserved, all allocated
+    a.free(x).unwrap();
+    a.free(w).unwrap();
+    // 16 MiB: the line is 24 + 24/14 = 25.7 MiB; 22 + 16 passes it by 12.3, which neither free
+    // stretch (8 and 6 MiB) covers: both go, largest first, then [22, 38) is mapped.
+    let f = a.malloc(16 << 20, 0).unwrap();
+    assert_eq!(f, x + (22 << 20));
+    let s = a.stats();
+    assert_eq!((s.num_device_alloc, s.num_device_free), (6, 2));
+    assert_eq!(s.reserved_bytes[ALL].current, 24 * MIB);
+    // Free [10, 14) now lies before the unmapped [14, 20); [0, 8) is unmapped too.
+    a.free(z).unwrap();
+    // 8 MiB: [0, 8) would map 8 new MiB, [10, 18) only 4. The line is 28 + 2 = 30 MiB: 24 + 4
+    // stays under it, with a page to spare, so [14, 20) is mapped whole (6 MiB, one call).
+    let g = a.malloc(8 << 20, 0).unwrap();
+    assert_eq!(g, x + (10 << 20), "the free 4 MiB are used, not 8 new MiB at [0, 8)");
+    let s = a.stats();
+    assert_eq!((s.num_device_alloc, s.num_device_free), (7, 2));
+    assert_eq!(s.reserved_bytes[ALL].current, 30 * MIB);
+    assert_eq!(s.reserved_bytes[ALL].peak, 30 * MIB);
+    assert_eq!(backend.mapped_bytes(0), 30 << 20);
+    for p in [y, v, f, g] {
+        a.free(p).unwrap();
+    }
+}
+
+#[test]
+fn expandable_trim_maps_ahead_under_the_line_but_not_after_a_trim() {
+    let (mut a, backend) = allocator_with(1 << 30, trim());
+    // 28 MiB: the line is 28 + 2 = 30 MiB, so one page more is mapped ahead: [0, 30).
+    let x = a.malloc(28 << 20, 0).unwrap();
+    assert_eq!(a.stats().reserved_bytes[ALL].current, 30 * MIB);
+    let y = a.malloc(2 << 20, 0).unwrap();
+    assert_eq!(y, x + (28 << 20), "the page mapped ahead");
+    // 2 MiB more: the line is 32 + 2.3 MiB; 30 + 2 leaves a page under it: [30, 34) is mapped.
+    let z = a.malloc(2 << 20, 0).unwrap();
+    assert_eq!(z, x + (30 << 20));
+    let s = a.stats();
+    assert_eq!((s.num_device_alloc, s.num_device_free), (2, 0));
+    assert_eq!(s.reserved_bytes[ALL].current, 34 * MIB);
+    a.free(x).unwrap();
+    // 30 MiB from the free [32, 34) on needs 28 new MiB; the line is 34 + 2.4 MiB, so the free
+    // [0, 28) goes first (one call), and then only the 28 MiB are mapped, nothing ahead: the
+    // 2.4 MiB under the line that the trim left are what it has just given back.
+    let w = a.malloc(30 << 20, 0).unwrap();
+    assert_eq!(w, x + (32 << 20));
+    let s = a.stats();
+    assert_eq!((s.num_device_alloc, s.num_device_free), (3, 1));
+    assert_eq!(s.reserved_bytes[ALL].current, 34 * MIB);
+    assert_eq!(s.reserved_bytes[ALL].peak, 34 * MIB);
+    assert_eq!(backend.mapped_bytes(0), 34 << 20);
+    for p in [y, z, w] {
+        a.free(p).unwrap();
+    }
+}
+
 #[test]
 fn release_lock_on_malloc_keeps_every_figure() {
     // The same requests, with the OOM retry path and a memory fraction, with and without the option.
