@@ -529,8 +529,9 @@ pub(super) const MAX_RESERVATION: usize = 1 << 42;
 /// Page sizes of expandable segments, as PyTorch maps them.
 pub(super) const SMALL_PAGE: usize = super::super::policy::SMALL_BUFFER;
 pub(super) const LARGE_PAGE: usize = super::super::policy::LARGE_BUFFER;
-/// expandable_trim lets reserved memory exceed the most ever allocated by 1/TRIM_SLACK of it. A
-/// tighter line trims more often: on the sample traces 1/32 gains one to three points of utilization
-/// for 1.4-2.7x the device calls of 1/14, and 1/12 saves 30% of varying_sizes' calls but leaves
-/// transformer_train at 0.92 (docs/notes/issue-14.md has the table).
+/// expandable_trim lets reserved memory exceed the most ever allocated by 1/TRIM_SLACK of it: peak
+/// utilization is then at least 14/15 = 0.933 (unless the free pages outside a growth are fewer than
+/// its excess), and higher where a trim gives back a whole stretch. On the sample traces a tighter
+/// line buys little utilization for many more device calls, and a looser one loses transformer_train's
+/// 0.95 (docs/notes/issue-14.md has the table).
 const TRIM_SLACK: usize = 14;
