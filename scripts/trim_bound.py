@@ -1,10 +1,9 @@
 #!/usr/bin/env python3
 """An idealised, optimistic model of a trimming allocator over virtual memory (issue 14).
 
-It answers: on a trace, how many device calls (maps + unmaps) does ANY online placement policy of
-this kind need to keep peak reserved memory within peak allocated / u, and what utilization can it
-reach within a budget of calls? The model is deliberately optimistic, so its figures are lower
-bounds on calls (upper bounds on utilization) for accalloc's expandable_trim, not targets:
+It estimates, on a trace, how many device calls (maps + unmaps) a trimming allocator needs to keep
+peak reserved memory within peak allocated / u, and what utilization it can reach within a budget
+of calls. Its mechanics are deliberately more generous than any real device's:
 
   - pages are one byte: any range can be mapped or unmapped exactly, with no rounding;
   - one address space of unlimited size, one pool, one stream;
@@ -17,14 +16,23 @@ bounds on calls (upper bounds on utilization) for accalloc's expandable_trim, no
   - when that would take reserved memory past the line, the excess is unmapped from free holes
     elsewhere in ONE call, however many holes it touches (smallest holes first, or largest first
     with --unmap largest; the better of the two is what issue-14.md reports);
-  - nothing is unmapped while under the line (unmapping early can only add calls).
+  - nothing is unmapped while under the line.
+
+Options: --unmap largest (largest holes first); --online (the line follows the peak so far, as
+accalloc's does); --ahead-mib N (a map also maps up to N MiB of unmapped space right after the
+request while under the line, in the same call, as accalloc maps up to 20 MiB ahead); --budget N.
+
+Its choices (best fit, fewest new bytes, smallest holes unmapped first) are good heuristics, not
+proven optimal, so its figures are estimates, not bounds: on varying_sizes accalloc's
+expandable_trim does better than it (docs/notes/issue-14.md).
 
 Sizes are rounded as the allocator rounds them (512 bytes). Usage:
 
-    python3 scripts/trim_bound.py examples/traces/random_rmm.jsonl [--unmap smallest|largest]
+    python3 scripts/trim_bound.py examples/traces/random_rmm.jsonl [--unmap largest] [--online]
 
-prints, for utilization targets from 0.80 to 0.99, the peak reserved and the calls (maps, unmaps),
-and the best utilization within 150 calls (lines 0.700 to 0.990 tried). Standard library only.
+prints, for utilization targets from 0.80 to 0.99, the peak reserved and the calls (maps, unmaps);
+at 0.95, how many requests fit no free hole and what was free then; and the best utilization
+within 150 calls (lines 0.700 to 0.990 tried). Standard library only.
 """
 
 import argparse
@@ -181,6 +189,10 @@ class Space:
         assert excess == 0, "the line is never below allocated memory"
 
 
+# Each request that fit no free hole in the last simulation: (size, free bytes, holes, largest).
+misses = []
+
+
 def simulate(events, u, peak, order, ahead, online):
     """Peak reserved, maps and unmaps with the line at peak / u (online: the peak so far / u)."""
     line = int(peak / u)
@@ -189,6 +201,7 @@ def simulate(events, u, peak, order, ahead, online):
     where = {}
     maps = unmaps = 0
     peak_reserved = 0
+    misses.clear()
     for op, ident, size in events:
         if op == "free":
             start, length = where.pop(ident)
@@ -204,6 +217,8 @@ def simulate(events, u, peak, order, ahead, online):
         if hole is not None:
             start = hole[0]
         else:
+            holes = [l for _, l, k in space.segs if k == FREE]
+            misses.append((size, sum(holes), len(holes), max(holes, default=0)))
             new, start = space.cheapest_window(size)
             excess = space.reserved + new - line
             if excess > 0:
@@ -241,6 +256,13 @@ def main():
     for u in (0.80, 0.85, 0.90, 0.92, 0.95, 0.97, 0.99):
         reserved, maps, unmaps = simulate(events, u, peak, args.unmap, args.ahead, args.online)
         print(f"| {u:.2f} | {reserved / 2**20:.0f} MiB | {peak / reserved:.3f} | {maps + unmaps} ({maps} + {unmaps}) |")
+    simulate(events, 0.95, peak, args.unmap, args.ahead, args.online)
+    mallocs = sum(1 for op, _, _ in events if op == "alloc")
+    n = len(misses)
+    mean = lambda i: sum(m[i] for m in misses) / n / 2**20
+    print(f"at 0.95: {n} of {mallocs} requests ({n / mallocs:.0%}) fit no free hole; at those, "
+          f"{mean(1):.0f} MiB were free in {sum(m[2] for m in misses) / n:.1f} holes, the largest "
+          f"{mean(3):.0f} MiB, for a request of {mean(0):.0f} MiB")
     # The best utilization within the budget: calls do not fall strictly as the line rises, so
     # every line from 0.700 to 0.990 in steps of 0.005 is tried.
     best = None
