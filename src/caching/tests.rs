@@ -785,53 +785,6 @@ fn expandable_segments_fall_back_without_virtual_memory() {
     assert_eq!(backend.alloc_calls(0), 1);
 }
 
-#[test]
-fn expandable_trim_unmaps_free_pages_before_growing() {
-    let config = CachingConfig {
-        expandable_trim: true,
-        ..expandable()
-    };
-    let (mut a, backend) = allocator_with(1 << 30, config);
-    let p = a.malloc(6 << 20, 0).unwrap(); // three 2 MiB pages
-    let q = a.malloc(4 << 20, 0).unwrap(); // two more, right after
-    assert_eq!(q, p + (6 << 20));
-    assert_eq!(a.stats().reserved_bytes[ALL].current, 10 * MIB);
-    a.free(p).unwrap(); // three wholly free pages before q
-                        // Growing for 8 MiB first unmaps those three pages, then maps four new ones after q.
-    let r = a.malloc(8 << 20, 0).unwrap();
-    let s = a.stats();
-    assert_eq!(
-        s.reserved_bytes[ALL].current,
-        12 * MIB,
-        "4 + 8 MiB, not 6 + 4 + 8"
-    );
-    assert_eq!(s.reserved_bytes[ALL].peak, 12 * MIB);
-    assert_eq!((s.num_device_free, s.num_device_alloc), (1, 3));
-    assert_eq!(backend.mapped_bytes(0), 12 << 20);
-    assert!(r > q);
-}
-
-#[test]
-fn expandable_trim_keeps_free_pages_while_growth_stays_under_the_line() {
-    let config = CachingConfig {
-        expandable_trim: true,
-        ..expandable()
-    };
-    let (mut a, backend) = allocator_with(1 << 30, config);
-    let s = a.malloc(512 << 10, 0).unwrap(); // one 2 MiB page of the small pool
-    a.free(s).unwrap();
-    // 2 + 32 MiB reserved is within 1/14 of the 32 MiB needed: the free small page stays mapped.
-    let x = a.malloc(32 << 20, 0).unwrap();
-    let again = a.malloc(512 << 10, 0).unwrap();
-    assert_eq!(again, s, "the cached page is used again");
-    let stats = a.stats();
-    assert_eq!((stats.num_device_free, stats.num_device_alloc), (0, 2));
-    assert_eq!(stats.reserved_bytes[ALL].peak, 34 * MIB);
-    assert_eq!(backend.mapped_bytes(0), 34 << 20);
-    a.free(x).unwrap();
-    a.free(again).unwrap();
-}
-
 fn trim() -> CachingConfig {
     CachingConfig {
         expandable_trim: true,
@@ -839,36 +792,85 @@ fn trim() -> CachingConfig {
     }
 }
 
+// In these tests the line (most allocated + 1/14, at least + 20 MiB) is always the most allocated
+// + 20 MiB: 1/14 of it would be less than 20 MiB.
+
+#[test]
+fn expandable_trim_unmaps_free_pages_before_growing() {
+    let (mut a, backend) = allocator_with(1 << 30, trim());
+    // 28 MiB: the line is 48 MiB, so 20 MiB more are mapped ahead: [0, 48) in one call.
+    let p = a.malloc(28 << 20, 0).unwrap();
+    let q = a.malloc(20 << 20, 0).unwrap();
+    assert_eq!(q, p + (28 << 20), "the 20 MiB mapped ahead");
+    assert_eq!(a.stats().reserved_bytes[ALL].current, 48 * MIB);
+    a.free(p).unwrap(); // 28 MiB of free pages before q
+    // 30 MiB: the line is 50 + 20 = 70 MiB; 48 + 30 passes it by 8, so p's 28 MiB are unmapped
+    // first (the smallest free stretch that covers 8), then 30 new MiB are mapped after q.
+    let r = a.malloc(30 << 20, 0).unwrap();
+    assert_eq!(r, q + (20 << 20));
+    let s = a.stats();
+    assert_eq!(
+        s.reserved_bytes[ALL].current,
+        50 * MIB,
+        "20 + 30 MiB, not 28 + 20 + 30"
+    );
+    assert_eq!(s.reserved_bytes[ALL].peak, 50 * MIB);
+    assert_eq!((s.num_device_free, s.num_device_alloc), (1, 2));
+    assert_eq!(backend.mapped_bytes(0), 50 << 20);
+}
+
+#[test]
+fn expandable_trim_keeps_free_pages_while_growth_stays_under_the_line() {
+    let (mut a, backend) = allocator_with(1 << 30, trim());
+    let s = a.malloc(512 << 10, 0).unwrap(); // one 2 MiB page of the small pool
+    a.free(s).unwrap();
+    // 32 MiB: the line is 32 + 20 = 52 MiB; 2 + 32 stays under it, so the free small page stays
+    // mapped, and the 18 MiB left under the line are mapped ahead with the 32 (one call).
+    let x = a.malloc(32 << 20, 0).unwrap();
+    let again = a.malloc(512 << 10, 0).unwrap();
+    assert_eq!(again, s, "the cached page is used again");
+    let stats = a.stats();
+    assert_eq!((stats.num_device_free, stats.num_device_alloc), (0, 2));
+    assert_eq!(stats.reserved_bytes[ALL].peak, 52 * MIB);
+    assert_eq!(backend.mapped_bytes(0), 52 << 20);
+    a.free(x).unwrap();
+    a.free(again).unwrap();
+}
+
 #[test]
 fn expandable_trim_grows_where_free_pages_are_already_mapped() {
-    // No growth below maps ahead: each line (most allocated + 1/14) is under a page above it.
     let (mut a, backend) = allocator_with(1 << 30, trim());
-    let x = a.malloc(8 << 20, 0).unwrap(); // [0, 8) MiB
-    let y = a.malloc(2 << 20, 0).unwrap(); // [8, 10)
-    let z = a.malloc(4 << 20, 0).unwrap(); // [10, 14)
-    let w = a.malloc(6 << 20, 0).unwrap(); // [14, 20)
-    let v = a.malloc(2 << 20, 0).unwrap(); // [20, 22): 22 MiB reserved, all allocated
+    let x = a.malloc(24 << 20, 0).unwrap(); // [0, 24); line 44: [24, 44) mapped ahead
+    let y = a.malloc(2 << 20, 0).unwrap(); // [24, 26)
+    let z = a.malloc(4 << 20, 0).unwrap(); // [26, 30)
+    // 22 MiB: [30, 44) is free, 8 MiB more are needed; the line is 52 + 20 = 72 MiB, so
+    // [44, 72) is mapped (one call) and [52, 72) stays free.
+    let w = a.malloc(22 << 20, 0).unwrap(); // [30, 52)
+    let v = a.malloc(2 << 20, 0).unwrap(); // [52, 54)
+    let u = a.malloc(18 << 20, 0).unwrap(); // [54, 72): 72 MiB reserved, all allocated
+    assert_eq!(u, x + (54 << 20));
     a.free(x).unwrap();
     a.free(w).unwrap();
-    // 16 MiB: the line is 24 + 24/14 = 25.7 MiB; 22 + 16 passes it by 12.3, which neither free
-    // stretch (8 and 6 MiB) covers: both go, largest first, then [22, 38) is mapped.
-    let f = a.malloc(16 << 20, 0).unwrap();
-    assert_eq!(f, x + (22 << 20));
+    // 48 MiB: the line is 74 + 20 = 94 MiB; 72 + 48 passes it by 26, which neither free stretch
+    // (24 and 22 MiB) covers: both go, largest first, then [72, 120) is mapped, nothing ahead.
+    let f = a.malloc(48 << 20, 0).unwrap();
+    assert_eq!(f, x + (72 << 20));
     let s = a.stats();
-    assert_eq!((s.num_device_alloc, s.num_device_free), (6, 2));
-    assert_eq!(s.reserved_bytes[ALL].current, 24 * MIB);
-    // Free [10, 14) now lies before the unmapped [14, 20); [0, 8) is unmapped too.
+    assert_eq!((s.num_device_alloc, s.num_device_free), (3, 2));
+    assert_eq!(s.reserved_bytes[ALL].current, 74 * MIB);
+    // Free [26, 30) now lies before the unmapped [30, 52); [0, 24) is unmapped too.
     a.free(z).unwrap();
-    // 8 MiB: [0, 8) would map 8 new MiB, [10, 18) only 4. The line is 28 + 2 = 30 MiB: 24 + 4
-    // stays under it, with a page to spare, so [14, 20) is mapped whole (6 MiB, one call).
-    let g = a.malloc(8 << 20, 0).unwrap();
-    assert_eq!(g, x + (10 << 20), "the free 4 MiB are used, not 8 new MiB at [0, 8)");
+    // 24 MiB: [0, 24) would map 24 new MiB (PyTorch's choice, the lowest room), [26, 50) only 20.
+    // The line is 94 + 20 = 114 MiB: 74 + 20 stays under it, and the rest of [30, 52) (2 MiB) is
+    // mapped with it, one call.
+    let g = a.malloc(24 << 20, 0).unwrap();
+    assert_eq!(g, x + (26 << 20), "the free 4 MiB are used, not 24 new MiB at [0, 24)");
     let s = a.stats();
-    assert_eq!((s.num_device_alloc, s.num_device_free), (7, 2));
-    assert_eq!(s.reserved_bytes[ALL].current, 30 * MIB);
-    assert_eq!(s.reserved_bytes[ALL].peak, 30 * MIB);
-    assert_eq!(backend.mapped_bytes(0), 30 << 20);
-    for p in [y, v, f, g] {
+    assert_eq!((s.num_device_alloc, s.num_device_free), (4, 2));
+    assert_eq!(s.reserved_bytes[ALL].current, 96 * MIB);
+    assert_eq!(s.reserved_bytes[ALL].peak, 96 * MIB);
+    assert_eq!(backend.mapped_bytes(0), 96 << 20);
+    for p in [y, v, u, f, g] {
         a.free(p).unwrap();
     }
 }
@@ -876,29 +878,30 @@ fn expandable_trim_grows_where_free_pages_are_already_mapped() {
 #[test]
 fn expandable_trim_maps_ahead_under_the_line_but_not_after_a_trim() {
     let (mut a, backend) = allocator_with(1 << 30, trim());
-    // 28 MiB: the line is 28 + 2 = 30 MiB, so one page more is mapped ahead: [0, 30).
-    let x = a.malloc(28 << 20, 0).unwrap();
-    assert_eq!(a.stats().reserved_bytes[ALL].current, 30 * MIB);
-    let y = a.malloc(2 << 20, 0).unwrap();
-    assert_eq!(y, x + (28 << 20), "the page mapped ahead");
-    // 2 MiB more: the line is 32 + 2.3 MiB; 30 + 2 leaves a page under it: [30, 34) is mapped.
-    let z = a.malloc(2 << 20, 0).unwrap();
-    assert_eq!(z, x + (30 << 20));
+    let x = a.malloc(8 << 20, 0).unwrap(); // [0, 8); line 28: [8, 28) mapped ahead
+    let y = a.malloc(14 << 20, 0).unwrap(); // [8, 22)
+    let c = a.malloc(4 << 20, 0).unwrap(); // [22, 26); [26, 28) free
+    a.free(x).unwrap();
+    // 16 MiB from the free [26, 28) on needs 14 new MiB; the line is 34 + 20 = 54 MiB, so only
+    // 12 MiB more fit ahead: [28, 54) is mapped (one call).
+    let z = a.malloc(16 << 20, 0).unwrap();
+    assert_eq!(z, x + (26 << 20));
     let s = a.stats();
     assert_eq!((s.num_device_alloc, s.num_device_free), (2, 0));
-    assert_eq!(s.reserved_bytes[ALL].current, 34 * MIB);
-    a.free(x).unwrap();
-    // 30 MiB from the free [32, 34) on needs 28 new MiB; the line is 34 + 2.4 MiB, so the free
-    // [0, 28) goes first (one call), and then only the 28 MiB are mapped, nothing ahead: the
-    // 2.4 MiB under the line that the trim left are what it has just given back.
+    assert_eq!(s.reserved_bytes[ALL].current, 54 * MIB);
+    a.free(y).unwrap(); // [0, 22) free
+    // 30 MiB from the free [42, 54) on needs 18 new MiB; the line is 50 + 20 = 70 MiB and
+    // 54 + 18 passes it by 2, so the free [0, 22) goes first (one call), and then only the 18 MiB
+    // are mapped, nothing ahead: the 20 MiB under the line that the trim left are what it has
+    // just given back.
     let w = a.malloc(30 << 20, 0).unwrap();
-    assert_eq!(w, x + (32 << 20));
+    assert_eq!(w, x + (42 << 20));
     let s = a.stats();
     assert_eq!((s.num_device_alloc, s.num_device_free), (3, 1));
-    assert_eq!(s.reserved_bytes[ALL].current, 34 * MIB);
-    assert_eq!(s.reserved_bytes[ALL].peak, 34 * MIB);
-    assert_eq!(backend.mapped_bytes(0), 34 << 20);
-    for p in [y, z, w] {
+    assert_eq!(s.reserved_bytes[ALL].current, 50 * MIB);
+    assert_eq!(s.reserved_bytes[ALL].peak, 54 * MIB);
+    assert_eq!(backend.mapped_bytes(0), 50 << 20);
+    for p in [c, z, w] {
         a.free(p).unwrap();
     }
 }

@@ -231,11 +231,13 @@ impl CachingAllocator {
     }
 
     /// Reserved memory may grow to this (expandable_trim): the most ever allocated, counting a
-    /// request of `size` bytes, plus 1/TRIM_SLACK of it.
+    /// request of `size` bytes, plus 1/TRIM_SLACK of it, and at least one large page (20 MiB) more:
+    /// plain expandable segments round each pool up to such pages, and trimming closer to the peak
+    /// than that would spend device calls on less memory than one of their pages.
     fn trim_limit(&self, size: usize) -> usize {
         let allocated = &self.stats.allocated_bytes[StatType::All as usize];
         let needed = (allocated.current as usize + size).max(allocated.peak as usize);
-        needed + needed / TRIM_SLACK
+        needed + (needed / TRIM_SLACK).max(LARGE_PAGE)
     }
 
     /// expandable_trim maps 2 MiB pages, so that free memory can be given back finely; while reserved
@@ -529,9 +531,9 @@ pub(super) const MAX_RESERVATION: usize = 1 << 42;
 /// Page sizes of expandable segments, as PyTorch maps them.
 pub(super) const SMALL_PAGE: usize = super::super::policy::SMALL_BUFFER;
 pub(super) const LARGE_PAGE: usize = super::super::policy::LARGE_BUFFER;
-/// expandable_trim lets reserved memory exceed the most ever allocated by 1/TRIM_SLACK of it: peak
-/// utilization is then at least 14/15 = 0.933 (unless the free pages outside a growth are fewer than
-/// its excess), and higher where a trim gives back a whole stretch. On the sample traces a tighter
-/// line buys little utilization for many more device calls, and a looser one loses transformer_train's
-/// 0.95 (docs/notes/issue-14.md has the table).
+/// expandable_trim lets reserved memory exceed the most ever allocated by 1/TRIM_SLACK of it (and by
+/// at least LARGE_PAGE): peak utilization is then at least 14/15 = 0.933 once the peak passes 280
+/// MiB (unless the free pages outside a growth are fewer than its excess), and higher where a trim
+/// gives back a whole stretch. On the sample traces a tighter line buys little utilization for many
+/// more device calls, and a looser one loses transformer_train's 0.95 (docs/notes/issue-14.md).
 const TRIM_SLACK: usize = 14;
