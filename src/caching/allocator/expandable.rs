@@ -248,7 +248,9 @@ impl CachingAllocator {
             return size;
         }
         let (_, room, _) = self.chain(start, usize::MAX);
-        let new = self.unmapped_in_growth(start, size).next_multiple_of(SMALL_PAGE);
+        let new = self
+            .unmapped_in_growth(start, size)
+            .next_multiple_of(SMALL_PAGE);
         let headroom = self
             .trim_limit(size)
             .saturating_sub(self.reserved_total + new);
@@ -265,7 +267,12 @@ impl CachingAllocator {
     /// takes in. Giving back the whole stretch rather than just the excess leaves room under the line
     /// for the next growths, which then need no unmap of their own. Returns whether anything was
     /// unmapped.
-    fn trim_before_growth(&mut self, pool: PoolKind, stream: StreamId, size: usize) -> Result<bool> {
+    fn trim_before_growth(
+        &mut self,
+        pool: PoolKind,
+        stream: StreamId,
+        size: usize,
+    ) -> Result<bool> {
         let page = SMALL_PAGE;
         let (taken, new_bytes) = match self.growth_chain(pool, stream, size) {
             Some(start) => (
