@@ -803,9 +803,10 @@ fn expandable_trim_unmaps_free_pages_before_growing() {
     let q = a.malloc(20 << 20, 0).unwrap();
     assert_eq!(q, p + (28 << 20), "the 20 MiB mapped ahead");
     assert_eq!(a.stats().reserved_bytes[ALL].current, 48 * MIB);
-    a.free(p).unwrap(); // 28 MiB of free pages before q
-                        // 30 MiB: the line is 50 + 20 = 70 MiB; 48 + 30 passes it by 8, so p's 28 MiB are unmapped
-                        // first (the smallest free stretch that covers 8), then 30 new MiB are mapped after q.
+    // 28 MiB of free pages before q.
+    a.free(p).unwrap();
+    // 30 MiB: the line is 50 + 20 = 70 MiB; 48 + 30 passes it by 8, so p's 28 MiB are unmapped
+    // first (the smallest free stretch that covers 8), then 30 new MiB are mapped after q.
     let r = a.malloc(30 << 20, 0).unwrap();
     assert_eq!(r, q + (20 << 20));
     let s = a.stats();
@@ -843,8 +844,9 @@ fn expandable_trim_grows_where_free_pages_are_already_mapped() {
     let x = a.malloc(24 << 20, 0).unwrap(); // [0, 24); line 44: [24, 44) mapped ahead
     let y = a.malloc(2 << 20, 0).unwrap(); // [24, 26)
     let z = a.malloc(4 << 20, 0).unwrap(); // [26, 30)
-                                           // 22 MiB: [30, 44) is free, 8 MiB more are needed; the line is 52 + 20 = 72 MiB, so
-                                           // [44, 72) is mapped (one call) and [52, 72) stays free.
+
+    // 22 MiB: [30, 44) is free, 8 MiB more are needed; the line is 52 + 20 = 72 MiB, so
+    // [44, 72) is mapped (one call) and [52, 72) stays free.
     let w = a.malloc(22 << 20, 0).unwrap(); // [30, 52)
     let v = a.malloc(2 << 20, 0).unwrap(); // [52, 54)
     let u = a.malloc(18 << 20, 0).unwrap(); // [54, 72): 72 MiB reserved, all allocated
@@ -893,11 +895,12 @@ fn expandable_trim_maps_ahead_under_the_line_but_not_after_a_trim() {
     let s = a.stats();
     assert_eq!((s.num_device_alloc, s.num_device_free), (2, 0));
     assert_eq!(s.reserved_bytes[ALL].current, 54 * MIB);
-    a.free(y).unwrap(); // [0, 22) free
-                        // 30 MiB from the free [42, 54) on needs 18 new MiB; the line is 50 + 20 = 70 MiB and
-                        // 54 + 18 passes it by 2, so the free [0, 22) goes first (one call), and then only the 18 MiB
-                        // are mapped, nothing ahead: the 20 MiB under the line that the trim left are what it has
-                        // just given back.
+    // [0, 22) is free now.
+    a.free(y).unwrap();
+    // 30 MiB from the free [42, 54) on needs 18 new MiB; the line is 50 + 20 = 70 MiB and
+    // 54 + 18 passes it by 2, so the free [0, 22) goes first (one call), and then only the 18 MiB
+    // are mapped, nothing ahead: the 20 MiB under the line that the trim left are what it has
+    // just given back.
     let w = a.malloc(30 << 20, 0).unwrap();
     assert_eq!(w, x + (42 << 20));
     let s = a.stats();
@@ -908,6 +911,31 @@ fn expandable_trim_maps_ahead_under_the_line_but_not_after_a_trim() {
     for p in [c, z, w] {
         a.free(p).unwrap();
     }
+}
+
+#[test]
+fn expandable_trim_keeps_the_request_when_pages_mapped_ahead_do_not_fit() {
+    // A 40 MiB device: 28 MiB plus 20 ahead (the line is 48) runs out at the 21st page.
+    let (mut a, backend) = allocator_with(40 << 20, trim());
+    let x = a.malloc(28 << 20, 0).unwrap();
+    let s = a.stats();
+    assert_eq!(s.num_ooms, 0, "the request's own pages fit");
+    assert_eq!(s.num_device_alloc, 1);
+    assert_eq!(
+        s.reserved_bytes[ALL].current,
+        40 * MIB,
+        "12 of the 20 MiB ahead"
+    );
+    assert_eq!(backend.mapped_bytes(0), 40 << 20);
+    let y = a.malloc(12 << 20, 0).unwrap();
+    assert_eq!(
+        y,
+        x + (28 << 20),
+        "the pages mapped ahead serve the next request"
+    );
+    assert_eq!(a.stats().num_device_alloc, 1);
+    a.free(x).unwrap();
+    a.free(y).unwrap();
 }
 
 #[test]

@@ -81,29 +81,43 @@ impl CachingAllocator {
         let trimmed = self.config.expandable_trim && self.trim_before_growth(pool, stream, size)?;
         // A chain of blocks with room for `size`: unmapped; unmapped then free; or free then unmapped.
         let mut candidate = self.find_expandable_block(pool, stream, size)?;
-        let size = if trimmed {
+        let mut target = if trimmed {
             // Mapping ahead now would map again what the trim has just unmapped.
             size
         } else {
             self.growth_with_headroom(pool, candidate, size)
         };
+        // Pages mapped ahead are a bonus: where the device runs out after the request's own pages,
+        // the growth keeps what it mapped instead of failing the request.
         if !self.blocks[candidate].mapped {
-            let first = self.blocks[candidate].size.min(size);
-            if !self.map_block(candidate, first)? {
+            let wanted = self.blocks[candidate].size.min(target);
+            let mapped = self.map_block(candidate, wanted, wanted.min(size))?;
+            if mapped == 0 {
                 return Ok(None);
             }
+            if mapped < wanted {
+                // Cut short after the request's pages: it is covered.
+                target = size;
+            }
         }
-        while self.blocks[candidate].size < size {
+        while self.blocks[candidate].size < target {
             // The block after a free one is unmapped: map what is missing; it merges with `candidate`.
-            let remaining = size - self.blocks[candidate].size;
+            let covered = self.blocks[candidate].size;
             let next = self.blocks[candidate]
                 .next
                 .expect("a chain with room continues");
-            let wanted = remaining.min(self.blocks[next].size);
-            if !self.map_block(next, wanted)? {
+            let wanted = (target - covered).min(self.blocks[next].size);
+            let required = size.saturating_sub(covered).min(wanted);
+            let mapped = self.map_block(next, wanted, required)?;
+            if mapped == 0 && required > 0 {
                 return Ok(None);
             }
-            candidate = next;
+            if mapped > 0 {
+                candidate = next;
+            }
+            if mapped < wanted {
+                break;
+            }
         }
         let block = self.blocks[candidate];
         self.pool_mut(pool).remove(&block);
@@ -319,19 +333,26 @@ impl CachingAllocator {
         Ok(unmapped)
     }
 
-    /// Map the pages under the first `size` bytes of unmapped block `id`; the mapped part becomes a
-    /// free block (merged with free neighbours), the rest stays unmapped. Ok(false) when the device
-    /// has no room (nothing is left mapped then).
-    fn map_block(&mut self, id: BlockId, size: usize) -> Result<bool> {
+    /// Map the pages under the first `size` bytes of unmapped block `id`, in one call; the mapped part
+    /// becomes a free block (merged with free neighbours), the rest stays unmapped. Returns the bytes
+    /// mapped: where the device runs out once the first `required` bytes are mapped, what was mapped
+    /// is kept; Ok(0) when it runs out before (nothing is left mapped then).
+    fn map_block(&mut self, id: BlockId, size: usize, required: usize) -> Result<usize> {
         let block = self.blocks[id];
         let segment_index = block.expandable.expect("only expandable blocks are mapped") as usize;
         let segment = &self.expandable[segment_index];
-        let (first, last) = segment.pages_covering(block.ptr, size);
+        let (first, mut last) = segment.pages_covering(block.ptr, size);
+        let required_pages = required.div_ceil(segment.page);
         let page = segment.page;
         for p in first..last {
             let address = self.expandable[segment_index].page_address(p);
             match self.backend.vm_map(self.device, address, page) {
                 Ok(()) => self.expandable[segment_index].mapped[p] = true,
+                Err(BackendError::OutOfMemory) if p > first && p - first >= required_pages => {
+                    // The required pages are in: keep them (and the others mapped so far).
+                    last = p;
+                    break;
+                }
                 Err(error) => {
                     // Give back what this call mapped, then report.
                     for q in first..p {
@@ -344,7 +365,7 @@ impl CachingAllocator {
                         self.expandable[segment_index].mapped[q] = false;
                     }
                     return match error {
-                        BackendError::OutOfMemory => Ok(false),
+                        BackendError::OutOfMemory => Ok(0),
                         e => Err(backend_error(&*self.backend, self.device, "vm_map", e)),
                     };
                 }
@@ -398,7 +419,7 @@ impl CachingAllocator {
             mapped_size,
             block.stream,
         );
-        Ok(true)
+        Ok(mapped_size)
     }
 
     /// Unmap the whole pages inside cached block `id` of an expandable segment; the pieces before and
