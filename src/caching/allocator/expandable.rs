@@ -273,8 +273,9 @@ impl CachingAllocator {
     }
 
     /// expandable_trim: before an expandable segment grows for a request of `size` bytes, unmap
-    /// free pages elsewhere, but only when the growth would take reserved memory past the line: the
-    /// most ever allocated (this request included) plus 1/TRIM_SLACK of it. Below the line growth
+    /// free pages elsewhere, but only when the growth would take reserved memory past the line (see
+    /// trim_limit: the most ever allocated, this request included, plus 1/TRIM_SLACK of it and at
+    /// least a large page). Below the line growth
     /// maps as plain expandable segments do, so cached pages are reused rather than unmapped and
     /// mapped again. Above it, whole free stretches go: the smallest that covers the excess (one
     /// call), else the largest ones first (one call each), never the free blocks the growth itself
