@@ -18,7 +18,8 @@ of calls. Its mechanics are deliberately more generous than any real device's:
     with --unmap largest; the better of the two is what issue-14.md reports);
   - nothing is unmapped while under the line.
 
-Options: --unmap largest (largest holes first); --online (the line follows the peak so far, as
+Options: --unmap largest (largest holes first); --fit first|worst (the lowest or the largest hole
+that fits instead of the smallest); --online (the line follows the peak so far, as
 accalloc's does); --ahead-mib N (a map also maps up to N MiB of unmapped space right after the
 request while under the line, in the same call, as accalloc maps up to 20 MiB ahead); --budget N.
 
@@ -117,12 +118,17 @@ class Space:
             self._merge_around(j)
             start += piece
 
-    def best_fit_free(self, size):
-        best = None
+    def fitting_free(self, size, fit):
+        """The free hole a request of `size` bytes takes: the smallest (best), the lowest (first) or
+        the largest (worst) that holds it; None when none does."""
+        chosen = None
         for s, l, k in self.segs:
-            if k == FREE and l >= size and (best is None or l < best[1]):
-                best = (s, l)
-        return best
+            if k == FREE and l >= size:
+                if fit == "first":
+                    return (s, l)
+                if chosen is None or (l < chosen[1] if fit == "best" else l > chosen[1]):
+                    chosen = (s, l)
+        return chosen
 
     def cheapest_window(self, size):
         """(new bytes to map, start) of the window of `size` bytes with no live block in it that
@@ -193,7 +199,7 @@ class Space:
 misses = []
 
 
-def simulate(events, u, peak, order, ahead, online):
+def simulate(events, u, peak, order, ahead, online, fit="best"):
     """Peak reserved, maps and unmaps with the line at peak / u (online: the peak so far / u)."""
     line = int(peak / u)
     current = seen_peak = 0
@@ -213,7 +219,7 @@ def simulate(events, u, peak, order, ahead, online):
             current += size
             seen_peak = max(seen_peak, current)
             line = int(seen_peak / u)
-        hole = space.best_fit_free(size)
+        hole = space.fitting_free(size, fit)
         if hole is not None:
             start = hole[0]
         else:
@@ -243,6 +249,7 @@ def main():
     parser.add_argument("trace")
     parser.add_argument("--unmap", choices=["smallest", "largest"], default="smallest")
     parser.add_argument("--budget", type=int, default=150)
+    parser.add_argument("--fit", choices=["best", "first", "worst"], default="best")
     parser.add_argument("--online", action="store_true", help="the line follows the peak so far")
     parser.add_argument("--ahead-mib", type=int, default=0, help="map up to this much ahead")
     args = parser.parse_args()
@@ -254,9 +261,9 @@ def main():
     print("| target utilization | peak reserved | utilization | calls (maps + unmaps) |")
     print("|---:|---:|---:|---:|")
     for u in (0.80, 0.85, 0.90, 0.92, 0.95, 0.97, 0.99):
-        reserved, maps, unmaps = simulate(events, u, peak, args.unmap, args.ahead, args.online)
+        reserved, maps, unmaps = simulate(events, u, peak, args.unmap, args.ahead, args.online, args.fit)
         print(f"| {u:.2f} | {reserved / 2**20:.0f} MiB | {peak / reserved:.3f} | {maps + unmaps} ({maps} + {unmaps}) |")
-    simulate(events, 0.95, peak, args.unmap, args.ahead, args.online)
+    simulate(events, 0.95, peak, args.unmap, args.ahead, args.online, args.fit)
     mallocs = sum(1 for op, _, _ in events if op == "alloc")
     n = len(misses)
     mean = lambda i: sum(m[i] for m in misses) / n / 2**20
@@ -268,7 +275,7 @@ def main():
     best = None
     for step in range(59):
         u = 0.70 + step * 0.005
-        reserved, maps, unmaps = simulate(events, u, peak, args.unmap, args.ahead, args.online)
+        reserved, maps, unmaps = simulate(events, u, peak, args.unmap, args.ahead, args.online, args.fit)
         if maps + unmaps <= args.budget and (best is None or reserved < best[0]):
             best = (reserved, maps, unmaps)
     if best is None:
