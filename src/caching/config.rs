@@ -16,8 +16,10 @@ pub struct CachingConfig {
     pub garbage_collection_threshold: f64,
     /// Grow segments in place over reserved address ranges.
     pub expandable_segments: bool,
-    /// accalloc's own refinement of expandable segments: 2 MiB pages in both pools, and wholly free
-    /// pages unmapped before a segment grows, so reserved memory stays close to allocated memory.
+    /// accalloc's own refinement of expandable segments: 2 MiB pages in both pools; a segment grows
+    /// where the fewest new pages are needed, and free pages are unmapped only when a growth would
+    /// take reserved memory past the most ever allocated plus 1/14 (at least plus 20 MiB), so that
+    /// peak reserved memory stays close to peak allocated memory.
     pub expandable_trim: bool,
     /// Drop the device lock around slow backend allocations.
     pub release_lock_on_malloc: bool,

@@ -785,51 +785,157 @@ fn expandable_segments_fall_back_without_virtual_memory() {
     assert_eq!(backend.alloc_calls(0), 1);
 }
 
-#[test]
-fn expandable_trim_unmaps_free_pages_before_growing() {
-    let config = CachingConfig {
+fn trim() -> CachingConfig {
+    CachingConfig {
         expandable_trim: true,
         ..expandable()
-    };
-    let (mut a, backend) = allocator_with(1 << 30, config);
-    let p = a.malloc(6 << 20, 0).unwrap(); // three 2 MiB pages
-    let q = a.malloc(4 << 20, 0).unwrap(); // two more, right after
-    assert_eq!(q, p + (6 << 20));
-    assert_eq!(a.stats().reserved_bytes[ALL].current, 10 * MIB);
-    a.free(p).unwrap(); // three wholly free pages before q
-                        // Growing for 8 MiB first unmaps those three pages, then maps four new ones after q.
-    let r = a.malloc(8 << 20, 0).unwrap();
+    }
+}
+
+// In these tests the line (most allocated + 1/14, at least + 20 MiB) is always the most allocated
+// + 20 MiB: 1/14 of it would be less than 20 MiB.
+
+#[test]
+fn expandable_trim_unmaps_free_pages_before_growing() {
+    let (mut a, backend) = allocator_with(1 << 30, trim());
+    // 28 MiB: the line is 48 MiB, so 20 MiB more are mapped ahead: [0, 48) in one call.
+    let p = a.malloc(28 << 20, 0).unwrap();
+    let q = a.malloc(20 << 20, 0).unwrap();
+    assert_eq!(q, p + (28 << 20), "the 20 MiB mapped ahead");
+    assert_eq!(a.stats().reserved_bytes[ALL].current, 48 * MIB);
+    // 28 MiB of free pages before q.
+    a.free(p).unwrap();
+    // 30 MiB: the line is 50 + 20 = 70 MiB; 48 + 30 passes it by 8, so p's 28 MiB are unmapped
+    // first (the smallest free stretch that covers 8), then 30 new MiB are mapped after q.
+    let r = a.malloc(30 << 20, 0).unwrap();
+    assert_eq!(r, q + (20 << 20));
     let s = a.stats();
     assert_eq!(
         s.reserved_bytes[ALL].current,
-        12 * MIB,
-        "4 + 8 MiB, not 6 + 4 + 8"
+        50 * MIB,
+        "20 + 30 MiB, not 28 + 20 + 30"
     );
-    assert_eq!(s.reserved_bytes[ALL].peak, 12 * MIB);
-    assert_eq!((s.num_device_free, s.num_device_alloc), (1, 3));
-    assert_eq!(backend.mapped_bytes(0), 12 << 20);
-    assert!(r > q);
+    assert_eq!(s.reserved_bytes[ALL].peak, 50 * MIB);
+    assert_eq!((s.num_device_free, s.num_device_alloc), (1, 2));
+    assert_eq!(backend.mapped_bytes(0), 50 << 20);
 }
 
 #[test]
 fn expandable_trim_keeps_free_pages_while_growth_stays_under_the_line() {
-    let config = CachingConfig {
-        expandable_trim: true,
-        ..expandable()
-    };
-    let (mut a, backend) = allocator_with(1 << 30, config);
+    let (mut a, backend) = allocator_with(1 << 30, trim());
     let s = a.malloc(512 << 10, 0).unwrap(); // one 2 MiB page of the small pool
     a.free(s).unwrap();
-    // 2 + 32 MiB reserved is within 1/14 of the 32 MiB needed: the free small page stays mapped.
+    // 32 MiB: the line is 32 + 20 = 52 MiB; 2 + 32 stays under it, so the free small page stays
+    // mapped, and the 18 MiB left under the line are mapped ahead with the 32 (one call).
     let x = a.malloc(32 << 20, 0).unwrap();
     let again = a.malloc(512 << 10, 0).unwrap();
     assert_eq!(again, s, "the cached page is used again");
     let stats = a.stats();
     assert_eq!((stats.num_device_free, stats.num_device_alloc), (0, 2));
-    assert_eq!(stats.reserved_bytes[ALL].peak, 34 * MIB);
-    assert_eq!(backend.mapped_bytes(0), 34 << 20);
+    assert_eq!(stats.reserved_bytes[ALL].peak, 52 * MIB);
+    assert_eq!(backend.mapped_bytes(0), 52 << 20);
     a.free(x).unwrap();
     a.free(again).unwrap();
+}
+
+#[test]
+fn expandable_trim_grows_where_free_pages_are_already_mapped() {
+    let (mut a, backend) = allocator_with(1 << 30, trim());
+    let x = a.malloc(24 << 20, 0).unwrap(); // [0, 24); line 44: [24, 44) mapped ahead
+    let y = a.malloc(2 << 20, 0).unwrap(); // [24, 26)
+    let z = a.malloc(4 << 20, 0).unwrap(); // [26, 30)
+
+    // 22 MiB: [30, 44) is free, 8 MiB more are needed; the line is 52 + 20 = 72 MiB, so
+    // [44, 72) is mapped (one call) and [52, 72) stays free.
+    let w = a.malloc(22 << 20, 0).unwrap(); // [30, 52)
+    let v = a.malloc(2 << 20, 0).unwrap(); // [52, 54)
+    let u = a.malloc(18 << 20, 0).unwrap(); // [54, 72): 72 MiB reserved, all allocated
+    assert_eq!(u, x + (54 << 20));
+    a.free(x).unwrap();
+    a.free(w).unwrap();
+    // 48 MiB: the line is 74 + 20 = 94 MiB; 72 + 48 passes it by 26, which neither free stretch
+    // (24 and 22 MiB) covers: both go, largest first, then [72, 120) is mapped, nothing ahead.
+    let f = a.malloc(48 << 20, 0).unwrap();
+    assert_eq!(f, x + (72 << 20));
+    let s = a.stats();
+    assert_eq!((s.num_device_alloc, s.num_device_free), (3, 2));
+    assert_eq!(s.reserved_bytes[ALL].current, 74 * MIB);
+    // Free [26, 30) now lies before the unmapped [30, 52); [0, 24) is unmapped too.
+    a.free(z).unwrap();
+    // 24 MiB: [0, 24) would map 24 new MiB (PyTorch's choice, the lowest room), [26, 50) only 20.
+    // The line is 94 + 20 = 114 MiB: 74 + 20 stays under it, and the rest of [30, 52) (2 MiB) is
+    // mapped with it, one call.
+    let g = a.malloc(24 << 20, 0).unwrap();
+    assert_eq!(
+        g,
+        x + (26 << 20),
+        "the free 4 MiB are used, not 24 new MiB at [0, 24)"
+    );
+    let s = a.stats();
+    assert_eq!((s.num_device_alloc, s.num_device_free), (4, 2));
+    assert_eq!(s.reserved_bytes[ALL].current, 96 * MIB);
+    assert_eq!(s.reserved_bytes[ALL].peak, 96 * MIB);
+    assert_eq!(backend.mapped_bytes(0), 96 << 20);
+    for p in [y, v, u, f, g] {
+        a.free(p).unwrap();
+    }
+}
+
+#[test]
+fn expandable_trim_maps_ahead_under_the_line_but_not_after_a_trim() {
+    let (mut a, backend) = allocator_with(1 << 30, trim());
+    let x = a.malloc(8 << 20, 0).unwrap(); // [0, 8); line 28: [8, 28) mapped ahead
+    let y = a.malloc(14 << 20, 0).unwrap(); // [8, 22)
+    let c = a.malloc(4 << 20, 0).unwrap(); // [22, 26); [26, 28) free
+    a.free(x).unwrap();
+    // 16 MiB from the free [26, 28) on needs 14 new MiB; the line is 34 + 20 = 54 MiB, so only
+    // 12 MiB more fit ahead: [28, 54) is mapped (one call).
+    let z = a.malloc(16 << 20, 0).unwrap();
+    assert_eq!(z, x + (26 << 20));
+    let s = a.stats();
+    assert_eq!((s.num_device_alloc, s.num_device_free), (2, 0));
+    assert_eq!(s.reserved_bytes[ALL].current, 54 * MIB);
+    // [0, 22) is free now.
+    a.free(y).unwrap();
+    // 30 MiB from the free [42, 54) on needs 18 new MiB; the line is 50 + 20 = 70 MiB and
+    // 54 + 18 passes it by 2, so the free [0, 22) goes first (one call), and then only the 18 MiB
+    // are mapped, nothing ahead: the 20 MiB under the line that the trim left are what it has
+    // just given back.
+    let w = a.malloc(30 << 20, 0).unwrap();
+    assert_eq!(w, x + (42 << 20));
+    let s = a.stats();
+    assert_eq!((s.num_device_alloc, s.num_device_free), (3, 1));
+    assert_eq!(s.reserved_bytes[ALL].current, 50 * MIB);
+    assert_eq!(s.reserved_bytes[ALL].peak, 54 * MIB);
+    assert_eq!(backend.mapped_bytes(0), 50 << 20);
+    for p in [c, z, w] {
+        a.free(p).unwrap();
+    }
+}
+
+#[test]
+fn expandable_trim_keeps_the_request_when_pages_mapped_ahead_do_not_fit() {
+    // A 40 MiB device: 28 MiB plus 20 ahead (the line is 48) runs out at the 21st page.
+    let (mut a, backend) = allocator_with(40 << 20, trim());
+    let x = a.malloc(28 << 20, 0).unwrap();
+    let s = a.stats();
+    assert_eq!(s.num_ooms, 0, "the request's own pages fit");
+    assert_eq!(s.num_device_alloc, 1);
+    assert_eq!(
+        s.reserved_bytes[ALL].current,
+        40 * MIB,
+        "12 of the 20 MiB ahead"
+    );
+    assert_eq!(backend.mapped_bytes(0), 40 << 20);
+    let y = a.malloc(12 << 20, 0).unwrap();
+    assert_eq!(
+        y,
+        x + (28 << 20),
+        "the pages mapped ahead serve the next request"
+    );
+    assert_eq!(a.stats().num_device_alloc, 1);
+    a.free(x).unwrap();
+    a.free(y).unwrap();
 }
 
 #[test]

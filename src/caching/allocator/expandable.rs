@@ -77,26 +77,47 @@ impl CachingAllocator {
         stream: StreamId,
         size: usize,
     ) -> Result<Option<BlockId>> {
+        // expandable_trim: unmap free pages elsewhere first if this growth would cross the line.
+        let trimmed = self.config.expandable_trim && self.trim_before_growth(pool, stream, size)?;
         // A chain of blocks with room for `size`: unmapped; unmapped then free; or free then unmapped.
         let mut candidate = self.find_expandable_block(pool, stream, size)?;
-        let size = self.growth_with_headroom(pool, candidate, size);
+        let mut target = if trimmed {
+            // Mapping ahead now would map again what the trim has just unmapped.
+            size
+        } else {
+            self.growth_with_headroom(pool, candidate, size)
+        };
+        // Pages mapped ahead are a bonus: where the device runs out after the request's own pages,
+        // the growth keeps what it mapped instead of failing the request.
         if !self.blocks[candidate].mapped {
-            let first = self.blocks[candidate].size.min(size);
-            if !self.map_block(candidate, first)? {
+            let wanted = self.blocks[candidate].size.min(target);
+            let mapped = self.map_block(candidate, wanted, wanted.min(size))?;
+            if mapped == 0 {
                 return Ok(None);
             }
+            if mapped < wanted {
+                // Cut short after the request's pages: it is covered.
+                target = size;
+            }
         }
-        while self.blocks[candidate].size < size {
+        while self.blocks[candidate].size < target {
             // The block after a free one is unmapped: map what is missing; it merges with `candidate`.
-            let remaining = size - self.blocks[candidate].size;
+            let covered = self.blocks[candidate].size;
             let next = self.blocks[candidate]
                 .next
                 .expect("a chain with room continues");
-            let wanted = remaining.min(self.blocks[next].size);
-            if !self.map_block(next, wanted)? {
+            let wanted = (target - covered).min(self.blocks[next].size);
+            let required = size.saturating_sub(covered).min(wanted);
+            let mapped = self.map_block(next, wanted, required)?;
+            if mapped == 0 && required > 0 {
                 return Ok(None);
             }
-            candidate = next;
+            if mapped > 0 {
+                candidate = next;
+            }
+            if mapped < wanted {
+                break;
+            }
         }
         let block = self.blocks[candidate];
         self.pool_mut(pool).remove(&block);
@@ -157,20 +178,45 @@ impl CachingAllocator {
     }
 
     /// The start of an existing chain of free or unmapped blocks of this pool and stream with at
-    /// least `size` bytes of address space, if there is one.
+    /// least `size` bytes of address space, if there is one: the lowest such chain (PyTorch's
+    /// choice), or with expandable_trim the one whose first `size` bytes need the fewest new bytes
+    /// mapped (the lowest of those), so that free pages are used before new ones are mapped.
     fn growth_chain(&self, pool: PoolKind, stream: StreamId, size: usize) -> Option<BlockId> {
         let pool = match pool {
             PoolKind::Small => &self.small,
             PoolKind::Large => &self.large,
         };
-        pool.unmapped
+        let mut chains = pool
+            .unmapped
             .range((stream, 0)..)
             .take_while(|((s, _), _)| *s == stream)
             .map(|(_, &id)| {
                 // There may be a free block right before the lowest unmapped one to use as well.
                 self.allocatable(self.blocks[id].prev).unwrap_or(id)
             })
-            .find(|&start| self.chain(start, size).1 >= size)
+            .filter(|&start| self.chain(start, size).1 >= size);
+        if !self.config.expandable_trim {
+            return chains.next();
+        }
+        // min_by_key keeps the first of equal keys: the lowest address.
+        chains.min_by_key(|&start| self.unmapped_in_growth(start, size))
+    }
+
+    /// The bytes a growth by `size` from `start` must map: the unmapped ones among the first
+    /// `size` bytes of its chain.
+    fn unmapped_in_growth(&self, start: BlockId, size: usize) -> usize {
+        let (blocks, _, _) = self.chain(start, size);
+        let mut covered = 0;
+        let mut unmapped = 0;
+        for id in blocks {
+            let block = &self.blocks[id];
+            let part = block.size.min(size - covered);
+            if !block.mapped {
+                unmapped += part;
+            }
+            covered += part;
+        }
+        unmapped
     }
 
     /// A block that a growing segment may take in: free, with no events pending.
@@ -199,11 +245,13 @@ impl CachingAllocator {
     }
 
     /// Reserved memory may grow to this (expandable_trim): the most ever allocated, counting a
-    /// request of `size` bytes, plus 1/TRIM_SLACK of it.
+    /// request of `size` bytes, plus 1/TRIM_SLACK of it, and at least one large page (20 MiB) more:
+    /// plain expandable segments round each pool up to such pages, and trimming closer to the peak
+    /// than that would spend device calls on less memory than one of their pages.
     fn trim_limit(&self, size: usize) -> usize {
         let allocated = &self.stats.allocated_bytes;
         let needed = (allocated.current_all() as usize + size).max(allocated.peak_all() as usize);
-        needed + needed / TRIM_SLACK
+        needed + (needed / TRIM_SLACK).max(LARGE_PAGE)
     }
 
     /// expandable_trim maps 2 MiB pages, so that free memory can be given back finely; while reserved
@@ -213,38 +261,45 @@ impl CachingAllocator {
         if !self.config.expandable_trim || pool == PoolKind::Small {
             return size;
         }
-        let (_, room, mapped) = self.chain(start, usize::MAX);
-        let limit = self.trim_limit(size);
-        let new_for_size = size.saturating_sub(mapped).next_multiple_of(SMALL_PAGE);
-        let headroom = limit.saturating_sub(self.reserved_total + new_for_size);
-        let ahead = (size + (headroom / SMALL_PAGE * SMALL_PAGE).min(LARGE_PAGE)).min(room);
-        ahead.max(size)
+        let (_, room, _) = self.chain(start, usize::MAX);
+        let new = self
+            .unmapped_in_growth(start, size)
+            .next_multiple_of(SMALL_PAGE);
+        let headroom = self
+            .trim_limit(size)
+            .saturating_sub(self.reserved_total + new);
+        let ahead = (headroom / SMALL_PAGE * SMALL_PAGE).min(LARGE_PAGE);
+        (size + ahead).min(room).max(size)
     }
 
     /// expandable_trim: before an expandable segment grows for a request of `size` bytes, unmap
-    /// free pages elsewhere, but only as many as keep reserved memory from rising past what is
-    /// needed: the most ever allocated (this request included) plus 1/TRIM_SLACK of it. Below that
-    /// line growth maps as plain expandable segments do, so cached pages are reused rather than
-    /// unmapped and mapped again; above it, the largest free stretches go first (one unmap call
-    /// each), never the free blocks the growth itself takes in.
-    pub(super) fn trim_before_growth(
+    /// free pages elsewhere, but only when the growth would take reserved memory past the line (see
+    /// trim_limit: the most ever allocated, this request included, plus 1/TRIM_SLACK of it and at
+    /// least a large page). Below the line growth
+    /// maps as plain expandable segments do, so cached pages are reused rather than unmapped and
+    /// mapped again. Above it, whole free stretches go: the smallest that covers the excess (one
+    /// call), else the largest ones first (one call each), never the free blocks the growth itself
+    /// takes in. Giving back the whole stretch rather than just the excess leaves room under the line
+    /// for the next growths, which then need no unmap of their own. Returns whether anything was
+    /// unmapped.
+    fn trim_before_growth(
         &mut self,
         pool: PoolKind,
         stream: StreamId,
         size: usize,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let page = SMALL_PAGE;
         let (taken, new_bytes) = match self.growth_chain(pool, stream, size) {
-            Some(start) => {
-                let (blocks, _, mapped) = self.chain(start, size);
-                (blocks, size.saturating_sub(mapped).next_multiple_of(page))
-            }
+            Some(start) => (
+                self.chain(start, size).0,
+                self.unmapped_in_growth(start, size).next_multiple_of(page),
+            ),
             None => (Vec::new(), size.next_multiple_of(page)),
         };
         let limit = self.trim_limit(size);
         let mut excess = (self.reserved_total + new_bytes).saturating_sub(limit);
         if excess == 0 {
-            return Ok(());
+            return Ok(false);
         }
         let mut candidates: Vec<(usize, BlockId)> = self
             .small
@@ -264,31 +319,41 @@ impl CachingAllocator {
         // One call where one stretch covers the excess: the smallest that does, so that the big free
         // blocks the next requests want stay mapped.
         if let Some(&(_, id)) = candidates.iter().rev().find(|(bytes, _)| *bytes >= excess) {
-            return self.unmap_block(id);
+            self.unmap_block(id)?;
+            return Ok(true);
         }
+        let mut unmapped = false;
         for (bytes, id) in candidates {
             if excess == 0 {
                 break;
             }
             self.unmap_block(id)?;
+            unmapped = true;
             excess = excess.saturating_sub(bytes);
         }
-        Ok(())
+        Ok(unmapped)
     }
 
-    /// Map the pages under the first `size` bytes of unmapped block `id`; the mapped part becomes a
-    /// free block (merged with free neighbours), the rest stays unmapped. Ok(false) when the device
-    /// has no room (nothing is left mapped then).
-    fn map_block(&mut self, id: BlockId, size: usize) -> Result<bool> {
+    /// Map the pages under the first `size` bytes of unmapped block `id`, in one call; the mapped part
+    /// becomes a free block (merged with free neighbours), the rest stays unmapped. Returns the bytes
+    /// mapped: where the device runs out once the first `required` bytes are mapped, what was mapped
+    /// is kept; Ok(0) when it runs out before (nothing is left mapped then).
+    fn map_block(&mut self, id: BlockId, size: usize, required: usize) -> Result<usize> {
         let block = self.blocks[id];
         let segment_index = block.expandable.expect("only expandable blocks are mapped") as usize;
         let segment = &self.expandable[segment_index];
-        let (first, last) = segment.pages_covering(block.ptr, size);
+        let (first, mut last) = segment.pages_covering(block.ptr, size);
+        let required_pages = required.div_ceil(segment.page);
         let page = segment.page;
         for p in first..last {
             let address = self.expandable[segment_index].page_address(p);
             match self.backend.vm_map(self.device, address, page) {
                 Ok(()) => self.expandable[segment_index].mapped[p] = true,
+                Err(BackendError::OutOfMemory) if p > first && p - first >= required_pages => {
+                    // The required pages are in: keep them (and the others mapped so far).
+                    last = p;
+                    break;
+                }
                 Err(error) => {
                     // Give back what this call mapped, then report.
                     for q in first..p {
@@ -301,7 +366,7 @@ impl CachingAllocator {
                         self.expandable[segment_index].mapped[q] = false;
                     }
                     return match error {
-                        BackendError::OutOfMemory => Ok(false),
+                        BackendError::OutOfMemory => Ok(0),
                         e => Err(backend_error(&*self.backend, self.device, "vm_map", e)),
                     };
                 }
@@ -355,7 +420,7 @@ impl CachingAllocator {
             mapped_size,
             block.stream,
         );
-        Ok(true)
+        Ok(mapped_size)
     }
 
     /// Unmap the whole pages inside cached block `id` of an expandable segment; the pieces before and
@@ -493,8 +558,9 @@ pub(super) const MAX_RESERVATION: usize = 1 << 42;
 /// Page sizes of expandable segments, as PyTorch maps them.
 pub(super) const SMALL_PAGE: usize = super::super::policy::SMALL_BUFFER;
 pub(super) const LARGE_PAGE: usize = super::super::policy::LARGE_BUFFER;
-/// expandable_trim lets reserved memory exceed the most ever allocated by 1/TRIM_SLACK of it. A
-/// tighter line trims more often: on the sample traces 1/32 gains one to three points of utilization
-/// for 1.4-2.7x the device calls of 1/14, and 1/12 saves 30% of varying_sizes' calls but leaves
-/// transformer_train at 0.92 (docs/notes/issue-14.md has the table).
+/// expandable_trim lets reserved memory exceed the most ever allocated by 1/TRIM_SLACK of it (and by
+/// at least LARGE_PAGE): peak utilization is then at least 14/15 = 0.933 once the peak passes 280
+/// MiB (unless the free pages outside a growth are fewer than its excess), and higher where a trim
+/// gives back a whole stretch. On the sample traces a tighter line buys little utilization for many
+/// more device calls, and a looser one loses transformer_train's 0.95 (docs/notes/issue-14.md).
 const TRIM_SLACK: usize = 14;

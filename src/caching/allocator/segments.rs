@@ -104,9 +104,6 @@ impl CachingAllocator {
         }
         if self.grows_expandable() {
             // Grow an expandable segment by the rounded request, not a whole new segment.
-            if self.config.expandable_trim {
-                self.trim_before_growth(pool, stream, rounded)?;
-            }
             return self.try_allocate_expandable_block(pool, stream, rounded);
         }
         match self.backend.raw_alloc(self.device, size, stream) {
