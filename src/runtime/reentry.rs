@@ -53,11 +53,16 @@ fn bit(device_type: DeviceType) -> u32 {
 /// Err when this thread is inside a callback of `device_type`'s backend (`name` for the message).
 #[inline]
 pub(crate) fn check(device_type: DeviceType, name: &str) -> Result<()> {
-    let inside = INSIDE.try_with(Cell::get).unwrap_or(0);
-    if inside & bit(device_type) == 0 {
+    if !inside(device_type) {
         return Ok(());
     }
     Err(reentered(device_type, name))
+}
+
+/// Whether this thread is inside a callback of `device_type`'s backend.
+#[inline]
+pub(crate) fn inside(device_type: DeviceType) -> bool {
+    INSIDE.try_with(Cell::get).unwrap_or(0) & bit(device_type) != 0
 }
 
 #[cold]

@@ -1,5 +1,5 @@
-//! The one-device shortcut. While every segment accalloc holds belongs to one device (one GPU of
-//! CUDA, or one host device), every pointer it hands out is that device's, and calls naming that
+//! The one-device shortcut. While every segment accalloc holds belongs to one device (one GPU, one
+//! host device, one device of a registered backend), every pointer it hands out is that device's, and calls naming that
 //! device (or the current device, when its accelerator has no other) go to it. Calls then reach its
 //! allocator from one address in a static, instead of walking the runtime's accelerator table, the
 //! accelerator and its device table: each of those steps is a load that waits for the one before,
@@ -7,13 +7,13 @@
 //!
 //! The address is taken once the process is in that state (`try_take_sole_device`, from the general
 //! path) and given up for good when a segment of a second device is recorded (`give_up`, called by
-//! the segment index before that segment can hold a block). Backends registered from C are left out
-//! (given up as soon as one holds the only segments, so the general path stops asking): their
-//! callbacks may call back into accalloc, which only the general path refuses (runtime/reentry.rs).
+//! the segment index before that segment can hold a block). A backend registered from C may call
+//! back into accalloc from its callbacks, which the general path refuses (runtime/reentry.rs): for
+//! such a device the shortcut steps aside while this thread is inside one of its callbacks.
 
 use super::device_lock::DeviceLock;
 use super::ownership::Owners;
-use super::{DeviceType, Runtime, DEVICE_TYPE_CUDA, DEVICE_TYPE_HOST};
+use super::{reentry, DeviceType, Runtime, FIRST_REGISTERED_TYPE};
 use crate::caching::CachingAllocator;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
@@ -44,6 +44,14 @@ impl Sole {
     pub fn serves(&self, device_type: DeviceType, device: i32) -> bool {
         device_type == self.device_type
             && ((device == -1 && self.only_device) || device as usize == self.index)
+            && !self.reentered()
+    }
+
+    /// Whether this thread is inside one of the device's backend callbacks (only a registered
+    /// backend has any): the general path answers then, with the error that says so.
+    #[inline(always)]
+    pub fn reentered(&self) -> bool {
+        self.device_type >= FIRST_REGISTERED_TYPE && reentry::inside(self.device_type)
     }
 }
 
@@ -74,21 +82,22 @@ impl Runtime {
     /// Take the shortcut when every segment held is one host or CUDA device's. Racing a segment of
     /// another device is safe: the index gives up first, and the exchange here only succeeds from
     /// UNSET.
+    #[inline(always)]
+    pub(super) fn try_take_sole_device(&self) {
+        // Inline, so that a process that gave the shortcut up pays one load on its general path.
+        if SOLE.load(Ordering::Relaxed) == UNSET {
+            self.take_sole_device();
+        }
+    }
+
     #[cold]
     #[inline(never)]
-    pub(super) fn try_take_sole_device(&self) {
-        if SOLE.load(Ordering::Relaxed) != UNSET {
-            return;
-        }
+    fn take_sole_device(&self) {
         let (device_type, index) = match self.index.owners() {
             Owners::None => return,
             Owners::One(owner) => owner,
             Owners::Several => return give_up(),
         };
-        if device_type != DEVICE_TYPE_HOST && device_type != DEVICE_TYPE_CUDA {
-            // The sole owner never changes: no need to look again on every call.
-            return give_up();
-        }
         let Ok(accelerator) = self.lookup(device_type) else {
             return;
         };
