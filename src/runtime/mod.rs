@@ -328,8 +328,8 @@ impl Runtime {
             return Ok(());
         }
         trace_log::free(ptr);
-        if let Some(sole) = sole_device::sole().filter(|sole| !sole.reentered()) {
-            if let Ok(mut allocator) = sole.lock.lock() {
+        if let Some(lock) = sole_device::sole_for_free() {
+            if let Ok(mut allocator) = lock.lock() {
                 return match allocator.free(ptr) {
                     Err(e)
                         if e.kind == ErrorKind::InvalidPointer

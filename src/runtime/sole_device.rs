@@ -22,7 +22,13 @@ const UNSET: usize = 0;
 /// Given up for good.
 const NEVER: usize = 1;
 
-/// The device's lock, as an address (or UNSET, NEVER).
+/// Set in SOLE beside the address when the device's backend may call back (a registered one), so
+/// that a free learns it from the word it loads anyway. Device locks are 128-byte aligned.
+const CALLS_BACK: usize = 2;
+const ADDRESS_MASK: usize = !127;
+const _: () = assert!(std::mem::align_of::<DeviceLock<CachingAllocator>>() >= 128);
+
+/// The device's lock, as an address with CALLS_BACK (or UNSET, NEVER).
 static SOLE: AtomicUsize = AtomicUsize::new(UNSET);
 /// Which device it is: written before SOLE publishes the address, never changed after.
 static IDENTITY: AtomicU64 = AtomicU64::new(0);
@@ -35,6 +41,8 @@ pub(super) struct Sole {
     pub index: usize,
     /// Its accelerator has no other device (so device -1 always means this one).
     pub only_device: bool,
+    /// Its backend may call back (a registered one).
+    calls_back: bool,
 }
 
 impl Sole {
@@ -51,26 +59,55 @@ impl Sole {
     /// backend has any): the general path answers then, with the error that says so.
     #[inline(always)]
     pub fn reentered(&self) -> bool {
-        self.device_type >= FIRST_REGISTERED_TYPE && reentry::inside(self.device_type)
+        self.calls_back && inside_callback(self.device_type)
     }
 }
 
 /// The sole device, while there is one.
 #[inline(always)]
 pub(super) fn sole() -> Option<Sole> {
-    let address = SOLE.load(Ordering::Acquire);
-    if address <= NEVER {
+    let word = SOLE.load(Ordering::Acquire);
+    if word <= NEVER {
         return None;
     }
     let identity = IDENTITY.load(Ordering::Relaxed);
     Some(Sole {
-        // SAFETY: a value past NEVER is the address of a device lock that lives as long as the
-        // process (accelerators are leaked and their devices never removed).
-        lock: unsafe { &*(address as *const DeviceLock<CachingAllocator>) },
+        lock: lock_of(word),
         device_type: (identity & 0xff) as DeviceType,
         only_device: identity & 0x100 != 0,
         index: (identity >> 16) as usize,
+        calls_back: word & CALLS_BACK != 0,
     })
+}
+
+/// reentry::inside, out of line: only registered backends' calls get here.
+#[cold]
+#[inline(never)]
+fn inside_callback(device_type: DeviceType) -> bool {
+    reentry::inside(device_type)
+}
+
+/// The sole device's lock for a free (any pointer is its), unless this thread is inside one of
+/// its backend's callbacks.
+#[inline(always)]
+pub(super) fn sole_for_free() -> Option<&'static DeviceLock<CachingAllocator>> {
+    let word = SOLE.load(Ordering::Acquire);
+    if word <= NEVER {
+        return None;
+    }
+    if word & CALLS_BACK != 0
+        && inside_callback((IDENTITY.load(Ordering::Relaxed) & 0xff) as DeviceType)
+    {
+        return None;
+    }
+    Some(lock_of(word))
+}
+
+#[inline(always)]
+fn lock_of(word: usize) -> &'static DeviceLock<CachingAllocator> {
+    // SAFETY: a value past NEVER holds the address of a device lock that lives as long as the
+    // process (accelerators are leaked and their devices never removed).
+    unsafe { &*((word & ADDRESS_MASK) as *const DeviceLock<CachingAllocator>) }
 }
 
 /// A segment of another device is about to be used: from now on every call takes the general path.
@@ -111,6 +148,16 @@ impl Runtime {
             Ordering::Relaxed,
         );
         let address = lock as *const DeviceLock<CachingAllocator> as usize;
-        let _ = SOLE.compare_exchange(UNSET, address, Ordering::SeqCst, Ordering::Relaxed);
+        let calls_back = if device_type >= FIRST_REGISTERED_TYPE {
+            CALLS_BACK
+        } else {
+            0
+        };
+        let _ = SOLE.compare_exchange(
+            UNSET,
+            address | calls_back,
+            Ordering::SeqCst,
+            Ordering::Relaxed,
+        );
     }
 }
