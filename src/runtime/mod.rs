@@ -371,11 +371,11 @@ impl Runtime {
         // written by every thread that frees on any device. A guess that has gone stale (the segment
         // went back and its addresses now belong to another device) finds no live block there, and
         // then the index answers.
-        if let Some((device_type, device)) = owner_guess::guess(ptr) {
-            if let Ok(mut allocator) = self
-                .accelerator(device_type)
-                .and_then(|accelerator| accelerator.lock(device))
-            {
+        // Inside a registered backend's callback the general path answers, with its error.
+        if let Some((_, lock)) = owner_guess::guess(ptr).filter(|&(device_type, _)| {
+            device_type < FIRST_REGISTERED_TYPE || !reentry::inside(device_type)
+        }) {
+            if let Ok(mut allocator) = lock.lock() {
                 match action(&mut allocator) {
                     Err(e) if e.kind == ErrorKind::InvalidPointer => {}
                     answer => return answer,
@@ -384,8 +384,10 @@ impl Runtime {
         }
         let (start, end, (device_type, device)) =
             self.index.segment_of(ptr).ok_or_else(|| not_ours(ptr))?;
-        owner_guess::remember(start, end, (device_type, device));
         let accelerator = self.accelerator(device_type)?;
+        if let Some(lock) = accelerator.created_device(device) {
+            owner_guess::remember(start, end, device_type, lock);
+        }
         action(&mut *accelerator.lock(device)?)
     }
 }
