@@ -1,9 +1,10 @@
 //! The one-device shortcut. While every segment accalloc holds belongs to one device (one GPU, one
-//! host device, one device of a registered backend), every pointer it hands out is that device's, and calls naming that
-//! device (or the current device, when its accelerator has no other) go to it. Calls then reach its
-//! allocator from one address in a static, instead of walking the runtime's accelerator table, the
-//! accelerator and its device table: each of those steps is a load that waits for the one before,
-//! and a cached malloc or free is short enough for that chain to be a fifth of it.
+//! host device, one device of a registered backend), every pointer it hands out is that device's,
+//! and calls naming that device (or the current device, when its accelerator has no other) go to
+//! it. Calls then reach its allocator from one address in a static, instead of walking the runtime's
+//! accelerator table, the accelerator and its device table: each of those steps is a load that
+//! waits for the one before, and a cached malloc or free is short enough for that chain to be a
+//! fifth of it.
 //!
 //! The address is taken once the process is in that state (`try_take_sole_device`, from the general
 //! path) and given up for good when a segment of a second device is recorded (`give_up`, called by
@@ -116,7 +117,7 @@ pub(super) fn give_up() {
 }
 
 impl Runtime {
-    /// Take the shortcut when every segment held is one host or CUDA device's. Racing a segment of
+    /// Take the shortcut when every segment recorded so far was one device's. Racing a segment of
     /// another device is safe: the index gives up first, and the exchange here only succeeds from
     /// UNSET.
     #[inline(always)]
