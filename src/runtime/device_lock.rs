@@ -4,9 +4,11 @@
 //! dropping it matters: std's Mutex pays two atomic read-modify-writes (a compare-exchange to lock,
 //! a swap to unlock, to learn whether to wake a sleeper), about 17 ns on the machines we measure on,
 //! more than glibc's whole malloc+free pair. This lock unlocks with a plain release store and wakes
-//! nobody: a waiter spins briefly, then yields, then sleeps in short, growing naps. Waits are short
-//! except while a holder asks the device for a segment (PyTorch holds the lock through cudaMalloc
-//! too), where a nap of at most `MAX_NAP` after a call of milliseconds costs little.
+//! nobody: a waiter looks a few times, then sleeps in short, growing naps (see `SPINS`). A waiter
+//! that arrives while another thread's call is under way gets the lock at its first looks; one that
+//! keeps finding it taken, because its holder allocates in a loop or asks the device for a segment
+//! (PyTorch holds the lock through cudaMalloc too), naps, at most `MAX_NAP` at a time, and the holder
+//! runs on alone meanwhile.
 //!
 //! A panic while the lock is held poisons it, as std's Mutex does: later lockers get an error.
 
@@ -16,13 +18,16 @@ use std::time::Duration;
 
 /// The longest a waiter sleeps before looking again.
 const MAX_NAP: Duration = Duration::from_micros(100);
-/// Spins (with the CPU's pause hint) before a waiter starts yielding. Few on purpose: a waiter that
-/// spins long takes the lock in strict alternation with the holder, and every hand-off moves the
-/// allocator's cache lines between cores (2 threads x 2,000,000 pairs on one device: 1.6-1.9 s with
-/// 100 spins, 0.26 s with 20, the holder then running on while the waiter yields or naps).
-const SPINS: u32 = 20;
-/// Yields before a waiter starts sleeping.
-const YIELDS: u32 = 20;
+/// Looks (with the CPU's pause hint between them) before a waiter starts napping. Few on purpose: a
+/// lock held for a cached malloc is free again within a look or two, but when its holder takes it
+/// again at once (a thread allocating in a loop), a waiter that keeps looking catches it in the
+/// short gaps between the holder's calls, and the two take it in turns: every hand-off moves the
+/// allocator's cache lines between cores and costs more than the call. A waiter that naps lets the
+/// holder run on alone, and takes the lock in the gap after its nap. Two threads on one device, a
+/// C loop with some work outside the lock (ns a pair over both threads, against one thread's 44):
+/// 20 looks then 20 yields, 96; 4 looks, no yields, 48 (yields return at once on an idle core, so
+/// they are looks too).
+const SPINS: u32 = 4;
 
 /// A value only one thread at a time may use.
 #[repr(C)]
@@ -100,8 +105,6 @@ impl<T> DeviceLock<T> {
             attempt += 1;
             if attempt < SPINS {
                 std::hint::spin_loop();
-            } else if attempt < SPINS + YIELDS {
-                std::thread::yield_now();
             } else {
                 std::thread::sleep(nap);
                 nap = (nap * 2).min(MAX_NAP);
