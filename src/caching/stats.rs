@@ -229,7 +229,7 @@ impl LiveStats {
         }
     }
 
-    /// reset_accumulated_memory_stats (see DeviceStats::reset_accumulated).
+    /// reset_accumulated_memory_stats: zero `allocated` and `freed` everywhere and the five counters.
     pub fn reset_accumulated(&mut self) {
         for family in self.pooled_mut() {
             family.reset_accumulated();
@@ -265,13 +265,6 @@ impl LiveStats {
             &mut self.requested_bytes,
         ]
     }
-}
-
-/// Apply `f` to the "all" slot and the pool's slot of a statistic array.
-#[inline]
-pub fn for_pool(array: &mut StatArray, pool: StatType, f: impl Fn(&mut Stat)) {
-    f(&mut array[StatType::All as usize]);
-    f(&mut array[pool as usize]);
 }
 
 /// The nine families that have all three pool slots, with their flat-key names.
@@ -395,39 +388,6 @@ impl DeviceStats {
         json.push('}');
         json
     }
-
-    /// reset_accumulated_memory_stats: zero `allocated` and `freed` everywhere and the five counters.
-    pub fn reset_accumulated(&mut self) {
-        self.for_each_stat(Stat::reset_accumulated);
-        self.num_alloc_retries = 0;
-        self.num_ooms = 0;
-        self.num_sync_all_streams = 0;
-        self.num_device_alloc = 0;
-        self.num_device_free = 0;
-    }
-
-    /// reset_peak_memory_stats: every peak becomes the current value.
-    pub fn reset_peak(&mut self) {
-        self.for_each_stat(Stat::reset_peak);
-    }
-
-    fn for_each_stat(&mut self, f: fn(&mut Stat)) {
-        for array in [
-            &mut self.allocation,
-            &mut self.segment,
-            &mut self.active,
-            &mut self.inactive_split,
-            &mut self.allocated_bytes,
-            &mut self.reserved_bytes,
-            &mut self.active_bytes,
-            &mut self.inactive_split_bytes,
-            &mut self.requested_bytes,
-        ] {
-            array.iter_mut().for_each(f);
-        }
-        f(&mut self.oversize_allocations);
-        f(&mut self.oversize_segments);
-    }
 }
 
 fn field_of(stat: &Stat, field: &str) -> Option<i64> {
@@ -443,6 +403,13 @@ fn field_of(stat: &Stat, field: &str) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// PyTorch's update of a statistic: `f` on the "all" slot and on the pool's slot.
+    #[inline]
+    fn for_pool(array: &mut StatArray, pool: StatType, f: impl Fn(&mut Stat)) {
+        f(&mut array[StatType::All as usize]);
+        f(&mut array[pool as usize]);
+    }
 
     #[test]
     fn stat_moves_as_pytorch_stat() {

@@ -175,11 +175,6 @@ impl Accelerator {
         self.devices.get(index)?.get().map(|boxed| &**boxed)
     }
 
-    /// Whether device `index` has been used (its allocator exists).
-    pub fn is_device_in_use(&self, index: usize) -> bool {
-        self.devices[index].is_completed()
-    }
-
     /// Lock a device given as a C ABI index.
     pub fn device(&self, device: i32) -> Result<DeviceGuard<'_, CachingAllocator>> {
         self.lock(self.resolve(device)?)
