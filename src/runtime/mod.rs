@@ -181,10 +181,7 @@ impl Runtime {
     #[inline]
     pub fn accelerator(&self, device_type: DeviceType) -> Result<&'static Accelerator> {
         let accelerator = self.lookup(device_type)?;
-        // The host and CUDA backends never call back (a thread-local read saved on their calls).
-        if device_type >= FIRST_REGISTERED_TYPE {
-            reentry::check(device_type, accelerator.name())?;
-        }
+        reentry::check(device_type, accelerator.name())?;
         Ok(accelerator)
     }
 
@@ -372,9 +369,9 @@ impl Runtime {
         // went back and its addresses now belong to another device) finds no live block there, and
         // then the index answers.
         // Inside a registered backend's callback the general path answers, with its error.
-        if let Some((_, lock)) = owner_guess::guess(ptr).filter(|&(device_type, _)| {
-            device_type < FIRST_REGISTERED_TYPE || !reentry::inside(device_type)
-        }) {
+        if let Some((_, lock)) =
+            owner_guess::guess(ptr).filter(|&(device_type, _)| !reentry::inside(device_type))
+        {
             if let Ok(mut allocator) = lock.lock() {
                 match action(&mut allocator) {
                     Err(e) if e.kind == ErrorKind::InvalidPointer => {}

@@ -4,7 +4,7 @@
 //! thread remembers which device types it is inside a callback of, and such a call is answered with
 //! ACCALLOC_ERROR_NOT_SUPPORTED and a message instead. Calls for other device types are fine.
 
-use super::DeviceType;
+use super::{DeviceType, FIRST_REGISTERED_TYPE};
 use crate::error::{Error, ErrorKind, Result};
 use std::cell::Cell;
 
@@ -59,10 +59,18 @@ pub(crate) fn check(device_type: DeviceType, name: &str) -> Result<()> {
     Err(reentered(device_type, name))
 }
 
-/// Whether this thread is inside a callback of `device_type`'s backend.
+/// Whether `device_type`'s backend may call back into accalloc: only registered backends have
+/// callbacks of someone else's; the host and CUDA backends never call back.
+#[inline]
+pub(crate) fn may_call_back(device_type: DeviceType) -> bool {
+    device_type >= FIRST_REGISTERED_TYPE
+}
+
+/// Whether this thread is inside a callback of `device_type`'s backend (never for a backend that
+/// does not call back, whose calls skip the thread-local read).
 #[inline]
 pub(crate) fn inside(device_type: DeviceType) -> bool {
-    INSIDE.try_with(Cell::get).unwrap_or(0) & bit(device_type) != 0
+    may_call_back(device_type) && INSIDE.try_with(Cell::get).unwrap_or(0) & bit(device_type) != 0
 }
 
 #[cold]

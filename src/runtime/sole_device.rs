@@ -14,7 +14,7 @@
 
 use super::device_lock::DeviceLock;
 use super::ownership::Owners;
-use super::{reentry, DeviceType, Runtime, FIRST_REGISTERED_TYPE};
+use super::{reentry, DeviceType, Runtime};
 use crate::caching::CachingAllocator;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
@@ -92,16 +92,9 @@ fn inside_callback(device_type: DeviceType) -> bool {
 /// its backend's callbacks.
 #[inline(always)]
 pub(super) fn sole_for_free() -> Option<&'static DeviceLock<CachingAllocator>> {
-    let word = SOLE.load(Ordering::Acquire);
-    if word <= NEVER {
-        return None;
-    }
-    if word & CALLS_BACK != 0
-        && inside_callback((IDENTITY.load(Ordering::Relaxed) & 0xff) as DeviceType)
-    {
-        return None;
-    }
-    Some(lock_of(word))
+    sole()
+        .filter(|sole| !sole.reentered())
+        .map(|sole| sole.lock)
 }
 
 #[inline(always)]
@@ -149,7 +142,7 @@ impl Runtime {
             Ordering::Relaxed,
         );
         let address = lock as *const DeviceLock<CachingAllocator> as usize;
-        let calls_back = if device_type >= FIRST_REGISTERED_TYPE {
+        let calls_back = if reentry::may_call_back(device_type) {
             CALLS_BACK
         } else {
             0
