@@ -2,16 +2,17 @@
 //! index (runtime/owner_guess.rs). The guess can go stale: here a segment goes back to the backend
 //! and the same addresses come back as another device's. The free must still reach the new owner.
 
+mod common;
+
 use accalloc::backend::{Backend, BackendError, MemInfo, StreamId};
-use accalloc::capi::memory::{accalloc_free, accalloc_malloc_on};
 use accalloc::capi::AccallocStatus;
 use accalloc::runtime::runtime;
+use common::{free, malloc};
 use std::collections::BTreeSet;
-use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
 
 /// Fake addresses (no memory is touched) far above user space.
-const BASE: usize = 1 << 47;
+const BASE: usize = common::FAR;
 const SLOT: usize = 1 << 30;
 
 /// Two devices sharing one address space: each segment gets the lowest free 1 GiB slot, so an
@@ -49,20 +50,6 @@ impl Backend for SharedAddresses {
     }
 }
 
-fn malloc_on(device_type: i32, device: i32) -> usize {
-    let mut ptr: *mut c_void = std::ptr::null_mut();
-    // SAFETY: &mut ptr is a valid out-pointer.
-    let status =
-        unsafe { accalloc_malloc_on(device_type, &mut ptr, 4096, device, std::ptr::null_mut()) };
-    assert_eq!(status, AccallocStatus::ACCALLOC_OK);
-    ptr as usize
-}
-
-fn free(ptr: usize) -> AccallocStatus {
-    // SAFETY: accalloc_free checks its pointer.
-    unsafe { accalloc_free(ptr as *mut c_void) }
-}
-
 #[test]
 fn a_stale_guess_gives_way_to_the_segment_index() {
     let runtime = runtime().unwrap();
@@ -74,15 +61,15 @@ fn a_stale_guess_gives_way_to_the_segment_index() {
         |device: i32| accelerator.device_stats(device).unwrap().allocated_bytes[0].current;
 
     // Device 0's segment: freed twice from this thread, so the guess now names device 0.
-    let first = malloc_on(t, 0);
+    let first = malloc(Some(t), 0, 4096);
     assert_eq!(first, BASE);
     assert_eq!(free(first), AccallocStatus::ACCALLOC_OK);
-    assert_eq!(malloc_on(t, 0), first);
+    assert_eq!(malloc(Some(t), 0, 4096), first);
     assert_eq!(free(first), AccallocStatus::ACCALLOC_OK);
 
     // The segment goes back, and the same addresses become device 1's.
     accelerator.empty_cache().unwrap();
-    let second = malloc_on(t, 1);
+    let second = malloc(Some(t), 1, 4096);
     assert_eq!(second, first, "the backend reuses the address");
     assert_eq!((allocated(0), allocated(1)), (0, 4096));
     assert_eq!(free(second), AccallocStatus::ACCALLOC_OK);

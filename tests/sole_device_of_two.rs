@@ -3,29 +3,11 @@
 //! naming device 1 take the shortcut, but a call for the current device (-1, which is device 0 on
 //! this thread) must not: it goes to device 0, whose first segment ends the shortcut.
 
-use accalloc::capi::memory::{accalloc_free, accalloc_malloc, accalloc_malloc_on};
+mod common;
+
 use accalloc::capi::AccallocStatus;
 use accalloc::runtime::{runtime, DEVICE_TYPE_HOST};
-use std::ffi::c_void;
-
-fn malloc(device_type: Option<i32>, device: i32, size: usize) -> usize {
-    let mut ptr: *mut c_void = std::ptr::null_mut();
-    let null = std::ptr::null_mut();
-    // SAFETY: &mut ptr is a valid out-pointer.
-    let status = unsafe {
-        match device_type {
-            Some(t) => accalloc_malloc_on(t, &mut ptr, size, device, null),
-            None => accalloc_malloc(&mut ptr, size, device, null),
-        }
-    };
-    assert_eq!(status, AccallocStatus::ACCALLOC_OK);
-    ptr as usize
-}
-
-fn free(ptr: usize) -> AccallocStatus {
-    // SAFETY: accalloc_free checks its pointer.
-    unsafe { accalloc_free(ptr as *mut c_void) }
-}
+use common::{free, malloc};
 
 #[test]
 fn the_current_device_is_not_taken_for_the_sole_one() {

@@ -4,18 +4,15 @@
 //! very call that invoked it. The shortcut must step aside then, so that the call gets the general
 //! path's clear error instead of waiting for ever on a lock its own thread holds.
 
+mod common;
+
 use accalloc::backend::testing::TestBackend;
-use accalloc::backend::{Backend, BackendError, MemInfo, StreamId};
-use accalloc::capi::memory::{accalloc_free, accalloc_malloc_on};
 use accalloc::capi::AccallocStatus;
 use accalloc::runtime::runtime;
-use std::ffi::c_void;
+use common::{free, try_malloc, FarBackend};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, OnceLock};
 use std::time::Duration;
-
-/// Fake addresses (no memory is touched) far above user space.
-const OFFSET: usize = 1 << 47;
 
 static DEVICE_TYPE: OnceLock<i32> = OnceLock::new();
 /// When set, the next raw_alloc calls accalloc for its own device type first.
@@ -26,49 +23,13 @@ static LIVE: AtomicUsize = AtomicUsize::new(0);
 static INNER_MALLOC: AtomicI32 = AtomicI32::new(-1);
 static INNER_FREE: AtomicI32 = AtomicI32::new(-1);
 
-struct Reentrant(TestBackend);
-
-fn malloc_on(device_type: i32, size: usize) -> (AccallocStatus, usize) {
-    let mut ptr: *mut c_void = std::ptr::null_mut();
-    // SAFETY: &mut ptr is a valid out-pointer.
-    let status =
-        unsafe { accalloc_malloc_on(device_type, &mut ptr, size, 0, std::ptr::null_mut()) };
-    (status, ptr as usize)
-}
-
-impl Backend for Reentrant {
-    fn name(&self) -> &str {
-        "reentrant"
+/// The backend's hook before each raw_alloc: when asked, call accalloc for its own device type.
+fn call_back() {
+    if REENTER.swap(false, Ordering::SeqCst) {
+        let own = *DEVICE_TYPE.get().unwrap();
+        INNER_MALLOC.store(try_malloc(Some(own), 0, 4096).0 as i32, Ordering::SeqCst);
+        INNER_FREE.store(free(LIVE.load(Ordering::SeqCst)) as i32, Ordering::SeqCst);
     }
-    fn device_count(&self) -> usize {
-        1
-    }
-    fn raw_alloc(
-        &self,
-        device: usize,
-        size: usize,
-        stream: StreamId,
-    ) -> Result<usize, BackendError> {
-        if REENTER.swap(false, Ordering::SeqCst) {
-            let own = *DEVICE_TYPE.get().unwrap();
-            INNER_MALLOC.store(malloc_on(own, 4096).0 as i32, Ordering::SeqCst);
-            let live = LIVE.load(Ordering::SeqCst) as *mut c_void;
-            // SAFETY: accalloc_free checks its pointer.
-            INNER_FREE.store(unsafe { accalloc_free(live) } as i32, Ordering::SeqCst);
-        }
-        Ok(self.0.raw_alloc(device, size, stream)? + OFFSET)
-    }
-    fn raw_free(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError> {
-        self.0.raw_free(device, ptr - OFFSET, size)
-    }
-    fn mem_get_info(&self, device: usize) -> Result<MemInfo, BackendError> {
-        self.0.mem_get_info(device)
-    }
-}
-
-fn free(ptr: usize) -> AccallocStatus {
-    // SAFETY: accalloc_free checks its pointer.
-    unsafe { accalloc_free(ptr as *mut c_void) }
 }
 
 #[test]
@@ -76,7 +37,11 @@ fn a_callback_calling_back_gets_the_error_not_a_deadlock() {
     std::env::set_var("ACCALLOC_DEVICE", "host");
     let runtime = runtime().unwrap();
     let t = runtime
-        .register(Arc::new(Reentrant(TestBackend::new(1, 1 << 30))))
+        .register(Arc::new(FarBackend {
+            name: "reentrant",
+            inner: TestBackend::new(1, 1 << 30),
+            before_alloc: call_back,
+        }))
         .unwrap();
     DEVICE_TYPE.set(t).unwrap();
     let accelerator = runtime.accelerator(t).unwrap();
@@ -84,18 +49,18 @@ fn a_callback_calling_back_gets_the_error_not_a_deadlock() {
 
     // The backend's device is the only one holding memory: the shortcut is taken for it.
     for _ in 0..3 {
-        let (status, ptr) = malloc_on(t, 4096);
+        let (status, ptr) = try_malloc(Some(t), 0, 4096);
         assert_eq!(status, AccallocStatus::ACCALLOC_OK);
         assert_eq!(free(ptr), AccallocStatus::ACCALLOC_OK);
     }
-    let (_, live) = malloc_on(t, 4096);
+    let (_, live) = try_malloc(Some(t), 0, 4096);
     LIVE.store(live, Ordering::SeqCst);
 
     // A request for a new segment: its raw_alloc runs under the device's lock and calls back.
     REENTER.store(true, Ordering::SeqCst);
     let (done, wait) = mpsc::channel();
     std::thread::spawn(move || {
-        let _ = done.send(malloc_on(t, 64 << 20));
+        let _ = done.send(try_malloc(Some(t), 0, 64 << 20));
     });
     let (status, big) = wait
         .recv_timeout(Duration::from_secs(20))

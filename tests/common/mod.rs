@@ -36,3 +36,75 @@ pub fn stats(device: i32) -> AccallocDeviceStats {
     );
     out
 }
+
+/// accalloc_malloc (`device_type` None) or accalloc_malloc_on of `size` bytes on `device` (-1:
+/// current), default stream: the status and the address.
+pub fn try_malloc(device_type: Option<i32>, device: i32, size: usize) -> (AccallocStatus, usize) {
+    use accalloc::capi::memory::{accalloc_malloc, accalloc_malloc_on};
+    let mut ptr: *mut std::ffi::c_void = std::ptr::null_mut();
+    let null = std::ptr::null_mut();
+    // SAFETY: &mut ptr is a valid out-pointer.
+    let status = unsafe {
+        match device_type {
+            Some(t) => accalloc_malloc_on(t, &mut ptr, size, device, null),
+            None => accalloc_malloc(&mut ptr, size, device, null),
+        }
+    };
+    (status, ptr as usize)
+}
+
+/// try_malloc, which must succeed: the address.
+pub fn malloc(device_type: Option<i32>, device: i32, size: usize) -> usize {
+    let (status, ptr) = try_malloc(device_type, device, size);
+    assert_eq!(status, AccallocStatus::ACCALLOC_OK, "{}", last_error());
+    ptr
+}
+
+/// accalloc_free of an address (it checks its pointer).
+pub fn free(ptr: usize) -> AccallocStatus {
+    unsafe { accalloc::capi::memory::accalloc_free(ptr as *mut std::ffi::c_void) }
+}
+
+/// Where FarBackend's addresses start: past every address a user-space mmap can return, so its
+/// segments never meet the host's.
+pub const FAR: usize = 1 << 47;
+
+/// A one-device TestBackend (fake addresses, no memory touched) moved up by FAR, running
+/// `before_alloc` at the start of every raw_alloc.
+pub struct FarBackend {
+    pub name: &'static str,
+    pub inner: accalloc::backend::testing::TestBackend,
+    pub before_alloc: fn(),
+}
+
+impl accalloc::backend::Backend for FarBackend {
+    fn name(&self) -> &str {
+        self.name
+    }
+    fn device_count(&self) -> usize {
+        1
+    }
+    fn raw_alloc(
+        &self,
+        device: usize,
+        size: usize,
+        stream: accalloc::backend::StreamId,
+    ) -> Result<usize, accalloc::backend::BackendError> {
+        (self.before_alloc)();
+        Ok(self.inner.raw_alloc(device, size, stream)? + FAR)
+    }
+    fn raw_free(
+        &self,
+        device: usize,
+        ptr: usize,
+        size: usize,
+    ) -> Result<(), accalloc::backend::BackendError> {
+        self.inner.raw_free(device, ptr - FAR, size)
+    }
+    fn mem_get_info(
+        &self,
+        device: usize,
+    ) -> Result<accalloc::backend::MemInfo, accalloc::backend::BackendError> {
+        self.inner.mem_get_info(device)
+    }
+}
