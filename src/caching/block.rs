@@ -380,6 +380,10 @@ impl PtrMap {
     /// The slot holding `address`, if it is in the map.
     #[inline]
     fn find(&self, address: usize) -> Option<usize> {
+        // EMPTY is the key of every free slot (whose block id is stale): never a live address.
+        if address == EMPTY {
+            return None;
+        }
         let mask = self.mask();
         let mut slot = self.home(address);
         loop {
@@ -517,5 +521,21 @@ mod tests {
         }
         assert_eq!(map.get(&0x1000), None);
         assert_eq!(map.remove(&0x1000), None);
+    }
+
+    #[test]
+    fn the_empty_key_is_never_found() {
+        let mut map = PtrMap::default();
+        // Free slots keep the block ids of the entries removed from them.
+        for id in 0..40 {
+            map.insert(0x10_0000 + id as usize * 512, id);
+        }
+        for id in 0..39 {
+            map.remove(&(0x10_0000 + id as usize * 512));
+        }
+        assert_eq!(map.get(&EMPTY), None);
+        assert_eq!(map.remove(&EMPTY), None);
+        assert_eq!(map.len(), 1);
+        assert_eq!(map.get(&(0x10_0000 + 39 * 512)), Some(&39));
     }
 }
