@@ -126,7 +126,7 @@ impl Runtime {
         let mut runtime = Runtime {
             accelerators: std::array::from_fn(|_| spin::Once::new()),
             current: AtomicI32::new(DEVICE_TYPE_HOST),
-            index: Arc::new(SegmentIndex::default()),
+            index: Arc::new(SegmentIndex::new(sole_device::give_up)),
             initial_config,
             registering: Mutex::new(()),
             cuda_absent_because: None,

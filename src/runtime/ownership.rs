@@ -10,9 +10,18 @@ use std::sync::Arc;
 pub type Owner = (i32, usize);
 
 /// Address ranges of all live segments, by start address.
-#[derive(Default)]
 pub struct SegmentIndex {
     ranges: spin::RwLock<Ranges>,
+    /// Called under the index's lock when a second device's segment is recorded, before that
+    /// segment can hold a block (the runtime gives its one-device shortcut up there).
+    on_several_owners: fn(),
+}
+
+impl Default for SegmentIndex {
+    /// An index that tells nobody when a second device's segment comes.
+    fn default() -> Self {
+        SegmentIndex::new(|| {})
+    }
 }
 
 #[derive(Default)]
@@ -32,6 +41,14 @@ pub enum Owners {
 }
 
 impl SegmentIndex {
+    /// An empty index that calls `on_several_owners` when a second device's segment is recorded.
+    pub fn new(on_several_owners: fn()) -> Self {
+        SegmentIndex {
+            ranges: spin::RwLock::new(Ranges::default()),
+            on_several_owners,
+        }
+    }
+
     /// The device whose segment contains `ptr`.
     pub fn owner_of(&self, ptr: usize) -> Option<Owner> {
         self.segment_of(ptr).map(|(_, _, owner)| owner)
@@ -73,7 +90,7 @@ impl SegmentIndex {
             Owners::One(first) if first == owner => Owners::One(owner),
             Owners::One(_) | Owners::Several => {
                 // Before this segment can hold a block, whose pointer could reach a free.
-                super::sole_device::give_up();
+                (self.on_several_owners)();
                 Owners::Several
             }
         };
@@ -81,8 +98,33 @@ impl SegmentIndex {
         Ok(())
     }
 
-    fn remove(&self, start: usize) {
-        self.ranges.write().by_start.remove(&start);
+    /// Forget the range starting at `start`: (its end, its owner), if it was held.
+    fn remove(&self, start: usize) -> Option<(usize, Owner)> {
+        self.ranges.write().by_start.remove(&start)
+    }
+
+    /// Record again a range that `remove` took out and the backend then failed to give back. The
+    /// addresses were never released, so no other range can have taken them meanwhile; the owner
+    /// is one seen before, so the owners do not change.
+    fn restore(&self, start: usize, (end, owner): (usize, Owner)) {
+        self.ranges.write().by_start.insert(start, (end, owner));
+    }
+
+    /// Give [ptr, ptr + size) back through `release`, the range leaving the index first: once the
+    /// backend has the addresses back, another device may be handed them at once, and its range
+    /// must not be refused as overlapping this one. If `release` fails, the range is recorded
+    /// again, as the caching layer still holds it.
+    fn release_range(
+        &self,
+        ptr: usize,
+        release: impl FnOnce() -> Result<(), BackendError>,
+    ) -> Result<(), BackendError> {
+        let held = self.remove(ptr);
+        let result = release();
+        if let (Err(_), Some(held)) = (&result, held) {
+            self.restore(ptr, held);
+        }
+        result
     }
 }
 
@@ -130,9 +172,8 @@ impl Backend for IndexedBackend {
 
     fn raw_free(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError> {
         let _inside = CallbackScope::enter(self.device_type, "raw_free");
-        self.inner.raw_free(device, ptr, size)?;
-        self.index.remove(ptr);
-        Ok(())
+        self.index
+            .release_range(ptr, || self.inner.raw_free(device, ptr, size))
     }
 
     fn mem_get_info(&self, device: usize) -> Result<MemInfo, BackendError> {
@@ -210,9 +251,8 @@ impl Backend for IndexedBackend {
 
     fn vm_release(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError> {
         let _inside = CallbackScope::enter(self.device_type, "vm_release");
-        self.inner.vm_release(device, ptr, size)?;
-        self.index.remove(ptr);
-        Ok(())
+        self.index
+            .release_range(ptr, || self.inner.vm_release(device, ptr, size))
     }
 }
 
@@ -244,5 +284,19 @@ mod tests {
         assert_eq!(index.owner_of(a - 1), None);
         backend.raw_free(0, a, 2 << 20).unwrap();
         assert_eq!(index.owner_of(a), None);
+    }
+
+    #[test]
+    fn a_range_leaves_the_index_before_release_and_returns_if_release_fails() {
+        let index = Arc::new(SegmentIndex::default());
+        let inner = Arc::new(TestBackend::new(1, 1 << 30));
+        let backend = IndexedBackend::new(inner.clone(), 7, index.clone());
+        let reserved = backend.vm_reserve(0, 8 << 20).unwrap();
+        inner.fail_calls("vm_release", 1);
+        assert!(backend.vm_release(0, reserved, 8 << 20).is_err());
+        // Still held, so still indexed.
+        assert_eq!(index.owner_of(reserved + 4096), Some((7, 0)));
+        backend.vm_release(0, reserved, 8 << 20).unwrap();
+        assert_eq!(index.owner_of(reserved + 4096), None);
     }
 }
