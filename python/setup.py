@@ -74,6 +74,9 @@ def torch_extensions(lib_dir: Path, soname: str):
         # The extensions find libaccalloc beside them, in the package, whatever the install prefix.
         extra_link_args=["-Wl,-rpath,$ORIGIN/lib"],
         extra_compile_args=["-O2"],
+        # The headers too: an extension older than any of its files is built again (setuptools
+        # otherwise compares the .cpp files only, and a changed header would keep a stale build).
+        depends=[str(p) for p in sorted((PACKAGE / "include").rglob("*.h"))],
     )
     extensions = [CppExtension("accalloc._torch_host", ["accalloc/csrc/host_device.cpp"], **common)]
     cuda_include = find_cuda_runtime_include()

@@ -73,6 +73,7 @@ python3 examples/snapshot_to_pickle.py build/snapshot.json build/snapshot.pickle
 echo "== replay of the sample trace"
 ./target/release/accalloc replay examples/traces/transformer_train.jsonl
 echo "== test counts in README.md (from the runners' closing lines above)"
+python3 -m doctest scripts/test_counts.py
 cp build/logs/c_tests.log build/logs/ctest.log
 python3 scripts/test_counts.py build/logs README.md
 echo "all tests passed"

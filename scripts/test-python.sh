@@ -3,25 +3,45 @@
 # with torch 2.15, then pytest on python/tests inside real PyTorch.
 #
 # The environment lives outside the clone, so every clone (and every CI run) reuses it:
-# ACCALLOC_TORCH_VENV, default ~/.cache/accalloc/torch-2.15. Made once when missing: torch 2.15.0 from
-# the package registry is about 5.4 GB (about 80 s to install here), plus pytest, expecttest, ninja and
-# the CUDA C runtime headers that accalloc.torch.use_for_cuda's extension compiles against.
+# ACCALLOC_TORCH_VENV, default ~/.cache/accalloc/torch-2.15. Made once when missing; every run installs
+# python/requirements-test.txt into it (torch 2.15.0 from the package registry is about 5.4 GB, about
+# 80 s to install here, once) and checks the whole list, then adds the CUDA C runtime headers that
+# accalloc.torch.use_for_cuda's extension compiles against.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 venv=${ACCALLOC_TORCH_VENV:-$HOME/.cache/accalloc/torch-2.15}
 torch_version=2.15.0
 python=$venv/bin/python
 
-has_torch() {
-  [ -x "$python" ] && "$python" -c "import sys, torch, pytest, expecttest
-sys.exit(torch.__version__.split('+')[0] != '$torch_version')" >/dev/null 2>&1
-}
-if ! has_torch; then
-  echo "== creating $venv with torch $torch_version (about 5.4 GB, once; later runs reuse it)"
+requirements=$root/python/requirements-test.txt
+
+if [ ! -x "$python" ]; then
+  echo "== creating $venv (torch $torch_version is about 5.4 GB, once; later runs reuse it)"
   python3 -m venv "$venv"
   "$python" -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
-  "$python" -m pip install --quiet "torch==$torch_version" pytest expecttest ninja
 fi
+# Every run: pip does nothing when all is satisfied, and installs what a package list grew by.
+echo "== pip install -r python/requirements-test.txt"
+"$python" -m pip install --quiet -r "$requirements"
+# Then the whole list is checked by name (and torch's version), so that a missing package stops the
+# run here, named, and not at pytest's collection minutes later.
+"$python" - "$requirements" "$torch_version" <<'PY'
+import importlib.metadata, re, sys
+missing = []
+for line in open(sys.argv[1]):
+    name = re.split(r"[\s<>=!~\[;#]", line.strip(), maxsplit=1)[0]
+    if not name:
+        continue
+    try:
+        version = importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        missing.append(name)
+        continue
+    if name == "torch" and version.split("+")[0] != sys.argv[2]:
+        missing.append(f"torch=={sys.argv[2]} (found {version})")
+if missing:
+    sys.exit(f"test-python: the test environment lacks {', '.join(missing)} from {sys.argv[1]}")
+PY
 # The CUDA runtime wheel torch depends on ships cuda_runtime_api.h without the crt/ headers it
 # includes: those come in nvidia-cuda-crt of the same CUDA version.
 runtime=$("$python" -m pip show nvidia-cuda-runtime 2>/dev/null | sed -n 's/^Version: \([0-9]*\.[0-9]*\).*/\1/p')
