@@ -146,6 +146,29 @@ def test_out_of_memory_is_torchs_error_and_the_allocator_keeps_working(fresh_dev
     del big, keep
 
 
+@pytest.mark.parametrize("call", [
+    lambda: torch.accelerator.set_device_index(2),
+    lambda: torch.accelerator.set_device_index(100),
+    lambda: torch.accelerator.memory_stats(2),
+    lambda: torch.accelerator.memory_allocated(5),
+    lambda: torch.accelerator.reset_peak_memory_stats(2),
+    lambda: torch.accelerator.get_memory_info(2),
+    lambda: torch.empty(4, device="accalloc:2"),
+    lambda: torch.ones(4).to("accalloc:3"),
+    lambda: torch.accelerator.synchronize(2),
+], ids=["set_device_index(2)", "set_device_index(100)", "memory_stats(2)", "memory_allocated(5)",
+        "reset_peak_memory_stats(2)", "get_memory_info(2)", "empty on accalloc:2", "to accalloc:3", "synchronize(2)"])
+def test_a_device_index_out_of_range_is_pytorchs_runtime_error(fresh_device, call):
+    # CUDA and PyTorch's reference out-of-tree backend (torch_openreg) raise RuntimeError, and code
+    # written for PyTorch catches that: not an IndexError (which is no RuntimeError).
+    with pytest.raises(RuntimeError, match=r"The device index is out of range.*indices 0 to 1") as error:
+        call()
+    assert not isinstance(error.value, IndexError)
+    # Nothing changed: the current device and the books are as they were.
+    assert torch.accelerator.current_device_index() == 0
+    assert torch.accelerator.memory_allocated(0) == torch.accelerator.memory_allocated(1) == 0
+
+
 def mlp():
     return torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.GELU(), torch.nn.Linear(64, 4))
 

@@ -102,7 +102,12 @@ struct HostGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   void* getStreamNativeHandle(const c10::Stream /*stream*/) const override { return nullptr; }
   bool queryStream(const c10::Stream& /*stream*/) const override { return true; }
   void synchronizeStream(const c10::Stream& /*stream*/) const override {}
-  void synchronizeDevice(const c10::DeviceIndex /*device_index*/) const override {}
+  // Nothing to wait for, but a device that does not exist is an error, as on CUDA.
+  void synchronizeDevice(const c10::DeviceIndex device_index) const override {
+    uint64_t free = 0, total = 0;
+    accalloc_torch::check(accalloc_mem_get_info_on(kAccallocType, device_index, &free, &total),
+                          "accalloc_mem_get_info (synchronize)");
+  }
 
   // Events complete when recorded: the work before them already has.
   void record(void** /*event*/, const c10::Stream& /*stream*/, const c10::DeviceIndex /*device_index*/,

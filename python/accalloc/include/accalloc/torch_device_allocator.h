@@ -28,15 +28,17 @@
 namespace accalloc_torch {
 
 // Turn a failed accalloc call into the c10 error PyTorch users expect: an out-of-memory is
-// c10::OutOfMemoryError (torch.OutOfMemoryError in Python), a bad device an IndexError, anything else
-// a RuntimeError; each carries accalloc's message.
+// c10::OutOfMemoryError (torch.OutOfMemoryError in Python), anything else a RuntimeError, as CUDA's
+// and PyTorch's reference out-of-tree backend raise them; each carries accalloc's message. A device
+// index out of range is a RuntimeError too (not an IndexError), worded as PyTorch's backends word it,
+// and accalloc's message names the valid range.
 inline void check(AccallocStatus status, const char* what) {
   if (status == ACCALLOC_OK) {
     return;
   }
   const char* message = accalloc_last_error_message();
   TORCH_CHECK_WITH(OutOfMemoryError, status != ACCALLOC_ERROR_OUT_OF_MEMORY, message);
-  TORCH_CHECK_INDEX(status != ACCALLOC_ERROR_INVALID_DEVICE, what, ": ", message);
+  TORCH_CHECK(status != ACCALLOC_ERROR_INVALID_DEVICE, "The device index is out of range (", what, "): ", message);
   TORCH_CHECK(false, what, " failed (", accalloc_status_name(status), "): ", message);
 }
 
