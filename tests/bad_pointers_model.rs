@@ -4,6 +4,9 @@
 //! allocation count and requested bytes equal the model's live set (and debug builds recount every
 //! device's books after every call: see caching/allocator/invariants.rs).
 //!
+//! Bursts of a thousand and more small blocks, mostly freed again, make empty_cache compact the
+//! block slab and shrink the pointer map, so that the bad pointers after it meet renumbered blocks.
+//!
 //! The first phase keeps to device 0, so it runs on the one-device shortcut; the second uses both,
 //! on the general path. This binary is its own process: the shortcut's state is this test's alone.
 
@@ -40,6 +43,14 @@ enum Op {
         offset: isize,
     },
     EmptyCache,
+    /// A peak of `count` 512-byte blocks on `device`, all freed but every `keep`-th: the next
+    /// empty_cache compacts the device's slab and shrinks its pointer map, renumbering the blocks
+    /// kept (and the addresses freed are fodder for bad frees after it).
+    Burst {
+        device: i32,
+        count: usize,
+        keep: usize,
+    },
 }
 
 /// usize::MAX is the pointer map's empty key; the rest surround it or the top of the address space.
@@ -68,12 +79,14 @@ fn op(devices: i32) -> impl Strategy<Value = Op> {
         -8192isize..8192,
     ];
     prop_oneof![
-        8 => (0..devices, size).prop_map(|(device, size)| Op::Malloc { device, size }),
-        5 => any::<usize>().prop_map(|pick| Op::Free { pick }),
-        4 => (any::<usize>(), offset.clone()).prop_map(|(pick, offset)| Op::FreeNear { pick, offset }),
-        3 => (0..FIXED.len()).prop_map(|which| Op::FreeFixed { which }),
-        2 => (any::<usize>(), offset).prop_map(|(pick, offset)| Op::RecordStreamNear { pick, offset }),
-        1 => Just(Op::EmptyCache),
+        64 => (0..devices, size).prop_map(|(device, size)| Op::Malloc { device, size }),
+        40 => any::<usize>().prop_map(|pick| Op::Free { pick }),
+        32 => (any::<usize>(), offset.clone()).prop_map(|(pick, offset)| Op::FreeNear { pick, offset }),
+        24 => (0..FIXED.len()).prop_map(|which| Op::FreeFixed { which }),
+        16 => (any::<usize>(), offset).prop_map(|(pick, offset)| Op::RecordStreamNear { pick, offset }),
+        12 => Just(Op::EmptyCache),
+        1 => (0..devices, 1100usize..1300, 40usize..400)
+            .prop_map(|(device, count, keep)| Op::Burst { device, count, keep }),
     ]
 }
 
@@ -188,6 +201,23 @@ fn steps(ops: &[Op], devices: i32, model: &mut Model) -> Result<(), TestCaseErro
                 prop_assert_eq!(status, expected, "record_stream({:#x})", ptr);
             }
             Op::EmptyCache => prop_assert_eq!(accalloc_empty_cache(), ACCALLOC_OK),
+            Op::Burst {
+                device,
+                count,
+                keep,
+            } => {
+                let burst: Vec<usize> = (0..count)
+                    .map(|_| malloc(Some(DEVICE_TYPE_HOST), device, 512))
+                    .collect();
+                for (i, &ptr) in burst.iter().enumerate() {
+                    model.seen.push((ptr, 512));
+                    if i % keep == 0 {
+                        model.live.push((ptr, device, 512));
+                    } else {
+                        prop_assert_eq!(free(ptr), ACCALLOC_OK);
+                    }
+                }
+            }
         }
         model.check(devices)?;
     }
@@ -200,14 +230,14 @@ fn bad_pointers_never_touch_the_books() {
     std::env::set_var("ACCALLOC_HOST_CAPACITY", "4GiB");
     std::env::set_var("ACCALLOC_DEVICE", "host");
     let config = Config {
-        cases: 48,
+        cases: 32,
         failure_persistence: None,
         ..Config::default()
     };
     // Device 0 alone: the one-device shortcut. Then both: the general path.
     for devices in [1, 2] {
         let mut runner = TestRunner::new(config.clone());
-        let ops = prop::collection::vec(op(devices), 1..220);
+        let ops = prop::collection::vec(op(devices), 1..160);
         if let Err(failure) = runner.run(&ops, |ops| run(&ops, devices)) {
             panic!("with {devices} device(s) in use: {failure}");
         }

@@ -93,6 +93,44 @@ impl Slab {
         self.blocks.len() - self.vacant.len()
     }
 
+    /// Whether the slab keeps far more slots than it has live blocks (after a peak of many small
+    /// blocks): worth `compact`ing. A quarter live at most, so that a compacted slab must more than
+    /// double before the answer is yes again.
+    pub fn is_sparse(&self) -> bool {
+        self.blocks.capacity() > MIN_SLAB_SLOTS && self.len() * 4 < self.blocks.capacity()
+    }
+
+    /// Renumber the live blocks 0, 1, ... in their present order and give the rest of the slots'
+    /// memory back. Returns the new id of each old one (NO_BLOCK for vacant slots), which every
+    /// holder of ids must then apply; the blocks' own neighbour links are renumbered here.
+    pub fn compact(&mut self) -> Vec<BlockId> {
+        let mut renumbered = vec![0 as BlockId; self.blocks.len()];
+        for &id in &self.vacant {
+            renumbered[id as usize] = NO_BLOCK;
+        }
+        let live = self.len();
+        let mut blocks = Vec::with_capacity(live.max(MIN_SLAB_SLOTS));
+        for (old, block) in self.blocks.iter().enumerate() {
+            if renumbered[old] != NO_BLOCK {
+                renumbered[old] = blocks.len() as BlockId;
+                blocks.push(*block);
+            }
+        }
+        for block in &mut blocks {
+            block.prev = block.prev.map(|id| renumbered[id as usize]);
+            block.next = block.next.map(|id| renumbered[id as usize]);
+        }
+        self.blocks = blocks;
+        self.vacant = Vec::new();
+        renumbered
+    }
+
+    /// Bytes of memory the slab keeps (its slots and its list of vacant ones).
+    pub fn memory_bytes(&self) -> usize {
+        self.blocks.capacity() * std::mem::size_of::<Block>()
+            + self.vacant.capacity() * std::mem::size_of::<BlockId>()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -112,6 +150,9 @@ impl std::ops::IndexMut<BlockId> for Slab {
         &mut self.blocks[id as usize]
     }
 }
+
+/// Slots a slab keeps however few blocks are live (a compaction below this would gain nothing).
+const MIN_SLAB_SLOTS: usize = 1024;
 
 /// Order of cached blocks: best fit is the first key >= (stream, size, 0).
 pub type PoolKey = (StreamId, usize, usize);
@@ -263,6 +304,16 @@ impl BlockPool {
 
     pub fn len(&self) -> usize {
         self.tree.len() + self.staged.get().is_some() as usize
+    }
+
+    /// Apply a slab compaction's new ids (`Slab::compact`).
+    pub fn renumber(&mut self, renumbered: &[BlockId]) {
+        for id in self.tree.values_mut().chain(self.unmapped.values_mut()) {
+            *id = renumbered[*id as usize];
+        }
+        if !self.staged.is_empty() {
+            self.staged.id = renumbered[self.staged.id as usize];
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -470,15 +521,47 @@ impl PtrMap {
 
     #[cold]
     fn grow(&mut self) {
-        let doubled = vec![(EMPTY, 0); self.slots.len() * 2];
-        let old = std::mem::replace(&mut self.slots, doubled);
-        self.shift -= 1;
+        self.rebuild(self.slots.len() * 2, |id| id);
+    }
+
+    /// Whether the table is at most an eighth full and larger than it starts: worth `shrink`ing.
+    /// (It grows when more than half full, so a shrunk table is never about to grow again.)
+    pub fn is_sparse(&self) -> bool {
+        self.slots.len() > INITIAL_SLOTS && self.len * 8 <= self.slots.len()
+    }
+
+    /// Rebuild the table at the size that leaves it a quarter full at most (at least the initial
+    /// size), giving the rest of its memory back.
+    pub fn shrink(&mut self) {
+        self.renumber_and_shrink(|id| id);
+    }
+
+    /// `shrink`, and give every block its new id after a slab compaction (`Slab::compact`).
+    pub fn renumber(&mut self, renumbered: &[BlockId]) {
+        self.renumber_and_shrink(|id| renumbered[id as usize]);
+    }
+
+    fn renumber_and_shrink(&mut self, new_id: impl Fn(BlockId) -> BlockId) {
+        let slots = (self.len * 4).next_power_of_two().max(INITIAL_SLOTS);
+        self.rebuild(slots, new_id);
+    }
+
+    /// Move every entry into a table of `slots` slots (a power of two, more than twice the entries).
+    fn rebuild(&mut self, slots: usize, new_id: impl Fn(BlockId) -> BlockId) {
+        debug_assert!(slots.is_power_of_two() && slots >= self.len * 2);
+        let old = std::mem::replace(&mut self.slots, vec![(EMPTY, 0); slots]);
+        self.shift = 64 - slots.trailing_zeros();
         self.len = 0;
         for (key, id) in old {
             if key != EMPTY {
-                self.insert(key, id);
+                self.insert(key, new_id(id));
             }
         }
+    }
+
+    /// Bytes of memory the table keeps.
+    pub fn memory_bytes(&self) -> usize {
+        self.slots.capacity() * std::mem::size_of::<(usize, BlockId)>()
     }
 }
 

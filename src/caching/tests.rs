@@ -1005,3 +1005,76 @@ fn max_non_split_rounding_bounds_the_waste_of_a_large_request() {
         "40 MiB: 50 < 65, the cached block is used whole"
     );
 }
+
+/// Bytes of metadata of a slab of `slots` blocks and a pointer map of `map_slots` entries.
+fn metadata(slots: usize, map_slots: usize) -> usize {
+    slots * std::mem::size_of::<super::block::Block>()
+        + map_slots * std::mem::size_of::<(usize, super::block::BlockId)>()
+}
+
+#[test]
+fn empty_cache_gives_back_the_metadata_of_a_peak_and_keeps_the_live_blocks() {
+    let (mut a, backend) = allocator(1 << 30);
+    // 4096 blocks of 512 bytes fill one 2 MiB small segment exactly.
+    let ptrs: Vec<usize> = (0..4096).map(|_| a.malloc(512, 0).unwrap()).collect();
+    // The slab holds at least the 4096 blocks, the map 8192 slots (it is kept at most half full).
+    assert!(a.metadata_bytes() >= metadata(4096, 8192));
+    // Three stay live, one of them used by another stream until after its free.
+    let keep = [ptrs[0], ptrs[1000], ptrs[4095]];
+    a.record_stream(ptrs[2000], 1).unwrap();
+    for &p in &ptrs {
+        if !keep.contains(&p) {
+            a.free(p).unwrap();
+        }
+    }
+    a.empty_cache().unwrap();
+    // The segment stays (it has live blocks): live 0, free [1, 1000), live 1000, free (1000, 4095),
+    // live 4095 is five blocks, in a slab of its minimum 1024 slots; three live in a map of 64.
+    assert_eq!(a.metadata_bytes(), metadata(1024, 64));
+    let s = a.stats();
+    assert_eq!(s.allocation[ALL].current, 3);
+    assert_eq!(s.allocated_bytes[ALL].current, 3 * 512);
+    assert_eq!(s.active[ALL].current, 3);
+    assert_eq!(s.inactive_split[ALL].current, 2);
+    assert_eq!(s.inactive_split_bytes[ALL].current, 2 * MIB - 3 * 512);
+    assert_eq!(s.segment[ALL].current, 1);
+    assert_eq!(backend.live_events(), 0);
+    // The renumbered blocks are the same blocks: the freed space is handed out again at the same
+    // addresses (best fit: the smaller free block first), and every live one frees once.
+    assert_eq!(a.malloc(512, 0).unwrap(), ptrs[1]);
+    assert_eq!(a.free(ptrs[1]).map_err(|e| e.kind), Ok(()));
+    for p in keep {
+        a.free(p).unwrap();
+        assert_eq!(a.free(p).unwrap_err().kind, ErrorKind::InvalidPointer);
+    }
+    a.empty_cache().unwrap();
+    assert_eq!(a.stats().reserved_bytes[ALL].current, 0);
+    // A slab at its minimum is kept; its list of vacant slots holds the six blocks there were.
+    let vacant_list = 8 * std::mem::size_of::<super::block::BlockId>();
+    assert_eq!(a.metadata_bytes(), metadata(1024, 64) + vacant_list);
+}
+
+#[test]
+fn a_sparse_pointer_map_shrinks_while_the_slab_is_still_well_used() {
+    let (mut a, _) = allocator(1 << 30);
+    let ptrs: Vec<usize> = (0..4096).map(|_| a.malloc(512, 0).unwrap()).collect();
+    // Every eighth block stays live: the seven freed between two live ones merge into one, so the
+    // slab keeps 2 x 512 = 1024 blocks (a quarter of its 4096: not compacted), while 512 live
+    // entries leave the map of 8192 slots at a sixteenth: it shrinks to 512 x 4 = 2048 slots.
+    for (i, &p) in ptrs.iter().enumerate() {
+        if i % 8 != 0 {
+            a.free(p).unwrap();
+        }
+    }
+    let slab_before = a.metadata_bytes() - metadata(0, 8192);
+    a.empty_cache().unwrap();
+    assert_eq!(a.metadata_bytes(), slab_before + metadata(0, 2048));
+    assert_eq!(a.stats().allocation[ALL].current, 512);
+    for (i, &p) in ptrs.iter().enumerate() {
+        if i % 8 == 0 {
+            a.free(p).unwrap();
+        }
+    }
+    a.empty_cache().unwrap();
+    assert_eq!(a.stats().reserved_bytes[ALL].current, 0);
+}

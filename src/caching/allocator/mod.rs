@@ -11,6 +11,7 @@ mod expandable;
 mod gc;
 mod inspect;
 mod invariants;
+mod metadata;
 mod segments;
 
 use super::block::{Block, BlockId, BlockPool, PtrMap, Slab};
@@ -307,6 +308,9 @@ impl CachingAllocator {
                 self.release_empty_reservations()
             }
         });
+        if result.is_ok() {
+            self.shrink_metadata();
+        }
         self.verify("empty_cache");
         result
     }
