@@ -10,7 +10,6 @@ fn main() {
     let crate_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
     let capi_dir = crate_dir.join("src/capi");
     println!("cargo:rerun-if-changed=src/capi");
-    println!("cargo:rerun-if-changed=src/backend/custom.rs");
     println!("cargo:rerun-if-changed=cbindgen.toml");
     println!("cargo:rerun-if-env-changed=CI");
 
@@ -34,8 +33,6 @@ fn main() {
     let bindings = cbindgen::Builder::new()
         .with_config(config)
         .with_src(capi_dir.join("mod.rs"))
-        // The table of a backend written in C is defined beside the backend that calls it.
-        .with_src(crate_dir.join("src/backend/custom.rs"))
         .generate()
         .expect("cbindgen could not generate the header");
 

@@ -28,6 +28,17 @@
 #define ACCALLOC_CHECK_ABI() accalloc_check_abi(ACCALLOC_ABI_VERSION)
 
 /**
+ * What a backend function returns on success.
+ */
+#define ACCALLOC_BACKEND_OK 0
+
+/**
+ * What a backend function returns when the device has no room: accalloc releases cached memory
+ * and retries, as for a device out-of-memory error.
+ */
+#define ACCALLOC_BACKEND_OUT_OF_MEMORY 2
+
+/**
  * Version of the binary interface. It changes only when a program built against an older header
  * could misbehave with this library; accalloc_abi_version() returns the library's value.
  */
@@ -62,17 +73,6 @@
  * Index of the large-pool slot.
  */
 #define ACCALLOC_STAT_LARGE_POOL 2
-
-/**
- * What a backend function returns on success.
- */
-#define ACCALLOC_BACKEND_OK 0
-
-/**
- * What a backend function returns when the device has no room: accalloc releases cached memory
- * and retries, as for a device out-of-memory error.
- */
-#define ACCALLOC_BACKEND_OUT_OF_MEMORY 2
 
 /**
  * The result of every fallible call. On failure, accalloc_last_error_message() says what went wrong.

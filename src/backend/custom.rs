@@ -1,135 +1,98 @@
-//! A backend written in C: a table of function pointers a framework registers with
-//! accalloc_register_backend. Every function gets the table's context first and returns 0 on success,
-//! ACCALLOC_BACKEND_OUT_OF_MEMORY when the device has no room, or any other value as its own error code.
+//! A backend written in C: the functions of the table a framework registers with
+//! accalloc_register_backend (capi checks the C table and hands over this Rust view of it). Every
+//! function gets the context first and returns 0 on success, 2 when the device has no room, or any
+//! other value as its own error code.
 
 use super::{Backend, BackendError, EventId, MemInfo, StreamId};
 use std::ffi::c_void;
 
-/// What a backend function returns on success.
-pub const ACCALLOC_BACKEND_OK: i32 = 0;
-/// What a backend function returns when the device has no room: accalloc releases cached memory
-/// and retries, as for a device out-of-memory error.
-pub const ACCALLOC_BACKEND_OUT_OF_MEMORY: i32 = 2;
+/// What a backend function returns on success (ACCALLOC_BACKEND_OK in the C ABI).
+pub(crate) const BACKEND_OK: i32 = 0;
+/// What a backend function returns when the device has no room (ACCALLOC_BACKEND_OUT_OF_MEMORY):
+/// accalloc releases cached memory and retries, as for a device out-of-memory error.
+pub(crate) const BACKEND_OUT_OF_MEMORY: i32 = 2;
 
-/// The functions of an accelerator backend, for accalloc_register_backend. Set struct_size to
-/// sizeof(AccallocBackendVTable) (later versions may add entries at the end). The first four entries are
-/// required; a NULL optional entry turns its feature off: without the five event functions,
-/// accalloc_record_stream falls back to stream_synchronize when there is one and is otherwise
-/// ACCALLOC_ERROR_NOT_SUPPORTED; without the five virtual-memory functions, expandable segments fall back
-/// to ordinary segments. The functions may be called from any thread, and with the same context
-/// concurrently for different devices. They may call accalloc for other device types (the host,
-/// say), but not for their own: such a call returns ACCALLOC_ERROR_NOT_SUPPORTED, since the device is
-/// locked or being set up while they run. What they hand back is checked: a segment or reservation
-/// that is NULL, not aligned (512 bytes; reservations also to vm_granularity), wraps around the
-/// address space or overlaps one accalloc holds is refused with ACCALLOC_ERROR_BACKEND and given back
-/// with raw_free / vm_release; device_count must be 1 to 1024.
-#[repr(C)]
+/// How many devices the backend drives, into *out.
+pub type DeviceCountFn = unsafe extern "C" fn(context: *mut c_void, out: *mut i32) -> i32;
+/// Allocate `size` bytes on `device` for `stream`, 512-byte aligned, into *out.
+pub type RawAllocFn = unsafe extern "C" fn(
+    context: *mut c_void,
+    device: i32,
+    size: usize,
+    stream: *mut c_void,
+    out: *mut *mut c_void,
+) -> i32;
+/// Free, or in the virtual-memory group map, unmap or release, `size` bytes at `ptr`.
+pub type RangeFn =
+    unsafe extern "C" fn(context: *mut c_void, device: i32, ptr: *mut c_void, size: usize) -> i32;
+/// Free and total bytes of `device`.
+pub type MemGetInfoFn =
+    unsafe extern "C" fn(context: *mut c_void, device: i32, free: *mut u64, total: *mut u64) -> i32;
+/// Create an event into *out.
+pub type EventCreateFn =
+    unsafe extern "C" fn(context: *mut c_void, device: i32, out: *mut *mut c_void) -> i32;
+/// Record `event` on `stream`.
+pub type EventRecordFn = unsafe extern "C" fn(
+    context: *mut c_void,
+    device: i32,
+    event: *mut c_void,
+    stream: *mut c_void,
+) -> i32;
+/// Set *complete to 1 when `event` has completed, 0 when not yet.
+pub type EventQueryFn = unsafe extern "C" fn(
+    context: *mut c_void,
+    device: i32,
+    event: *mut c_void,
+    complete: *mut i32,
+) -> i32;
+/// Act on one handle of `device`: wait for or destroy an event, or wait for a stream.
+pub type HandleFn =
+    unsafe extern "C" fn(context: *mut c_void, device: i32, handle: *mut c_void) -> i32;
+/// The mapping granularity of `device` in bytes, into *out.
+pub type GranularityFn =
+    unsafe extern "C" fn(context: *mut c_void, device: i32, out: *mut usize) -> i32;
+/// Reserve `size` bytes of address space into *out.
+pub type ReserveFn = unsafe extern "C" fn(
+    context: *mut c_void,
+    device: i32,
+    size: usize,
+    out: *mut *mut c_void,
+) -> i32;
+
+/// The functions of a C backend: the four required ones, and each optional group whole or not at
+/// all (a backend without events falls back to stream_synchronize when it has one; one without
+/// virtual memory gets ordinary segments instead of expandable ones).
 #[derive(Clone, Copy)]
-pub struct AccallocBackendVTable {
-    /// sizeof(AccallocBackendVTable) as the caller knows it.
-    pub struct_size: usize,
+pub struct Functions {
     /// Passed as the first argument of every function.
     pub context: *mut c_void,
-    /// Required: how many devices the backend drives (at least 1).
-    pub device_count: Option<unsafe extern "C" fn(context: *mut c_void, out: *mut i32) -> i32>,
-    /// Required: allocate `size` bytes on `device` for `stream`, address 512-byte aligned, into *out.
-    pub raw_alloc: Option<
-        unsafe extern "C" fn(
-            context: *mut c_void,
-            device: i32,
-            size: usize,
-            stream: *mut c_void,
-            out: *mut *mut c_void,
-        ) -> i32,
-    >,
-    /// Required: free what raw_alloc returned (`size` as allocated).
-    pub raw_free: Option<
-        unsafe extern "C" fn(
-            context: *mut c_void,
-            device: i32,
-            ptr: *mut c_void,
-            size: usize,
-        ) -> i32,
-    >,
-    /// Required: free and total bytes of `device`.
-    pub mem_get_info: Option<
-        unsafe extern "C" fn(
-            context: *mut c_void,
-            device: i32,
-            free: *mut u64,
-            total: *mut u64,
-        ) -> i32,
-    >,
-    /// Optional: create an event into *out.
-    pub event_create: Option<
-        unsafe extern "C" fn(context: *mut c_void, device: i32, out: *mut *mut c_void) -> i32,
-    >,
-    /// Optional: record `event` on `stream`.
-    pub event_record: Option<
-        unsafe extern "C" fn(
-            context: *mut c_void,
-            device: i32,
-            event: *mut c_void,
-            stream: *mut c_void,
-        ) -> i32,
-    >,
-    /// Optional: set *complete to 1 when `event` has completed, 0 when not yet.
-    pub event_query: Option<
-        unsafe extern "C" fn(
-            context: *mut c_void,
-            device: i32,
-            event: *mut c_void,
-            complete: *mut i32,
-        ) -> i32,
-    >,
-    /// Optional: wait until `event` completes.
-    pub event_synchronize:
-        Option<unsafe extern "C" fn(context: *mut c_void, device: i32, event: *mut c_void) -> i32>,
-    /// Optional: destroy `event`.
-    pub event_destroy:
-        Option<unsafe extern "C" fn(context: *mut c_void, device: i32, event: *mut c_void) -> i32>,
-    /// Optional: wait until the work queued on `stream` is done.
-    pub stream_synchronize:
-        Option<unsafe extern "C" fn(context: *mut c_void, device: i32, stream: *mut c_void) -> i32>,
-    /// Optional: the mapping granularity of `device` in bytes, into *out.
-    pub vm_granularity:
-        Option<unsafe extern "C" fn(context: *mut c_void, device: i32, out: *mut usize) -> i32>,
-    /// Optional: reserve `size` bytes of address space into *out.
-    pub vm_reserve: Option<
-        unsafe extern "C" fn(
-            context: *mut c_void,
-            device: i32,
-            size: usize,
-            out: *mut *mut c_void,
-        ) -> i32,
-    >,
-    /// Optional: back `size` bytes at `ptr` (inside a reservation) with memory.
-    pub vm_map: Option<
-        unsafe extern "C" fn(
-            context: *mut c_void,
-            device: i32,
-            ptr: *mut c_void,
-            size: usize,
-        ) -> i32,
-    >,
-    /// Optional: give back the memory behind `size` bytes at `ptr`, keeping the addresses.
-    pub vm_unmap: Option<
-        unsafe extern "C" fn(
-            context: *mut c_void,
-            device: i32,
-            ptr: *mut c_void,
-            size: usize,
-        ) -> i32,
-    >,
-    /// Optional: release a whole reservation.
-    pub vm_release: Option<
-        unsafe extern "C" fn(
-            context: *mut c_void,
-            device: i32,
-            ptr: *mut c_void,
-            size: usize,
-        ) -> i32,
-    >,
+    pub device_count: DeviceCountFn,
+    pub raw_alloc: RawAllocFn,
+    pub raw_free: RangeFn,
+    pub mem_get_info: MemGetInfoFn,
+    pub events: Option<EventFunctions>,
+    pub stream_synchronize: Option<HandleFn>,
+    pub virtual_memory: Option<VirtualMemoryFunctions>,
+}
+
+/// The five event functions.
+#[derive(Clone, Copy)]
+pub struct EventFunctions {
+    pub create: EventCreateFn,
+    pub record: EventRecordFn,
+    pub query: EventQueryFn,
+    pub synchronize: HandleFn,
+    pub destroy: HandleFn,
+}
+
+/// The five virtual-memory functions.
+#[derive(Clone, Copy)]
+pub struct VirtualMemoryFunctions {
+    pub granularity: GranularityFn,
+    pub reserve: ReserveFn,
+    pub map: RangeFn,
+    pub unmap: RangeFn,
+    pub release: RangeFn,
 }
 
 /// Why the range [ptr, ptr + size) a backend handed out cannot be used, if it cannot: NULL,
@@ -162,10 +125,8 @@ fn refused(call: &str, ptr: usize, size: usize, why: &str) -> BackendError {
 /// A registered C backend.
 pub struct CustomBackend {
     name: String,
-    table: AccallocBackendVTable,
+    functions: Functions,
     devices: usize,
-    events: bool,
-    virtual_memory: bool,
 }
 
 // SAFETY: the registering framework promises (in the table's documentation) that its functions and
@@ -174,60 +135,31 @@ unsafe impl Send for CustomBackend {}
 unsafe impl Sync for CustomBackend {}
 
 impl CustomBackend {
-    /// Check a table and ask it for its device count. Errors say what is wrong with the table.
+    /// Ask the backend for its device count. The error says what is wrong with its answer.
     ///
     /// # Safety
-    /// The table's function pointers must be valid functions with the documented signatures, and the
+    /// The function pointers must be valid functions with the documented signatures, and the
     /// context valid for them, for as long as the process runs.
-    pub unsafe fn new(name: &str, table: &AccallocBackendVTable) -> Result<CustomBackend, String> {
-        if table.struct_size < std::mem::size_of::<AccallocBackendVTable>() {
-            return Err(format!(
-                "the table's struct_size is {}, expected {} (sizeof(AccallocBackendVTable))",
-                table.struct_size,
-                std::mem::size_of::<AccallocBackendVTable>()
-            ));
-        }
-        for (entry, present) in [
-            ("device_count", table.device_count.is_some()),
-            ("raw_alloc", table.raw_alloc.is_some()),
-            ("raw_free", table.raw_free.is_some()),
-            ("mem_get_info", table.mem_get_info.is_some()),
-        ] {
-            if !present {
-                return Err(format!("the required entry {entry} is NULL"));
-            }
-        }
+    pub unsafe fn new(name: &str, functions: Functions) -> Result<CustomBackend, String> {
         let mut count = 0;
-        let rc = (table.device_count.unwrap())(table.context, &mut count);
-        if rc != ACCALLOC_BACKEND_OK || count < 1 || count as usize > super::MAX_DEVICES {
+        let rc = (functions.device_count)(functions.context, &mut count);
+        if rc != BACKEND_OK || count < 1 || count as usize > super::MAX_DEVICES {
             return Err(format!(
                 "device_count returned {rc} with {count} device(s); 1 to {} are supported",
                 super::MAX_DEVICES
             ));
         }
-        let events = table.event_create.is_some()
-            && table.event_record.is_some()
-            && table.event_query.is_some()
-            && table.event_synchronize.is_some()
-            && table.event_destroy.is_some();
-        let virtual_memory = table.vm_granularity.is_some()
-            && table.vm_reserve.is_some()
-            && table.vm_map.is_some()
-            && table.vm_unmap.is_some()
-            && table.vm_release.is_some();
         Ok(CustomBackend {
             name: name.to_string(),
-            table: *table,
+            functions,
             devices: count as usize,
-            events,
-            virtual_memory,
         })
     }
 
     fn check(&self, call: &str, rc: i32) -> Result<(), BackendError> {
         match rc {
-            ACCALLOC_BACKEND_OK => Ok(()),
-            ACCALLOC_BACKEND_OUT_OF_MEMORY => Err(BackendError::OutOfMemory),
+            BACKEND_OK => Ok(()),
+            BACKEND_OUT_OF_MEMORY => Err(BackendError::OutOfMemory),
             code => Err(BackendError::Failed {
                 code: code as i64,
                 message: format!("{call} returned error code {code}"),
@@ -235,16 +167,16 @@ impl CustomBackend {
         }
     }
 
-    /// Call table entry `entry` (named `name` in messages) with the table's context and turn its
-    /// return code into a result; a NULL entry is reported as missing.
+    /// Call `function` (named `name` in messages; None when the backend lacks it) with the context
+    /// and turn its return code into a result.
     fn call<F: Copy>(
         &self,
         name: &str,
-        entry: Option<F>,
+        function: Option<F>,
         invoke: impl FnOnce(F, *mut c_void) -> i32,
     ) -> Result<(), BackendError> {
-        let function = entry.ok_or_else(|| Self::missing(name))?;
-        self.check(name, invoke(function, self.table.context))
+        let function = function.ok_or_else(|| Self::missing(name))?;
+        self.check(name, invoke(function, self.functions.context))
     }
 
     fn missing(call: &str) -> BackendError {
@@ -253,10 +185,18 @@ impl CustomBackend {
             message: format!("{call} is not provided by this backend"),
         }
     }
+
+    fn events(&self) -> Option<&EventFunctions> {
+        self.functions.events.as_ref()
+    }
+
+    fn virtual_memory(&self) -> Option<&VirtualMemoryFunctions> {
+        self.functions.virtual_memory.as_ref()
+    }
 }
 
-// SAFETY (every `unsafe` call below): the table's entries follow the documented contract, which the
-// registering framework promised; the required ones were checked at registration.
+// SAFETY (every `unsafe` call below): the functions follow the documented contract, which the
+// registering framework promised.
 impl Backend for CustomBackend {
     fn name(&self) -> &str {
         &self.name
@@ -273,9 +213,11 @@ impl Backend for CustomBackend {
         stream: StreamId,
     ) -> Result<usize, BackendError> {
         let mut out: *mut c_void = std::ptr::null_mut();
-        self.call("raw_alloc", self.table.raw_alloc, |f, ctx| unsafe {
-            f(ctx, device as i32, size, stream as *mut c_void, &mut out)
-        })?;
+        self.call(
+            "raw_alloc",
+            Some(self.functions.raw_alloc),
+            |f, ctx| unsafe { f(ctx, device as i32, size, stream as *mut c_void, &mut out) },
+        )?;
         let ptr = out as usize;
         if let Some(why) = unusable_range(ptr, size, 512) {
             // Whatever the backend handed out goes back, so that a refused segment costs nothing.
@@ -288,16 +230,18 @@ impl Backend for CustomBackend {
     }
 
     fn raw_free(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError> {
-        self.call("raw_free", self.table.raw_free, |f, ctx| unsafe {
+        self.call("raw_free", Some(self.functions.raw_free), |f, ctx| unsafe {
             f(ctx, device as i32, ptr as *mut c_void, size)
         })
     }
 
     fn mem_get_info(&self, device: usize) -> Result<MemInfo, BackendError> {
         let (mut free, mut total) = (0u64, 0u64);
-        self.call("mem_get_info", self.table.mem_get_info, |f, ctx| unsafe {
-            f(ctx, device as i32, &mut free, &mut total)
-        })?;
+        self.call(
+            "mem_get_info",
+            Some(self.functions.mem_get_info),
+            |f, ctx| unsafe { f(ctx, device as i32, &mut free, &mut total) },
+        )?;
         Ok(MemInfo {
             free: free as usize,
             total: total as usize,
@@ -305,12 +249,12 @@ impl Backend for CustomBackend {
     }
 
     fn events_supported(&self) -> bool {
-        self.events
+        self.functions.events.is_some()
     }
 
     fn create_event(&self, device: usize) -> Result<EventId, BackendError> {
         let mut out: *mut c_void = std::ptr::null_mut();
-        let create = self.table.event_create.filter(|_| self.events);
+        let create = self.events().map(|e| e.create);
         self.call("event_create", create, |f, ctx| unsafe {
             f(ctx, device as i32, &mut out)
         })?;
@@ -323,7 +267,8 @@ impl Backend for CustomBackend {
         event: EventId,
         stream: StreamId,
     ) -> Result<(), BackendError> {
-        self.call("event_record", self.table.event_record, |f, ctx| unsafe {
+        let record = self.events().map(|e| e.record);
+        self.call("event_record", record, |f, ctx| unsafe {
             f(
                 ctx,
                 device as i32,
@@ -335,42 +280,43 @@ impl Backend for CustomBackend {
 
     fn query_event(&self, device: usize, event: EventId) -> Result<bool, BackendError> {
         let mut complete = 0;
-        self.call("event_query", self.table.event_query, |f, ctx| unsafe {
+        let query = self.events().map(|e| e.query);
+        self.call("event_query", query, |f, ctx| unsafe {
             f(ctx, device as i32, event as *mut c_void, &mut complete)
         })?;
         Ok(complete != 0)
     }
 
     fn synchronize_event(&self, device: usize, event: EventId) -> Result<(), BackendError> {
-        self.call(
-            "event_synchronize",
-            self.table.event_synchronize,
-            |f, ctx| unsafe { f(ctx, device as i32, event as *mut c_void) },
-        )
+        let synchronize = self.events().map(|e| e.synchronize);
+        self.call("event_synchronize", synchronize, |f, ctx| unsafe {
+            f(ctx, device as i32, event as *mut c_void)
+        })
     }
 
     fn destroy_event(&self, device: usize, event: EventId) -> Result<(), BackendError> {
-        self.call("event_destroy", self.table.event_destroy, |f, ctx| unsafe {
+        let destroy = self.events().map(|e| e.destroy);
+        self.call("event_destroy", destroy, |f, ctx| unsafe {
             f(ctx, device as i32, event as *mut c_void)
         })
     }
 
     fn stream_synchronize_supported(&self) -> bool {
-        self.table.stream_synchronize.is_some()
+        self.functions.stream_synchronize.is_some()
     }
 
     fn synchronize_stream(&self, device: usize, stream: StreamId) -> Result<(), BackendError> {
         self.call(
             "stream_synchronize",
-            self.table.stream_synchronize,
+            self.functions.stream_synchronize,
             |f, ctx| unsafe { f(ctx, device as i32, stream as *mut c_void) },
         )
     }
 
     fn vm_granularity(&self, device: usize) -> Option<usize> {
         let mut out = 0usize;
-        let entry = self.table.vm_granularity.filter(|_| self.virtual_memory);
-        self.call("vm_granularity", entry, |f, ctx| unsafe {
+        let granularity = self.virtual_memory().map(|v| v.granularity);
+        self.call("vm_granularity", granularity, |f, ctx| unsafe {
             f(ctx, device as i32, &mut out)
         })
         .ok()
@@ -380,7 +326,8 @@ impl Backend for CustomBackend {
 
     fn vm_reserve(&self, device: usize, size: usize) -> Result<usize, BackendError> {
         let mut out: *mut c_void = std::ptr::null_mut();
-        self.call("vm_reserve", self.table.vm_reserve, |f, ctx| unsafe {
+        let reserve = self.virtual_memory().map(|v| v.reserve);
+        self.call("vm_reserve", reserve, |f, ctx| unsafe {
             f(ctx, device as i32, size, &mut out)
         })?;
         let ptr = out as usize;
@@ -395,19 +342,22 @@ impl Backend for CustomBackend {
     }
 
     fn vm_map(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError> {
-        self.call("vm_map", self.table.vm_map, |f, ctx| unsafe {
+        let map = self.virtual_memory().map(|v| v.map);
+        self.call("vm_map", map, |f, ctx| unsafe {
             f(ctx, device as i32, ptr as *mut c_void, size)
         })
     }
 
     fn vm_unmap(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError> {
-        self.call("vm_unmap", self.table.vm_unmap, |f, ctx| unsafe {
+        let unmap = self.virtual_memory().map(|v| v.unmap);
+        self.call("vm_unmap", unmap, |f, ctx| unsafe {
             f(ctx, device as i32, ptr as *mut c_void, size)
         })
     }
 
     fn vm_release(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError> {
-        self.call("vm_release", self.table.vm_release, |f, ctx| unsafe {
+        let release = self.virtual_memory().map(|v| v.release);
+        self.call("vm_release", release, |f, ctx| unsafe {
             f(ctx, device as i32, ptr as *mut c_void, size)
         })
     }

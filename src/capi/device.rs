@@ -1,9 +1,10 @@
 //! Devices and accelerators: device counts and the current device, the current accelerator, and
 //! backends registered from C.
 
+use super::backend_table::AccallocBackendVTable;
 use super::guard::{current_type, guard, on, out_ptr, str_arg};
 use super::types::{AccallocDeviceType, AccallocStatus};
-use crate::backend::custom::{AccallocBackendVTable, CustomBackend};
+use crate::backend::custom::CustomBackend;
 use crate::error::Error;
 use crate::runtime::runtime;
 use std::ffi::c_char;
@@ -154,13 +155,16 @@ pub unsafe extern "C" fn accalloc_register_backend(
         // SAFETY: a non-NULL table is readable for the size the header declares, as the caller promises.
         let table =
             unsafe { vtable.as_ref() }.ok_or_else(|| Error::invalid_argument("vtable is NULL"))?;
-        // SAFETY: the caller promises valid functions and context for the life of the process.
-        let backend = unsafe { CustomBackend::new(name, table) }.map_err(|why| {
-            Error::invalid_argument(format!(
-                "backend {} was not registered: {why}",
-                crate::error::quote(name)
-            ))
-        })?;
+        let backend = table
+            .functions()
+            // SAFETY: the caller promises valid functions and context for the life of the process.
+            .and_then(|functions| unsafe { CustomBackend::new(name, functions) })
+            .map_err(|why| {
+                Error::invalid_argument(format!(
+                    "backend {} was not registered: {why}",
+                    crate::error::quote(name)
+                ))
+            })?;
         *out = runtime()?.register(Arc::new(backend))?;
         Ok(())
     })

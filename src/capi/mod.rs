@@ -7,6 +7,7 @@
 //! its documentation describes, for the duration of the call.
 #![allow(clippy::missing_safety_doc)]
 
+pub mod backend_table;
 pub mod device;
 pub(crate) mod guard;
 pub mod info;
@@ -17,7 +18,7 @@ pub mod settings;
 pub mod stats;
 pub mod types;
 
-pub use crate::backend::custom::{
+pub use backend_table::{
     AccallocBackendVTable, ACCALLOC_BACKEND_OK, ACCALLOC_BACKEND_OUT_OF_MEMORY,
 };
 pub use types::*;

@@ -49,7 +49,8 @@ const BACKEND_ENTRY: &str = "accalloc_backend_entry";
 
 /// Load a backend written in C from a shared library ("path/lib.so" or "path/lib.so:symbol").
 pub fn load_backend(spec: &str) -> Result<Arc<dyn Backend>, String> {
-    use accalloc::backend::custom::{AccallocBackendVTable, CustomBackend};
+    use accalloc::backend::custom::CustomBackend;
+    use accalloc::capi::AccallocBackendVTable;
     use std::ffi::{c_char, CStr, CString};
     let (path, symbol) = spec.rsplit_once(':').unwrap_or((spec, BACKEND_ENTRY));
     let c_path = CString::new(path).map_err(|_| format!("--backend: bad path {path}"))?;
@@ -78,8 +79,10 @@ pub fn load_backend(spec: &str) -> Result<Arc<dyn Backend>, String> {
             return Err(format!("--backend: {symbol} in {path} returned {rc}"));
         }
         let name = CStr::from_ptr(name).to_string_lossy().into_owned();
-        let backend =
-            CustomBackend::new(&name, &table).map_err(|why| format!("--backend: {why}"))?;
+        let backend = table
+            .functions()
+            .and_then(|functions| CustomBackend::new(&name, functions))
+            .map_err(|why| format!("--backend: {why}"))?;
         Ok(Arc::new(backend))
     }
 }

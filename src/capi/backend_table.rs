@@ -1,0 +1,204 @@
+//! The table of a backend written in C, as accalloc_register_backend takes it. Every function gets the
+//! table's context first and returns ACCALLOC_BACKEND_OK on success, ACCALLOC_BACKEND_OUT_OF_MEMORY when
+//! the device has no room, or any other value as its own error code. The backend layer never sees this
+//! struct: `AccallocBackendVTable::functions` checks it and hands backend/custom.rs its Rust view.
+
+use crate::backend::custom::{self, EventFunctions, Functions, VirtualMemoryFunctions};
+use std::ffi::c_void;
+
+/// What a backend function returns on success.
+pub const ACCALLOC_BACKEND_OK: i32 = 0;
+/// What a backend function returns when the device has no room: accalloc releases cached memory
+/// and retries, as for a device out-of-memory error.
+pub const ACCALLOC_BACKEND_OUT_OF_MEMORY: i32 = 2;
+
+/// The functions of an accelerator backend, for accalloc_register_backend. Set struct_size to
+/// sizeof(AccallocBackendVTable) (later versions may add entries at the end). The first four entries are
+/// required; a NULL optional entry turns its feature off: without the five event functions,
+/// accalloc_record_stream falls back to stream_synchronize when there is one and is otherwise
+/// ACCALLOC_ERROR_NOT_SUPPORTED; without the five virtual-memory functions, expandable segments fall back
+/// to ordinary segments. The functions may be called from any thread, and with the same context
+/// concurrently for different devices. They may call accalloc for other device types (the host,
+/// say), but not for their own: such a call returns ACCALLOC_ERROR_NOT_SUPPORTED, since the device is
+/// locked or being set up while they run. What they hand back is checked: a segment or reservation
+/// that is NULL, not aligned (512 bytes; reservations also to vm_granularity), wraps around the
+/// address space or overlaps one accalloc holds is refused with ACCALLOC_ERROR_BACKEND and given back
+/// with raw_free / vm_release; device_count must be 1 to 1024.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct AccallocBackendVTable {
+    /// sizeof(AccallocBackendVTable) as the caller knows it.
+    pub struct_size: usize,
+    /// Passed as the first argument of every function.
+    pub context: *mut c_void,
+    /// Required: how many devices the backend drives (at least 1).
+    pub device_count: Option<unsafe extern "C" fn(context: *mut c_void, out: *mut i32) -> i32>,
+    /// Required: allocate `size` bytes on `device` for `stream`, address 512-byte aligned, into *out.
+    pub raw_alloc: Option<
+        unsafe extern "C" fn(
+            context: *mut c_void,
+            device: i32,
+            size: usize,
+            stream: *mut c_void,
+            out: *mut *mut c_void,
+        ) -> i32,
+    >,
+    /// Required: free what raw_alloc returned (`size` as allocated).
+    pub raw_free: Option<
+        unsafe extern "C" fn(
+            context: *mut c_void,
+            device: i32,
+            ptr: *mut c_void,
+            size: usize,
+        ) -> i32,
+    >,
+    /// Required: free and total bytes of `device`.
+    pub mem_get_info: Option<
+        unsafe extern "C" fn(
+            context: *mut c_void,
+            device: i32,
+            free: *mut u64,
+            total: *mut u64,
+        ) -> i32,
+    >,
+    /// Optional: create an event into *out.
+    pub event_create: Option<
+        unsafe extern "C" fn(context: *mut c_void, device: i32, out: *mut *mut c_void) -> i32,
+    >,
+    /// Optional: record `event` on `stream`.
+    pub event_record: Option<
+        unsafe extern "C" fn(
+            context: *mut c_void,
+            device: i32,
+            event: *mut c_void,
+            stream: *mut c_void,
+        ) -> i32,
+    >,
+    /// Optional: set *complete to 1 when `event` has completed, 0 when not yet.
+    pub event_query: Option<
+        unsafe extern "C" fn(
+            context: *mut c_void,
+            device: i32,
+            event: *mut c_void,
+            complete: *mut i32,
+        ) -> i32,
+    >,
+    /// Optional: wait until `event` completes.
+    pub event_synchronize:
+        Option<unsafe extern "C" fn(context: *mut c_void, device: i32, event: *mut c_void) -> i32>,
+    /// Optional: destroy `event`.
+    pub event_destroy:
+        Option<unsafe extern "C" fn(context: *mut c_void, device: i32, event: *mut c_void) -> i32>,
+    /// Optional: wait until the work queued on `stream` is done.
+    pub stream_synchronize:
+        Option<unsafe extern "C" fn(context: *mut c_void, device: i32, stream: *mut c_void) -> i32>,
+    /// Optional: the mapping granularity of `device` in bytes, into *out.
+    pub vm_granularity:
+        Option<unsafe extern "C" fn(context: *mut c_void, device: i32, out: *mut usize) -> i32>,
+    /// Optional: reserve `size` bytes of address space into *out.
+    pub vm_reserve: Option<
+        unsafe extern "C" fn(
+            context: *mut c_void,
+            device: i32,
+            size: usize,
+            out: *mut *mut c_void,
+        ) -> i32,
+    >,
+    /// Optional: back `size` bytes at `ptr` (inside a reservation) with memory.
+    pub vm_map: Option<
+        unsafe extern "C" fn(
+            context: *mut c_void,
+            device: i32,
+            ptr: *mut c_void,
+            size: usize,
+        ) -> i32,
+    >,
+    /// Optional: give back the memory behind `size` bytes at `ptr`, keeping the addresses.
+    pub vm_unmap: Option<
+        unsafe extern "C" fn(
+            context: *mut c_void,
+            device: i32,
+            ptr: *mut c_void,
+            size: usize,
+        ) -> i32,
+    >,
+    /// Optional: release a whole reservation.
+    pub vm_release: Option<
+        unsafe extern "C" fn(
+            context: *mut c_void,
+            device: i32,
+            ptr: *mut c_void,
+            size: usize,
+        ) -> i32,
+    >,
+}
+
+// The backend layer reads return codes by its own names for the same values.
+const _: () = assert!(custom::BACKEND_OK == ACCALLOC_BACKEND_OK);
+const _: () = assert!(custom::BACKEND_OUT_OF_MEMORY == ACCALLOC_BACKEND_OUT_OF_MEMORY);
+
+impl AccallocBackendVTable {
+    /// The table as the backend layer takes it: struct_size and the four required entries checked
+    /// (the error says what is wrong with the table), and each optional group present only when all
+    /// of its entries are, so that a partial group turns its feature off.
+    pub fn functions(&self) -> Result<Functions, String> {
+        if self.struct_size < std::mem::size_of::<AccallocBackendVTable>() {
+            return Err(format!(
+                "the table's struct_size is {}, expected {} (sizeof(AccallocBackendVTable))",
+                self.struct_size,
+                std::mem::size_of::<AccallocBackendVTable>()
+            ));
+        }
+        let required = |entry: &str| format!("the required entry {entry} is NULL");
+        let device_count = self.device_count.ok_or_else(|| required("device_count"))?;
+        let raw_alloc = self.raw_alloc.ok_or_else(|| required("raw_alloc"))?;
+        let raw_free = self.raw_free.ok_or_else(|| required("raw_free"))?;
+        let mem_get_info = self.mem_get_info.ok_or_else(|| required("mem_get_info"))?;
+        let events = match (
+            self.event_create,
+            self.event_record,
+            self.event_query,
+            self.event_synchronize,
+            self.event_destroy,
+        ) {
+            (Some(create), Some(record), Some(query), Some(synchronize), Some(destroy)) => {
+                Some(EventFunctions {
+                    create,
+                    record,
+                    query,
+                    synchronize,
+                    destroy,
+                })
+            }
+            _ => None,
+        };
+        let virtual_memory = match (
+            self.vm_granularity,
+            self.vm_reserve,
+            self.vm_map,
+            self.vm_unmap,
+            self.vm_release,
+        ) {
+            (Some(granularity), Some(reserve), Some(map), Some(unmap), Some(release)) => {
+                Some(VirtualMemoryFunctions {
+                    granularity,
+                    reserve,
+                    map,
+                    unmap,
+                    release,
+                })
+            }
+            _ => None,
+        };
+        Ok(Functions {
+            context: self.context,
+            device_count,
+            raw_alloc,
+            raw_free,
+            mem_get_info,
+            events,
+            stream_synchronize: self.stream_synchronize,
+            virtual_memory,
+        })
+    }
+}
