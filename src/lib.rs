@@ -5,7 +5,6 @@
 //! `caching` (the allocator, over a `Backend`), `backend` (raw device memory).
 
 pub mod backend;
-pub mod bench;
 pub mod caching;
 pub mod capi;
 pub mod error;

@@ -1,5 +1,6 @@
-//! The what-if tools: read an allocation trace or a PyTorch memory snapshot, replay it through fresh
-//! caching allocators, search the settings, compare two of them, and draw the memory timeline.
+//! The tools on the Rust API. The what-if tools read an allocation trace or a PyTorch memory
+//! snapshot, replay it through fresh caching allocators, search the settings, compare two of them,
+//! and draw the memory timeline; the benchmark times the hot path against the C library's malloc.
 //!
 //! - `trace`: accalloc's JSON-lines trace format, read and written
 //! - `snapshot`: PyTorch snapshots (torch.cuda.memory._snapshot) as traces, and back
@@ -8,7 +9,9 @@
 //! - `tune`: the search over the settings that matter, on all cores
 //! - `compare`: two settings side by side
 //! - `timeline`: the SVG picture of one or two replays
+//! - `bench`: the cached malloc + free pair through the C ABI (`accalloc bench`, `cargo bench`)
 
+pub mod bench;
 pub mod compare;
 pub mod input;
 pub mod session;

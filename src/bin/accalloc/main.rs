@@ -151,9 +151,9 @@ fn bench(option: Option<&str>) -> Result<(), String> {
         Some(other) => return Err(format!("unknown option {other}\n{USAGE}")),
     };
     runtime().map_err(|e| e.message)?;
-    let rows = accalloc::bench::run(batches, pairs);
+    let rows = accalloc::replay::bench::run(batches, pairs);
     println!("median of {batches} batches of {pairs} malloc+free pairs, host backend, one thread");
-    print!("{}", accalloc::bench::table(&rows));
+    print!("{}", accalloc::replay::bench::table(&rows));
 
     // Several threads: one device (one lock) against one device each (ACCALLOC_HOST_DEVICES permitting).
     let devices = runtime().map_err(|e| e.message)?.current().device_count();
@@ -163,11 +163,11 @@ fn bench(option: Option<&str>) -> Result<(), String> {
         std::thread::available_parallelism().map_or(1, |n| n.get()));
     println!("| threads | same device | one device each |\n|---:|---:|---:|");
     for threads in [1usize, 2, 4] {
-        let same = accalloc::bench::threaded(threads, threaded_pairs, |_| 0);
+        let same = accalloc::replay::bench::threaded(threads, threaded_pairs, |_| 0);
         let separate = if devices >= threads {
             format!(
                 "{:.1}",
-                accalloc::bench::threaded(threads, threaded_pairs, |t| t as i32)
+                accalloc::replay::bench::threaded(threads, threaded_pairs, |t| t as i32)
             )
         } else {
             format!("(needs ACCALLOC_HOST_DEVICES={threads})")
