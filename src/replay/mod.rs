@@ -1,4 +1,4 @@
-//! The tools on the Rust API. The what-if tools read an allocation trace or a PyTorch memory
+//! The tools over the library. The what-if tools read an allocation trace or a PyTorch memory
 //! snapshot, replay it through fresh caching allocators, search the settings, compare two of them,
 //! and draw the memory timeline; the benchmark times the hot path against the C library's malloc.
 //!
