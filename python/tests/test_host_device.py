@@ -242,3 +242,29 @@ def test_oversize_and_max_split_size_reach_torch(fresh_device):
         accalloc.set_allocator_settings(before, "host")
         torch.accelerator.empty_cache()
     assert torch.accelerator.memory_stats()["max_split_size"] == -1
+
+
+def test_conjugate_and_negative_views_copy_with_their_bits(fresh_device):
+    # A conjugate or negative view reaching the device's copy once recursed until the process died.
+    y = torch.randn(4, dtype=torch.complex64)
+    on_device = y.to("accalloc")
+    assert torch.equal(on_device.conj().cpu(), y.conj())
+    assert torch.equal(on_device.conj().resolve_conj().cpu(), y.conj())
+    assert not on_device.conj().resolve_conj().is_conj()
+    assert torch.allclose((on_device.conj() + 1).cpu(), y.conj() + 1)
+    real = torch.randn(4)
+    assert torch.equal(real.to("accalloc")._neg_view().cpu(), -real)
+    assert torch.equal(real.to("accalloc")._neg_view().resolve_neg().cpu(), -real)
+    # Into a conjugate view: the bytes hold the conjugate of what was written.
+    target = torch.zeros(4, dtype=torch.complex64, device="accalloc")
+    target.conj().copy_(on_device)
+    assert torch.equal(target.cpu(), y.conj())
+    del on_device, target
+
+
+@pytest.mark.parametrize("name, shape", [("ifft", (8,)), ("hfft", (8,)), ("ihfft", (8,)), ("hfft2", (4, 6)),
+                                         ("hfftn", (4, 6))])
+def test_the_ffts_that_crashed_give_the_cpus_results(fresh_device, name, shape):
+    x = torch.randn(*shape)
+    fft = getattr(torch.fft, name)
+    assert torch.allclose(fft(x.to("accalloc")).cpu(), fft(x), atol=1e-4)

@@ -254,12 +254,21 @@ at::Tensor reshape_alias(const at::Tensor& self, c10::IntArrayRef size, c10::Int
 
 at::Tensor view(const at::Tensor& self, c10::IntArrayRef size) { return at::native::view(self, size); }
 
-// A CPU tensor over the same bytes: the device's memory is host memory.
+// A CPU tensor over the same bytes: the device's memory is host memory. The conjugate and negative
+// bits come along, so that the CPU's kernels resolve them as they would for a CPU tensor.
 at::Tensor cpu_alias(const at::Tensor& t) {
   if (!t.is_privateuseone()) {
     return t;
   }
-  return at::from_blob(t.data_ptr(), t.sizes(), t.strides(), [](void*) {}, t.options().device(c10::kCPU));
+  at::Tensor alias =
+      at::from_blob(t.data_ptr(), t.sizes(), t.strides(), [](void*) {}, t.options().device(c10::kCPU));
+  if (t.is_conj()) {
+    alias = alias.conj();
+  }
+  if (t.is_neg()) {
+    alias = alias._neg_view();
+  }
+  return alias;
 }
 
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_blocking*/) {
@@ -307,6 +316,20 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_.source_Storage_storage_offset", set_source_storage_offset);
   m.impl("set_.source_Storage", set_source_storage);
   m.impl("set_", set_empty);
+}
+
+// A copy whose source or destination is a conjugate or negative view reaches _copy_from with its bit
+// set: copy_from hands the bits to the CPU's copy, which resolves them. Without these fallthroughs
+// PyTorch's fallback for those bits would resolve them first by clone(), whose copy_ comes back to
+// _copy_from with the bit still set, and recurse until the stack overflows. (Only backends that copy
+// through _copy_from see these keys' change; in this process that is this device.)
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>()); }
