@@ -268,3 +268,40 @@ def test_the_ffts_that_crashed_give_the_cpus_results(fresh_device, name, shape):
     x = torch.randn(*shape)
     fft = getattr(torch.fft, name)
     assert torch.allclose(fft(x.to("accalloc")).cpu(), fft(x), atol=1e-4)
+
+
+def test_writes_through_views_reach_the_base(fresh_device):
+    # The boxed CPU fallback returns copies: these views were copies, and writes through them lost.
+    x = torch.zeros(8, device="accalloc")
+    x.unfold(0, 2, 2).add_(1)
+    assert x.cpu().tolist() == [1.0] * 8
+    y = torch.zeros(8, device="accalloc")
+    torch.view_as_complex(y.view(4, 2)).add_(1)
+    assert y.cpu().tolist() == [1.0, 0.0] * 4
+    z = torch.zeros(4, dtype=torch.complex64, device="accalloc")
+    torch.view_as_real(z).add_(1)
+    assert z.cpu().tolist() == [1 + 1j] * 4
+    del x, y, z
+
+
+def test_every_view_operator_with_a_backend_kernel_has_the_devices():
+    # A view operator (an output aliasing an input, not written) that has a CPU kernel and no
+    # composite one reaches the boxed fallback unless the device registers it; nested tensors, which
+    # this device does not hold, are the exception.
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    composite = ("CompositeImplicitAutograd", "CompositeExplicitAutograd",
+                 "CompositeExplicitAutogradNonFunctional", "PrivateUse1")
+    missing = []
+    for schema in torch._C._jit_get_all_schemas():
+        if not schema.name.startswith("aten::") or "nested" in schema.name:
+            continue
+        if not any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns):
+            continue
+        name = schema.name + (f".{schema.overload_name}" if schema.overload_name else "")
+        try:
+            if not has(name, "CPU") or any(has(name, key) for key in composite):
+                continue
+        except RuntimeError:  # a schema the dispatcher does not register (a JIT builtin)
+            continue
+        missing.append(name)
+    assert missing == []
