@@ -530,20 +530,19 @@ impl PtrMap {
         self.slots.len() > INITIAL_SLOTS && self.len * 8 <= self.slots.len()
     }
 
-    /// Rebuild the table at the size that leaves it a quarter full at most (at least the initial
-    /// size), giving the rest of its memory back.
+    /// Rebuild the table at its fitted size, giving the rest of its memory back.
     pub fn shrink(&mut self) {
-        self.renumber_and_shrink(|id| id);
+        self.rebuild(self.fitted_slots(), |id| id);
     }
 
     /// `shrink`, and give every block its new id after a slab compaction (`Slab::compact`).
     pub fn renumber(&mut self, renumbered: &[BlockId]) {
-        self.renumber_and_shrink(|id| renumbered[id as usize]);
+        self.rebuild(self.fitted_slots(), |id| renumbered[id as usize]);
     }
 
-    fn renumber_and_shrink(&mut self, new_id: impl Fn(BlockId) -> BlockId) {
-        let slots = (self.len * 4).next_power_of_two().max(INITIAL_SLOTS);
-        self.rebuild(slots, new_id);
+    /// The size that leaves the table a quarter full at most (at least the initial size).
+    fn fitted_slots(&self) -> usize {
+        (self.len * 4).next_power_of_two().max(INITIAL_SLOTS)
     }
 
     /// Move every entry into a table of `slots` slots (a power of two, more than twice the entries).

@@ -98,31 +98,20 @@ impl SegmentIndex {
         Ok(())
     }
 
-    /// Forget the range starting at `start`: (its end, its owner), if it was held.
-    fn remove(&self, start: usize) -> Option<(usize, Owner)> {
-        self.ranges.write().by_start.remove(&start)
-    }
-
-    /// Record again a range that `remove` took out and the backend then failed to give back. The
-    /// addresses were never released, so no other range can have taken them meanwhile; the owner
-    /// is one seen before, so the owners do not change.
-    fn restore(&self, start: usize, (end, owner): (usize, Owner)) {
-        self.ranges.write().by_start.insert(start, (end, owner));
-    }
-
-    /// Give [ptr, ptr + size) back through `release`, the range leaving the index first: once the
-    /// backend has the addresses back, another device may be handed them at once, and its range
-    /// must not be refused as overlapping this one. If `release` fails, the range is recorded
-    /// again, as the caching layer still holds it.
+    /// Give the range starting at `ptr` back through `release`, the range leaving the index first:
+    /// once the backend has the addresses back, another device may be handed them at once, and its
+    /// range must not be refused as overlapping this one. If `release` fails, the range is recorded
+    /// again, as the caching layer still holds it: its addresses were never released, so no other
+    /// range can have taken them meanwhile, and its owner is one seen before (the owners stay).
     fn release_range(
         &self,
         ptr: usize,
         release: impl FnOnce() -> Result<(), BackendError>,
     ) -> Result<(), BackendError> {
-        let held = self.remove(ptr);
+        let held = self.ranges.write().by_start.remove(&ptr);
         let result = release();
         if let (Err(_), Some(held)) = (&result, held) {
-            self.restore(ptr, held);
+            self.ranges.write().by_start.insert(ptr, held);
         }
         result
     }
