@@ -76,9 +76,12 @@ def torch_extensions(lib_dir: Path, soname: str):
         extra_compile_args=["-O2"],
         # The headers too: an extension older than any of its files is built again (setuptools
         # otherwise compares the .cpp files only, and a changed header would keep a stale build).
-        depends=[str(p) for p in sorted((PACKAGE / "include").rglob("*.h"))],
+        depends=[str(p) for p in sorted((PACKAGE / "include").rglob("*.h"))]
+        + [str(p) for p in sorted((PACKAGE / "csrc").glob("*.h"))],
     )
-    extensions = [CppExtension("accalloc._torch_host", ["accalloc/csrc/host_device.cpp"], **common)]
+    host_sources = ["accalloc/csrc/host_device.cpp", "accalloc/csrc/host_cpu_call.cpp",
+                    "accalloc/csrc/host_convolution.cpp"]
+    extensions = [CppExtension("accalloc._torch_host", host_sources, **common)]
     cuda_include = find_cuda_runtime_include()
     torch_lib = Path(torch.__file__).parent / "lib"
     if torch.version.cuda and (torch_lib / "libtorch_cuda.so").exists() and cuda_include:

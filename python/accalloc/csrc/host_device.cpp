@@ -5,8 +5,9 @@
 // What a PrivateUse1 backend needs, and no more: the allocator (accalloc_torch::DeviceAllocator over
 // the device type), a device guard (current device = accalloc's per-thread current device, one
 // default stream per device, synchronous events), the hooks, the ATen kernels that create, view and
-// copy tensors, and a boxed CPU fallback for every other operator (the memory is host memory, so the
-// CPU kernels work on it in place of device kernels).
+// copy tensors. Every other operator runs the CPU's kernel over the device's memory (host_cpu_call.cpp:
+// the memory is host memory, so the CPU's kernels work on it in place of device kernels, with no
+// copies), convolution included (host_convolution.cpp).
 //
 // Loading this library registers the guard and the kernels; accalloc_torch_register_device() chooses
 // the accalloc device type and registers the allocator and the hooks. accalloc.torch.register_device()
@@ -14,7 +15,6 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/core/GeneratorForPrivateuseone.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
-#include <ATen/native/CPUFallback.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/resize_native.h>
@@ -26,28 +26,29 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/_local_scalar_dense.h>
-#include <ATen/ops/from_blob.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
 #include <torch/library.h>
 
-#include <accalloc/torch_device_allocator.h>
+#include "host_device.h"
 
 #include <cstring>
 #include <map>
 #include <mutex>
 
+namespace accalloc_host {
 namespace {
-
-constexpr c10::DeviceType kType = c10::DeviceType::PrivateUse1;
 // The accalloc device type behind PrivateUse1, chosen once by accalloc_torch_register_device.
 AccallocDeviceType kAccallocType = ACCALLOC_DEVICE_HOST;
+}  // namespace
 
 accalloc_torch::DeviceAllocator& allocator() {
   // Never destroyed: DataPtr deleters may run during interpreter shutdown.
   static auto* instance = new accalloc_torch::DeviceAllocator(kAccallocType, kType);
   return *instance;
 }
+
+namespace {
 
 c10::DeviceIndex current_device() {
   int32_t device = 0;
@@ -222,8 +223,6 @@ struct HostHooks final : public at::PrivateUse1HooksInterface {
 
 // ---- kernels ----------------------------------------------------------------------------------------
 
-c10::DispatchKeySet key_set() { return c10::DispatchKeySet(c10::DispatchKey::PrivateUse1); }
-
 at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
                                std::optional<c10::Layout> layout, std::optional<c10::Device> device,
                                std::optional<bool> /*pin_memory*/,
@@ -257,28 +256,13 @@ at::Tensor reshape_alias(const at::Tensor& self, c10::IntArrayRef size, c10::Int
 
 at::Tensor view(const at::Tensor& self, c10::IntArrayRef size) { return at::native::view(self, size); }
 
-// A CPU tensor over the same bytes: the device's memory is host memory. The conjugate and negative
-// bits come along, so that the CPU's kernels resolve them as they would for a CPU tensor.
-at::Tensor cpu_alias(const at::Tensor& t) {
-  if (!t.is_privateuseone()) {
-    return t;
-  }
-  at::Tensor alias =
-      at::from_blob(t.data_ptr(), t.sizes(), t.strides(), [](void*) {}, t.options().device(c10::kCPU));
-  if (t.is_conj()) {
-    alias = alias.conj();
-  }
-  if (t.is_neg()) {
-    alias = alias._neg_view();
-  }
-  return alias;
-}
-
+// Between the CPU and the device, or within the device: the CPU's copy over the same bytes (the
+// conjugate and negative bits come along, and the CPU's copy resolves them).
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_blocking*/) {
   TORCH_CHECK(self.sizes() == dst.sizes(), "copy between tensors of different sizes: ", self.sizes(), " and ",
               dst.sizes());
-  at::Tensor dst_alias = cpu_alias(dst);
-  dst_alias.copy_(cpu_alias(self));
+  CpuCall call(dst.device().type() == kType ? dst.device() : self.device());
+  call.cpu(dst).copy_(call.cpu(self));
   return dst;
 }
 
@@ -287,7 +271,10 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
   return copy_from(self, dst, false);
 }
 
-at::Scalar local_scalar_dense(const at::Tensor& self) { return at::_local_scalar_dense(cpu_alias(self)); }
+at::Scalar local_scalar_dense(const at::Tensor& self) {
+  CpuCall call(self.device());
+  return at::_local_scalar_dense(call.cpu(self));
+}
 
 at::Tensor& set_source_storage_offset(at::Tensor& self, c10::Storage source, int64_t storage_offset,
                                       c10::IntArrayRef size, c10::IntArrayRef stride) {
@@ -303,8 +290,6 @@ at::Tensor& set_empty(at::Tensor& self) {
   c10::Storage storage(c10::Storage::use_byte_size_t(), 0, &allocator(), /*resizable=*/true);
   return self.set_(std::move(storage), 0, {0}, {});
 }
-
-void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) { at::native::cpu_fallback(op, stack); }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("empty.memory_format", empty_memory_format);
@@ -340,9 +325,8 @@ TORCH_LIBRARY_IMPL(aten, Negative, m) {
   m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
 }
 
-TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>()); }
-
 }  // namespace
+}  // namespace accalloc_host
 
 extern "C" {
 
@@ -350,6 +334,7 @@ extern "C" {
 // call with the same type does nothing). Returns 0; -1 when accalloc cannot start or the type has no
 // device (accalloc_last_error_message says why); -2 when another type was registered before.
 __attribute__((visibility("default"))) int accalloc_torch_register_device(AccallocDeviceType device_type) {
+  using namespace accalloc_host;
   static std::mutex mutex;
   static bool registered = false;
   std::lock_guard<std::mutex> lock(mutex);
@@ -363,6 +348,7 @@ __attribute__((visibility("default"))) int accalloc_torch_register_device(Accall
   kAccallocType = device_type;
   c10::SetAllocator(kType, &allocator());
   at::RegisterPrivateUse1HooksInterface(new HostHooks());
+  install_cpu_allocator();
   registered = true;
   return 0;
 }

@@ -1,0 +1,329 @@
+// CpuCall, and the boxed fallback that runs an operator with no device kernel through the CPU's
+// kernel over the device's memory (see host_device.h for what CpuCall promises).
+//
+// PyTorch's own at::native::cpu_fallback copies every argument to the CPU and every result back, and
+// returns copies for view operators (writes through them are lost). The device's memory is host
+// memory, so this fallback copies nothing: arguments are CPU tensors over the same bytes, results are
+// made in accalloc memory and handed to device tensors, and a result over an argument's memory is a
+// view of that argument.
+#include "host_device.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+#include <ATen/ops/empty_strided.h>
+#include <c10/core/CPUAllocator.h>
+#include <torch/library.h>
+
+#include <cstring>
+
+namespace accalloc_host {
+namespace {
+
+// Set on a thread while a CpuCall lives there: its CPU allocations come from accalloc.
+thread_local bool t_allocate_from_accalloc = false;
+
+// The CPU allocator of the process: the one it replaced, except on a thread inside a CpuCall, where a
+// CPU kernel's allocations (its results and its scratch) are blocks of the accalloc device the call
+// runs for. Their DataPtrs say CPU, as the CPU tensors over them must; CpuCall::device gives a result's
+// block back to the device.
+class CpuAllocator final : public c10::Allocator {
+ public:
+  explicit CpuAllocator(c10::Allocator* cpu) : cpu_(cpu) {}
+
+  c10::DataPtr allocate(size_t n) override {
+    if (!t_allocate_from_accalloc) {
+      return cpu_->allocate(n);
+    }
+    c10::DataPtr block = allocator().allocate(n);
+    block.unsafe_set_device(c10::Device(c10::kCPU));
+    return block;
+  }
+
+  // raw_allocate hands out the bare pointer of either kind of block; accalloc knows its own.
+  c10::DeleterFnPtr raw_deleter() const override { return &raw_free; }
+
+  void copy_data(void* dst, const void* src, std::size_t n) const override { std::memcpy(dst, src, n); }
+
+  static c10::DeleterFnPtr cpu_raw_deleter;
+
+ private:
+  static void raw_free(void* ptr) {
+    if (ptr != nullptr && accalloc_free(ptr) != ACCALLOC_OK) {
+      cpu_raw_deleter(ptr);
+    }
+  }
+
+  c10::Allocator* cpu_;
+};
+
+c10::DeleterFnPtr CpuAllocator::cpu_raw_deleter = nullptr;
+
+c10::Storage cpu_storage_over(c10::StorageImpl* impl, c10::Allocator* allocator) {
+  // No deleter: the bytes stay the device storage's. Resizable as the device storage is, through the
+  // CPU allocator (so inside a CpuCall, from accalloc).
+  c10::DataPtr bytes(const_cast<void*>(impl->data()), c10::Device(c10::kCPU));
+  return c10::Storage(c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), impl->nbytes(),
+                                                            std::move(bytes), allocator, impl->resizable()));
+}
+
+at::Tensor tensor_over(c10::Storage storage, c10::DispatchKeySet keys, const at::Tensor& like) {
+  at::Tensor t = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), keys, like.dtype());
+  t.unsafeGetTensorImpl()->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
+  if (like.is_conj()) {
+    t._set_conj(true);
+  }
+  if (like.is_neg()) {
+    t._set_neg(true);
+  }
+  return t;
+}
+
+}  // namespace
+
+void install_cpu_allocator() {
+  static CpuAllocator* installed = [] {
+    c10::Allocator* cpu = c10::GetCPUAllocator();
+    CpuAllocator::cpu_raw_deleter = cpu->raw_deleter();
+    auto* replacement = new CpuAllocator(cpu);  // never destroyed: CPU DataPtrs outlive everything
+    c10::SetCPUAllocator(replacement, /*priority=*/0);
+    return replacement;
+  }();
+  (void)installed;
+}
+
+CpuCall::CpuCall(c10::Device device)
+    : guard_(device), device_(device), was_allocating_(t_allocate_from_accalloc) {
+  t_allocate_from_accalloc = true;
+}
+
+CpuCall::~CpuCall() { t_allocate_from_accalloc = was_allocating_; }
+
+at::Tensor CpuCall::cpu(const at::Tensor& t) {
+  if (!t.defined() || t.device().type() != kType) {
+    return t;
+  }
+  c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
+  for (auto& [device_storage, cpu_storage] : cpu_storages_) {
+    if (device_storage == impl) {
+      return tensor_over(cpu_storage, c10::DispatchKeySet(c10::DispatchKey::CPU), t);
+    }
+  }
+  c10::Storage cpu_storage = cpu_storage_over(impl, c10::GetCPUAllocator());
+  cpu_storages_.emplace_back(impl, cpu_storage);
+  device_storages_.emplace_back(cpu_storage.unsafeGetStorageImpl(), t.storage());
+  return tensor_over(std::move(cpu_storage), c10::DispatchKeySet(c10::DispatchKey::CPU), t);
+}
+
+void CpuCall::adopt_resize(const at::Tensor& device_tensor, const at::Tensor& cpu_tensor) {
+  if (!device_tensor.defined() || device_tensor.device().type() != kType || !cpu_tensor.defined()) {
+    return;
+  }
+  c10::StorageImpl* device_impl = device_tensor.storage().unsafeGetStorageImpl();
+  c10::StorageImpl* cpu_impl = cpu_tensor.storage().unsafeGetStorageImpl();
+  if (cpu_impl->data() != device_impl->data() || cpu_impl->nbytes() != device_impl->nbytes()) {
+    // The kernel grew the storage: the new block (accalloc's, see CpuAllocator) replaces the device's
+    // old one, which is freed, as Storage.resize_ does on any device.
+    c10::DataPtr grown = cpu_impl->set_data_ptr(c10::DataPtr(nullptr, c10::Device(c10::kCPU)));
+    if (grown.get_deleter() == &accalloc_torch::free_block) {
+      grown.unsafe_set_device(device_);
+      device_impl->set_data_ptr_noswap(std::move(grown));
+      device_impl->set_nbytes(cpu_impl->nbytes());
+      // The CPU storage goes on standing for the device storage, over its new bytes.
+      cpu_impl->set_data_ptr_noswap(c10::DataPtr(device_impl->mutable_data(), c10::Device(c10::kCPU)));
+    } else {
+      // A block from elsewhere (a kernel that allocated outside this thread): copied in.
+      c10::DataPtr fresh = allocator().allocate(cpu_impl->nbytes());
+      if (cpu_impl->nbytes() > 0) {
+        std::memcpy(fresh.get(), grown.get(), cpu_impl->nbytes());
+      }
+      device_impl->set_data_ptr_noswap(std::move(fresh));
+      device_impl->set_nbytes(cpu_impl->nbytes());
+      cpu_impl->set_data_ptr_noswap(c10::DataPtr(device_impl->mutable_data(), c10::Device(c10::kCPU)));
+    }
+  }
+  if (device_tensor.sizes() != cpu_tensor.sizes() || device_tensor.strides() != cpu_tensor.strides() ||
+      device_tensor.storage_offset() != cpu_tensor.storage_offset()) {
+    device_tensor.unsafeGetTensorImpl()->set_sizes_and_strides(cpu_tensor.sizes(), cpu_tensor.strides(),
+                                                               cpu_tensor.storage_offset());
+  }
+}
+
+at::Tensor CpuCall::device(const at::Tensor& r, uint32_t holders) {
+  if (!r.defined() || r.device().type() != c10::kCPU) {
+    return r;
+  }
+  TORCH_CHECK_NOT_IMPLEMENTED(r.layout() == c10::kStrided, "the accalloc device (", device_,
+                              ") holds strided tensors only: the CPU's kernel made a ", r.layout(), " tensor");
+  c10::StorageImpl* impl = r.storage().unsafeGetStorageImpl();
+  for (auto& [cpu_storage, device_storage] : device_storages_) {
+    if (cpu_storage == impl) {
+      return tensor_over(device_storage, key_set(), r);
+    }
+  }
+  if (r.storage().data_ptr().get_deleter() == &accalloc_torch::free_block && r.storage().use_count() <= holders) {
+    c10::DataPtr block = impl->set_data_ptr(c10::DataPtr(nullptr, c10::Device(c10::kCPU)));
+    block.unsafe_set_device(device_);
+    c10::Storage device_storage(c10::make_intrusive<c10::StorageImpl>(
+        c10::StorageImpl::use_byte_size_t(), impl->nbytes(), std::move(block), &allocator(), impl->resizable()));
+    device_storages_.emplace_back(impl, device_storage);
+    return tensor_over(std::move(device_storage), key_set(), r);
+  }
+  // Memory that is not the kernel's own new block: a copy on the device.
+  at::Tensor copy = at::empty_strided(r.sizes(), r.strides(), r.options().device(device_));
+  cpu(copy).copy_(r);
+  return copy;
+}
+
+namespace {
+
+bool writes(const c10::Argument& argument) {
+  return argument.alias_info() != nullptr && argument.alias_info()->isWrite();
+}
+
+c10::Device device_of(const torch::jit::Stack& stack, size_t begin) {
+  for (size_t i = begin; i < stack.size(); ++i) {
+    const c10::IValue& v = stack[i];
+    if (v.isTensor() && v.toTensor().defined() && v.toTensor().device().type() == kType) {
+      return v.toTensor().device();
+    }
+    if (v.isDevice() && v.toDevice().type() == kType) {
+      return v.toDevice().has_index() ? v.toDevice() : c10::Device(kType, c10::impl::getDeviceGuardImpl(kType)->getDevice().index());
+    }
+    if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorList().vec()) {
+        if (t.defined() && t.device().type() == kType) {
+          return t.device();
+        }
+      }
+    }
+  }
+  return c10::impl::getDeviceGuardImpl(kType)->getDevice();
+}
+
+// How many result tensors on the stack (from `begin`) share this CPU storage.
+uint32_t holders_of(c10::StorageImpl* storage, const torch::jit::Stack& stack, size_t begin) {
+  uint32_t holders = 0;
+  auto count = [&](const at::Tensor& t) {
+    if (t.defined() && t.has_storage() && t.storage().unsafeGetStorageImpl() == storage) {
+      ++holders;
+    }
+  };
+  for (size_t i = begin; i < stack.size(); ++i) {
+    if (stack[i].isTensor()) {
+      count(stack[i].toTensor());
+    } else if (stack[i].isTensorList()) {
+      for (const at::Tensor& t : stack[i].toTensorList().vec()) {
+        count(t);
+      }
+    }
+  }
+  return holders;
+}
+
+void run_cpu_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const c10::FunctionSchema& schema = op.schema();
+  const size_t arguments_begin = stack->size() - schema.arguments().size();
+  CpuCall call(device_of(*stack, arguments_begin));
+
+  // The arguments, kept for what the kernel writes to (in place and out=).
+  std::vector<c10::IValue> arguments(stack->begin() + static_cast<std::ptrdiff_t>(arguments_begin), stack->end());
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    c10::IValue& slot = (*stack)[arguments_begin + i];
+    const c10::IValue& v = arguments[i];
+    if (v.isTensor()) {
+      slot = call.cpu(v.toTensor());
+    } else if (v.isTensorList()) {
+      c10::List<at::Tensor> cpu_list;
+      cpu_list.reserve(v.toTensorList().size());
+      for (const at::Tensor& t : v.toTensorList().vec()) {
+        cpu_list.push_back(call.cpu(t));
+      }
+      slot = std::move(cpu_list);
+    } else if (v.isOptionalTensorList()) {
+      c10::List<std::optional<at::Tensor>> cpu_list;
+      for (const std::optional<at::Tensor>& t : v.toOptionalTensorVector()) {
+        cpu_list.push_back(t.has_value() ? std::optional<at::Tensor>(call.cpu(*t)) : std::nullopt);
+      }
+      slot = std::move(cpu_list);
+    } else if (v.isDevice() && v.toDevice().type() == kType) {
+      slot = c10::Device(c10::kCPU);
+    }
+  }
+  // The CPU arguments the kernel wrote to, for adopt_resize.
+  std::vector<std::pair<size_t, c10::IValue>> written;
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    if (writes(schema.arguments()[i])) {
+      written.emplace_back(i, (*stack)[arguments_begin + i]);
+    }
+  }
+
+  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+
+  for (auto& [index, cpu_value] : written) {
+    const c10::IValue& original = arguments[index];
+    if (original.isTensor()) {
+      call.adopt_resize(original.toTensor(), cpu_value.toTensor());
+    } else if (original.isTensorList()) {
+      auto device_list = original.toTensorList().vec();
+      auto cpu_list = cpu_value.toTensorList().vec();
+      for (size_t k = 0; k < device_list.size(); ++k) {
+        call.adopt_resize(device_list[k], cpu_list[k]);
+      }
+    }
+  }
+
+  const size_t returns_begin = stack->size() - schema.returns().size();
+  for (size_t r = 0; r < schema.returns().size(); ++r) {
+    c10::IValue& slot = (*stack)[returns_begin + r];
+    const c10::AliasInfo* alias = schema.returns()[r].alias_info();
+    if (alias != nullptr && alias->isWrite()) {
+      // An in-place or out= result is the argument it wrote to, the very tensor (or list) given.
+      bool found = false;
+      for (size_t i = 0; i < arguments.size() && !found; ++i) {
+        const c10::AliasInfo* argument_alias = schema.arguments()[i].alias_info();
+        if (argument_alias != nullptr && *argument_alias == *alias) {
+          slot = arguments[i];
+          found = true;
+        }
+      }
+      TORCH_CHECK(found, "The operator ", schema.operator_name(), " returns ", schema.returns()[r],
+                  ", which aliases none of its arguments");
+      continue;
+    }
+    if (slot.isTensor()) {
+      const at::Tensor result = slot.toTensor();
+      uint32_t holders = result.defined() && result.has_storage()
+                             ? holders_of(result.storage().unsafeGetStorageImpl(), *stack, returns_begin)
+                             : 1;
+      slot = call.device(result, holders);
+    } else if (slot.isTensorList()) {
+      std::vector<at::Tensor> results = slot.toTensorList().vec();
+      c10::List<at::Tensor> device_list;
+      device_list.reserve(results.size());
+      for (const at::Tensor& result : results) {
+        uint32_t holders = result.defined() && result.has_storage()
+                               ? holders_of(result.storage().unsafeGetStorageImpl(), *stack, returns_begin)
+                               : 1;
+        device_list.push_back(call.device(result, holders));
+      }
+      slot = std::move(device_list);
+    }
+  }
+}
+
+void cpu_kernel_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  try {
+    run_cpu_kernel(op, stack);
+  } catch (c10::NotImplementedError& e) {
+    // Name the operator: a sparse or other non-strided result is refused deep inside.
+    e.add_context(c10::str("in ", op.schema().operator_name(), " on the accalloc device"));
+    throw;
+  }
+}
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_kernel_fallback>());
+}
+
+}  // namespace
+}  // namespace accalloc_host

@@ -1,0 +1,67 @@
+// What the host accelerator's source files share (internal to the accalloc._torch_host extension).
+//
+// host_device.cpp: the allocator, device guard, hooks and the kernels that create, view and copy
+// tensors. host_cpu_call.cpp: CpuCall, and the boxed fallback that runs every other operator's CPU
+// kernel over the device's memory. host_convolution.cpp: the convolution hooks, which the CPU has no
+// kernel for.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/core/Storage.h>
+
+#include <accalloc/torch_device_allocator.h>
+
+#include <utility>
+#include <vector>
+
+namespace accalloc_host {
+
+constexpr c10::DeviceType kType = c10::DeviceType::PrivateUse1;
+
+// The device allocator of PrivateUse1 (over the accalloc device type chosen at registration).
+accalloc_torch::DeviceAllocator& allocator();
+
+// The dispatch keys of a tensor on this device.
+inline c10::DispatchKeySet key_set() { return c10::DispatchKeySet(c10::DispatchKey::PrivateUse1); }
+
+// One run of a CPU kernel over the device's memory. The device's memory is host memory, so nothing is
+// copied either way:
+// - cpu(t) gives a CPU tensor over t's bytes. Tensors that share a device storage get CPU tensors that
+//   share one CPU storage, so the kernel sees aliasing and overlap as they are (a storage that a
+//   kernel resizes grows in accalloc memory, and adopt_resize gives the growth to the device tensor).
+// - While a CpuCall lives, the CPU allocator of this thread allocates from accalloc on `device`:
+//   what the kernel allocates (its outputs, its scratch) is device memory, counted in its statistics.
+// - device(r) gives a device tensor over r's bytes: a view of the argument whose memory r is, or r's
+//   own accalloc block, handed over. Only memory from elsewhere (a CPU tensor the kernel was given,
+//   a constant it keeps) is copied.
+class CpuCall {
+ public:
+  explicit CpuCall(c10::Device device);
+  ~CpuCall();
+  CpuCall(const CpuCall&) = delete;
+  CpuCall& operator=(const CpuCall&) = delete;
+
+  c10::Device device() const { return device_; }
+  at::Tensor cpu(const at::Tensor& t);
+  // After the kernel: a device tensor whose CPU tensor it resized (out= arguments) takes the new
+  // sizes, strides and, where the storage grew, the new block.
+  void adopt_resize(const at::Tensor& device_tensor, const at::Tensor& cpu_tensor);
+  // `holders`: how many of the kernel's results share r's storage (they are all handed over together;
+  // a storage with other holders is copied instead).
+  at::Tensor device(const at::Tensor& r, uint32_t holders = 1);
+
+ private:
+  c10::DeviceGuard guard_;
+  c10::Device device_;
+  bool was_allocating_;
+  // Device storage -> its CPU storage, and CPU storages handed over -> their device storage. A kernel
+  // call has a handful of tensors: a vector searched in order beats a map.
+  std::vector<std::pair<c10::StorageImpl*, c10::Storage>> cpu_storages_;
+  std::vector<std::pair<c10::StorageImpl*, c10::Storage>> device_storages_;
+};
+
+// Makes this process's CPU allocator the one CpuCall turns to accalloc (once; at registration).
+void install_cpu_allocator();
+
+}  // namespace accalloc_host
