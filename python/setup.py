@@ -80,7 +80,7 @@ def torch_extensions(lib_dir: Path, soname: str):
         + [str(p) for p in sorted((PACKAGE / "csrc").glob("*.h"))],
     )
     host_sources = ["accalloc/csrc/host_device.cpp", "accalloc/csrc/host_cpu_call.cpp",
-                    "accalloc/csrc/host_convolution.cpp"]
+                    "accalloc/csrc/host_routes.cpp"]
     extensions = [CppExtension("accalloc._torch_host", host_sources, **common)]
     cuda_include = find_cuda_runtime_include()
     torch_lib = Path(torch.__file__).parent / "lib"

@@ -311,6 +311,8 @@ void run_cpu_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
 }
 
+}  // namespace
+
 void cpu_kernel_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   try {
     run_cpu_kernel(op, stack);
@@ -325,5 +327,4 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_kernel_fallback>());
 }
 
-}  // namespace
 }  // namespace accalloc_host

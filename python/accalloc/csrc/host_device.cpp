@@ -7,7 +7,7 @@
 // default stream per device, synchronous events), the hooks, the ATen kernels that create, view and
 // copy tensors. Every other operator runs the CPU's kernel over the device's memory (host_cpu_call.cpp:
 // the memory is host memory, so the CPU's kernels work on it in place of device kernels, with no
-// copies), convolution included (host_convolution.cpp).
+// copies), and host_routes.cpp sends convolution, attention and a few composites there too.
 //
 // Loading this library registers the guard and the kernels; accalloc_torch_register_device() chooses
 // the accalloc device type and registers the allocator and the hooks. accalloc.torch.register_device()
@@ -256,11 +256,9 @@ at::Tensor reshape_alias(const at::Tensor& self, c10::IntArrayRef size, c10::Int
 
 at::Tensor view(const at::Tensor& self, c10::IntArrayRef size) { return at::native::view(self, size); }
 
-// Between the CPU and the device, or within the device: the CPU's copy over the same bytes (the
-// conjugate and negative bits come along, and the CPU's copy resolves them).
+// Between the CPU and the device, or within the device: the CPU's copy over the same bytes (it
+// broadcasts self to dst's sizes, and resolves the conjugate and negative bits that come along).
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_blocking*/) {
-  TORCH_CHECK(self.sizes() == dst.sizes(), "copy between tensors of different sizes: ", self.sizes(), " and ",
-              dst.sizes());
   CpuCall call(dst.device().type() == kType ? dst.device() : self.device());
   call.cpu(dst).copy_(call.cpu(self));
   return dst;
@@ -349,6 +347,7 @@ __attribute__((visibility("default"))) int accalloc_torch_register_device(Accall
   c10::SetAllocator(kType, &allocator());
   at::RegisterPrivateUse1HooksInterface(new HostHooks());
   install_cpu_allocator();
+  route_cpu_kernels();
   registered = true;
   return 0;
 }

@@ -2,11 +2,13 @@
 //
 // host_device.cpp: the allocator, device guard, hooks and the kernels that create, view and copy
 // tensors. host_cpu_call.cpp: CpuCall, and the boxed fallback that runs every other operator's CPU
-// kernel over the device's memory. host_convolution.cpp: the convolution hooks, which the CPU has no
-// kernel for.
+// kernel over the device's memory. host_routes.cpp: where PyTorch would not take the device to the
+// CPU's kernels by itself (convolution, attention, composites).
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/Storage.h>
 
@@ -18,6 +20,7 @@
 namespace accalloc_host {
 
 constexpr c10::DeviceType kType = c10::DeviceType::PrivateUse1;
+constexpr c10::DispatchKey kPrivateUse1Key = c10::DispatchKey::PrivateUse1;
 
 // The device allocator of PrivateUse1 (over the accalloc device type chosen at registration).
 accalloc_torch::DeviceAllocator& allocator();
@@ -63,5 +66,12 @@ class CpuCall {
 
 // Makes this process's CPU allocator the one CpuCall turns to accalloc (once; at registration).
 void install_cpu_allocator();
+
+// The boxed kernel of every operator that runs the CPU's kernel over the device's memory.
+void cpu_kernel_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+// Sends the operators for which PyTorch would give the device a composite kernel, though the CPU
+// has its own, to the CPU's (once; at registration: see host_routes.cpp).
+void route_cpu_kernels();
 
 }  // namespace accalloc_host

@@ -1,0 +1,213 @@
+"""One worker of the OpInfo sweep (test_opinfo_sweep.py starts it in a subprocess, so that an operator
+that kills the process fails the test instead of ending the run).
+
+    python opinfo_sweep.py FIRST LAST SAMPLES
+
+runs operators FIRST..LAST-1 of sweep_operators() on the accalloc host device and on the CPU, the first
+SAMPLES sample inputs of each, and prints one JSON line per operator: {"op": name, "begin": true} before
+it starts and {"op": name, "outcome": ..., "detail": ...} when it ends.
+
+The samples are made on the device, as PyTorch's test_compare_cpu makes them, and copied to the CPU
+storage and all (a view's whole storage, its strides and offset: as_strided reads outside the view).
+The operator runs on both with the same random seed (the device draws from the CPU's generator).
+Outcomes: "agree" (equal results, equal inputs after the call (what the operator wrote in place), and, for
+operators with a derivative, equal gradients of the sum of the results); "device raised", "cpu
+raised", "differ", "gradients differ", "wrong device". A sample on which both raise agrees.
+"""
+import json
+import os
+import sys
+
+os.environ.setdefault("ACCALLOC_HOST_DEVICES", "2")
+os.environ.setdefault("ACCALLOC_HOST_CAPACITY", "2GiB")
+os.environ["ACCALLOC_DEVICE"] = "host"
+
+import torch  # noqa: E402
+from torch.testing._internal.common_methods_invocations import op_db  # noqa: E402
+
+import accalloc.torch  # noqa: E402
+
+# Operators whose results are uninitialized memory: only their sizes, strides and dtypes are compared.
+UNINITIALIZED = {"empty", "empty_like", "new_empty", "new_empty_strided", "empty_strided", "empty_permuted"}
+
+
+def sweep_operators():
+    """Every OpInfo entry (variants included) with a float32 CPU kernel, in op_db's order."""
+    return [op for op in op_db if torch.float32 in op.supported_dtypes("cpu")]
+
+
+def op_name(op):
+    return op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
+
+
+def to_cpu(t):
+    """t on the CPU with its whole storage, strides and offset (and its conjugate/negative bits)."""
+    if not isinstance(t, torch.Tensor) or t.device.type == "cpu":
+        return t
+    if t.layout != torch.strided:
+        return t.cpu()
+    if t.is_conj():
+        return to_cpu(t.conj()).conj()
+    if t.is_neg():
+        return to_cpu(t._neg_view())._neg_view()
+    storage = t.untyped_storage()
+    flat = torch.empty(0, dtype=t.dtype, device=t.device).set_(storage, 0, (storage.nbytes() // t.element_size(),))
+    copy = flat.detach().cpu().as_strided(t.size(), t.stride(), t.storage_offset())
+    return copy.detach().requires_grad_(t.requires_grad) if t.requires_grad else copy
+
+
+def on_cpu(value):
+    if isinstance(value, torch.Tensor):
+        return value.cpu() if value.device.type != "cpu" else value
+    if isinstance(value, (tuple, list)):
+        return [on_cpu(v) for v in value]
+    return value
+
+
+def devices_of(value):
+    if isinstance(value, torch.Tensor):
+        return {value.device.type}
+    if isinstance(value, (tuple, list)):
+        return set().union(*(devices_of(v) for v in value)) if value else set()
+    return set()
+
+
+def compare(expected, got, uninitialized):
+    if isinstance(expected, torch.Tensor) and isinstance(got, torch.Tensor):
+        if uninitialized:
+            assert (expected.shape, expected.dtype) == (got.shape, got.dtype), f"{expected.shape} vs {got.shape}"
+            return
+        if expected.layout != torch.strided:
+            expected, got = expected.to_dense(), got.to_dense()
+        torch.testing.assert_close(got, expected, equal_nan=True, check_device=False)
+    elif isinstance(expected, (tuple, list)) and isinstance(got, (tuple, list)):
+        assert len(expected) == len(got), f"{len(expected)} results on the CPU, {len(got)} on the device"
+        for e, g in zip(expected, got):
+            compare(e, g, uninitialized)
+    elif isinstance(expected, float) and isinstance(got, float) and expected != expected:
+        assert got != got, f"{got} against nan"
+    else:
+        assert expected == got, f"{got!r} against {expected!r}"
+
+
+def run(op, sample):
+    torch.manual_seed(0)
+    return op(sample.input, *sample.args, **sample.kwargs)
+
+
+def inputs_of(sample):
+    return [sample.input, *sample.args, *sample.kwargs.values()]
+
+
+def sweep_one(op, device, samples_per_op):
+    uninitialized = op.name in UNINITIALIZED
+    count = 0
+    torch.manual_seed(0)
+    samples = iter(op.sample_inputs(device, torch.float32))
+    while count < samples_per_op:
+        try:
+            sample = next(samples)
+        except StopIteration:
+            break
+        except Exception as e:  # noqa: BLE001 (making a sample runs operators on the device too)
+            return "device raised", f"making sample {count + 1}: {type(e).__name__}: {e}"[:2000]
+        count += 1
+        cpu_sample = sample.transform(to_cpu)
+        cpu_error = device_error = None
+        try:
+            expected = run(op, cpu_sample)
+        except Exception as e:  # noqa: BLE001 (what matters is whether both raise)
+            cpu_error = e
+        try:
+            got = run(op, sample)
+        except Exception as e:  # noqa: BLE001
+            device_error = e
+        if cpu_error is not None and device_error is not None:
+            continue
+        if device_error is not None:
+            return "device raised", f"sample {count}: {type(device_error).__name__}: {device_error}"[:2000]
+        if cpu_error is not None:
+            return "cpu raised", f"sample {count}: {type(cpu_error).__name__}: {cpu_error}"[:2000]
+        # A result comes on the device when the operator was given a device tensor and no device.
+        if ("cpu" in devices_of(got) and device in devices_of(inputs_of(sample)) and "device" not in sample.kwargs):
+            return "wrong device", f"sample {count}: a result on the CPU"
+        try:
+            compare(expected, on_cpu(got), uninitialized)
+            compare(inputs_of(cpu_sample), on_cpu(inputs_of(sample)), uninitialized)
+        except AssertionError as e:
+            return "differ", f"sample {count}: {e}"[:2000]
+    if not count:
+        return "no samples", ""
+    if op.supports_autograd:
+        outcome, detail = sweep_gradients(op, device, samples_per_op)
+        if outcome != "agree":
+            return outcome, detail
+    return "agree", f"{count} samples"
+
+
+def gradients(op, sample):
+    """The gradients of the sum of op's floating-point results with respect to its inputs."""
+    result = run(op, sample)
+    results = result if isinstance(result, (tuple, list)) else [result]
+    parts = [r if not r.is_complex() else torch.view_as_real(r)
+             for r in results if isinstance(r, torch.Tensor) and r.requires_grad]
+    leaves = [t for t in inputs_of(sample) if isinstance(t, torch.Tensor) and t.requires_grad]
+    if not parts or not leaves:
+        return []
+    loss = sum(p.sum() for p in parts)
+    return torch.autograd.grad(loss, leaves, allow_unused=True)
+
+
+def sweep_gradients(op, device, samples_per_op):
+    count = 0
+    torch.manual_seed(0)
+    samples = iter(op.sample_inputs(device, torch.float32, requires_grad=True))
+    while count < samples_per_op:
+        try:
+            sample = next(samples)
+        except StopIteration:
+            break
+        except Exception as e:  # noqa: BLE001
+            return "device raised", f"making gradient sample {count + 1}: {type(e).__name__}: {e}"[:2000]
+        count += 1
+        cpu_sample = sample.transform(to_cpu)
+        cpu_error = device_error = None
+        try:
+            expected = gradients(op, cpu_sample)
+        except Exception as e:  # noqa: BLE001
+            cpu_error = e
+        try:
+            got = gradients(op, sample)
+        except Exception as e:  # noqa: BLE001
+            device_error = e
+        if cpu_error is not None and device_error is not None:
+            continue
+        if device_error is not None:
+            return "device raised", f"gradient, sample {count}: {type(device_error).__name__}: {device_error}"[:2000]
+        if cpu_error is not None:
+            return "cpu raised", f"gradient, sample {count}: {type(cpu_error).__name__}: {cpu_error}"[:2000]
+        try:
+            compare(list(expected), on_cpu(list(got)), False)
+        except AssertionError as e:
+            return "gradients differ", f"sample {count}: {e}"[:2000]
+    return "agree", ""
+
+
+def main():
+    first, last, samples_per_op = (int(a) for a in sys.argv[1:4])
+    torch.set_num_threads(1)
+    device = accalloc.torch.register_host_device()  # the device type's name, "accalloc"
+    operators = sweep_operators()
+    # The harness's own test: this operator kills the process, as a segmentation fault would.
+    crash_on = os.environ.get("ACCALLOC_SWEEP_CRASH_ON")
+    for op in operators[first:last]:
+        name = op_name(op)
+        print(json.dumps({"op": name, "begin": True}), flush=True)
+        if name == crash_on:
+            os.abort()
+        outcome, detail = sweep_one(op, device, samples_per_op)
+        print(json.dumps({"op": name, "outcome": outcome, "detail": detail}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
