@@ -1,12 +1,16 @@
 """PyTorch on accalloc's host accelerator against the same work on the CPU, as ratios in one run.
 
-    ACCALLOC_HOST_DEVICES=1 python benchmarks/bench_torch.py     (the Python with torch and accalloc)
+    ACCALLOC_HOST_DEVICES=1 python benchmarks/bench_torch.py [--quick]   (the Python with torch and accalloc)
 
 Rows: torch.empty + free of a tensor on the accalloc device against a CPU tensor (PyTorch's CPU
 allocator is the C library's malloc), for several sizes; one training step (forward, backward, AdamW)
-of an MLP and of a small transformer block on the device against the CPU. The device runs the CPU's
-kernels through the fallback, so a training step's ratio shows what the accelerator plumbing costs
-(dispatch, the fallback's copies), not the allocator alone. Median of repeated batches.
+of an MLP, a transformer block and the real models of model_zoo.py (GPT-2, BERT, T5, Llama from
+transformers, a CNN with batch norm), and Llama's greedy generation with its KV cache.
+
+The device runs the CPU's kernels over its own memory (no copies), so a step's ratio is what the
+accelerator plumbing costs: dispatch to the device, the fallback's wrapping of each operator, and
+accalloc in place of malloc. The device and the CPU take turns, round after round, and each figure is
+the median of its rounds: a busy machine slows both alike.
 """
 import statistics
 import sys
@@ -15,18 +19,29 @@ import time
 import torch
 
 import accalloc.torch
+import model_zoo
 
 DEVICE = accalloc.torch.register_host_device()
 
 
-def median_ns(function, repeat, batches=15):
-    times = []
-    for _ in range(batches):
-        start = time.perf_counter_ns()
-        for _ in range(repeat):
-            function()
-        times.append((time.perf_counter_ns() - start) / repeat)
-    return statistics.median(times)
+def alternating_medians(functions, repeat, rounds, round_seconds):
+    """{key: median seconds per call}, the functions taking turns, at least `repeat` calls a round and
+    enough for a round to last about `round_seconds`."""
+    times = {key: [] for key in functions}
+    slowest = 0.0
+    for function in functions.values():
+        function()  # warm: first-call costs (allocator growth, lazy initialisation) are not a round's
+        start = time.perf_counter()
+        function()
+        slowest = max(slowest, time.perf_counter() - start)
+    repeat = max(repeat, int(round_seconds / max(slowest, 1e-9)))
+    for _ in range(rounds):
+        for key, function in functions.items():
+            start = time.perf_counter()
+            for _ in range(repeat):
+                function()
+            times[key].append((time.perf_counter() - start) / repeat)
+    return {key: statistics.median(values) for key, values in times.items()}
 
 
 def empty_and_free(numel, device):
@@ -35,7 +50,7 @@ def empty_and_free(numel, device):
     return run
 
 
-def training_step(make, shape, device):
+def small_step(make, shape, device):
     torch.manual_seed(0)
     model = make().to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -69,26 +84,44 @@ class Block(torch.nn.Module):
         return self.head(x.mean(dim=1))
 
 
-def main():
-    quick = "--quick" in sys.argv
-    rows = []
+def generation(device, new_tokens=16):
+    model = model_zoo.build("llama", device).eval()
+    prompt = model_zoo.batch("llama", device, batch_size=2, sequence=16)[0]
+
+    def run():
+        with torch.no_grad():
+            model.generate(prompt, max_new_tokens=new_tokens, do_sample=False, pad_token_id=0)
+    return run
+
+
+def rows(quick):
     for label, numel in (("torch.empty + free, 512 B", 512), ("torch.empty + free, 64 KiB", 64 << 10),
                          ("torch.empty + free, 4 MiB", 4 << 20)):
-        repeat = 500 if quick else 5000
-        device_ns = median_ns(empty_and_free(numel, DEVICE), repeat)
-        cpu_ns = median_ns(empty_and_free(numel, "cpu"), repeat)
-        rows.append((label, device_ns / 1e3, cpu_ns / 1e3))
-    for label, make, shape in (("training step, MLP 256-512-4, batch 64", mlp, (64, 256)),
-                               ("training step, transformer block, 8 x 32 x 64", Block, (8, 32, 64))):
-        repeat = 5 if quick else 20
-        device_ns = median_ns(training_step(make, shape, DEVICE), repeat, batches=7)
-        cpu_ns = median_ns(training_step(make, shape, "cpu"), repeat, batches=7)
-        rows.append((label, device_ns / 1e3, cpu_ns / 1e3))
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; median of batches, microseconds")
+        yield label, {"device": empty_and_free(numel, DEVICE), "cpu": empty_and_free(numel, "cpu")}, \
+            (500 if quick else 5000), 15
+    step_rounds = 3 if quick else 9
+    yield "training step, MLP 256-512-4, batch 64", \
+        {"device": small_step(mlp, (64, 256), DEVICE), "cpu": small_step(mlp, (64, 256), "cpu")}, 5, step_rounds
+    yield "training step, transformer block, 8 x 32 x 64", \
+        {"device": small_step(Block, (8, 32, 64), DEVICE), "cpu": small_step(Block, (8, 32, 64), "cpu")}, 5, step_rounds
+    for name, label in (("gpt2", "GPT-2, 4 x 256"), ("bert", "BERT, 4 x 256"), ("t5", "T5, 4 + 4 x 256"),
+                        ("llama", "Llama, 4 x 256"), ("cnn", "CNN with batch norm")):
+        shape = "batch 8 x 3 x 32 x 32" if name == "cnn" else "batch 8 x 64 tokens"
+        yield f"training step, {label}, {shape}", \
+            {"device": model_zoo.trainer(name, DEVICE), "cpu": model_zoo.trainer(name, "cpu")}, 1, step_rounds
+    yield "Llama generate, 2 x 16 prompt + 16 tokens (KV cache)", \
+        {"device": generation(DEVICE), "cpu": generation("cpu")}, 1, step_rounds
+
+
+def main():
+    quick = "--quick" in sys.argv
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; median of alternating rounds")
     print("| what | accalloc device (us) | CPU (us) | device / CPU |")
     print("|---|---:|---:|---:|")
-    for label, device_us, cpu_us in rows:
-        print(f"| {label} | {device_us:.2f} | {cpu_us:.2f} | {device_us / cpu_us:.2f} |")
+    for label, functions, repeat, rounds in rows(quick):
+        medians = alternating_medians(functions, repeat, rounds, 0.05 if quick else 0.3)
+        device_us, cpu_us = medians["device"] * 1e6, medians["cpu"] * 1e6
+        print(f"| {label} | {device_us:.2f} | {cpu_us:.2f} | {device_us / cpu_us:.2f} |", flush=True)
 
 
 if __name__ == "__main__":

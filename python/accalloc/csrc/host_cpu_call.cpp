@@ -92,7 +92,12 @@ void install_cpu_allocator() {
 }
 
 CpuCall::CpuCall(c10::Device device)
-    : guard_(device), device_(device), was_allocating_(t_allocate_from_accalloc) {
+    : device_(device), was_allocating_(t_allocate_from_accalloc) {
+  int32_t current = -1;
+  if (accalloc_current_device_on(allocator().accalloc_type(), &current) != ACCALLOC_OK ||
+      current != device.index()) {
+    guard_.reset_device(device);
+  }
   t_allocate_from_accalloc = true;
 }
 

@@ -55,7 +55,8 @@ class CpuCall {
   at::Tensor device(const at::Tensor& r, uint32_t holders = 1);
 
  private:
-  c10::DeviceGuard guard_;
+  // Set only when `device` is not already current (the common case needs no switch and back).
+  c10::OptionalDeviceGuard guard_;
   c10::Device device_;
   bool was_allocating_;
   // Device storage -> its CPU storage, and CPU storages handed over -> their device storage. A kernel

@@ -8,7 +8,10 @@
 //   CPU's fused kernels then run through the fallback).
 // - Operators with a CPU kernel and a CompositeExplicitAutograd one (native_layer_norm,
 //   native_group_norm, addr, ...): a device without its own kernel gets the composite, another
-//   algorithm with other rounding. route_cpu_kernels sends them to the fallback, so to the CPU's.
+//   algorithm with other rounding. And the functional and in-place forms of structured operators
+//   (add.Tensor, mul_, ...): a device gets CompositeExplicitAutogradNonFunctional wrappers that
+//   allocate on the device and call the out= form, two dispatches where the CPU has one.
+//   route_cpu_kernels sends them all to the fallback, so to the CPU's own kernels.
 #include "host_device.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -84,7 +87,8 @@ void route_cpu_kernels() {
     for (const c10::OperatorName& name : dispatcher.getAllOpNames()) {
       std::optional<c10::OperatorHandle> op = dispatcher.findOp(name);
       if (!op.has_value() || !op->hasSchema() || !op->hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
-          !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) ||
+          !(op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) ||
+            op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional)) ||
           op->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd) ||
           op->hasKernelForDispatchKey(kPrivateUse1Key)) {
         continue;

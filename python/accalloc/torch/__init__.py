@@ -110,6 +110,12 @@ def register_device(name, accalloc_device_type):
 
     `accalloc_device_type` is ACCALLOC_DEVICE_HOST or a type accalloc_register_backend returned for a
     backend written in C whose memory the CPU can address (operators run on the CPU, over that memory).
+
+    It also turns on torch.__future__.set_swap_module_params_on_conversion: module.to(device) then
+    keeps each parameter object and moves it. PyTorch 2.15's default, `param.data = moved`, is refused
+    for a PrivateUse1 device (its tensors are not "dense" to has_compatible_shallow_copy_type), so
+    Module._apply makes a new Parameter per module instead, and weights tied between two modules (the
+    embeddings and the output layer of GPT-2, BERT, T5) come apart: their gradients no longer add up.
     """
     global _host_name
     with _lock:
@@ -136,6 +142,7 @@ def register_device(name, accalloc_device_type):
                                                               for_storage=True)
         accalloc._DEVICE_TYPES[name] = accalloc_device_type
         sys.modules[f"torch.{name}"] = getattr(torch, name)
+        torch.__future__.set_swap_module_params_on_conversion(True)
         _host_name = name
         return name
 

@@ -1,0 +1,101 @@
+"""Real models on the host accelerator: GPT-2, BERT, T5 and Llama from `transformers` (random weights
+from a config), and a CNN with batch norm, train with the CPU's losses; Llama generates the CPU's tokens
+with its KV cache; and when a model is gone its memory is too.
+"""
+import gc
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import DEVICE
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import model_zoo  # noqa: E402
+
+STEPS = 3
+
+
+def losses(name, device, **options):
+    step = model_zoo.trainer(name, device, **options)
+    return [step().item() for _ in range(STEPS)], step.model
+
+
+def assert_same_weights(device_model, cpu_model):
+    """Weights after training (and the CNN's batch-norm running statistics) equal to float32 rounding."""
+    for (key, cpu_value), device_value in zip(cpu_model.state_dict().items(), device_model.state_dict().values()):
+        torch.testing.assert_close(device_value.cpu(), cpu_value, rtol=1e-3, atol=1e-4, msg=key)
+
+
+@pytest.mark.parametrize("name", sorted(model_zoo.MODELS))
+def test_a_model_trains_on_the_device_with_the_cpus_losses(fresh_device, name):
+    start = torch.accelerator.memory_allocated(0)
+    expected, cpu_model = losses(name, "cpu")
+    got, device_model = losses(name, DEVICE)
+    assert all(p.device.type == DEVICE for p in device_model.parameters())
+    # The first step is the same computation; later ones follow the device's AdamW (PyTorch takes the
+    # foreach implementation on an accelerator), equal to float32 rounding.
+    assert got[0] == pytest.approx(expected[0], rel=1e-5)
+    assert got == pytest.approx(expected, rel=1e-4)
+    assert got[-1] < got[0], "the model did not learn"
+    assert_same_weights(device_model, cpu_model)
+    assert torch.accelerator.memory_allocated(0) > start
+    del device_model, cpu_model
+    gc.collect()
+    assert torch.accelerator.memory_allocated(0) == start
+
+
+def test_a_model_with_dropout_trains_on_the_device(fresh_device):
+    # The masks are the device's own (PyTorch's fused dropout on an accelerator), so the losses are not
+    # the CPU's; the model still learns and frees its memory.
+    got, model = losses("gpt2", DEVICE, dropout=0.1)
+    assert all(loss == loss for loss in got) and got[-1] < got[0]
+    del model
+    gc.collect()
+    assert torch.accelerator.memory_allocated(0) == 0
+
+
+def test_llama_generates_the_cpus_tokens_with_its_kv_cache(fresh_device):
+    prompt = model_zoo.batch("llama", "cpu", batch_size=2, sequence=12)[0]
+    tokens = {}
+    for device in ("cpu", DEVICE):
+        model = model_zoo.build("llama", device).eval()
+        with torch.no_grad():
+            out = model.generate(prompt.to(device), max_new_tokens=16, do_sample=False, pad_token_id=0,
+                                 use_cache=True)
+        assert out.device.type == torch.device(device).type
+        tokens[device] = out.cpu()
+        del model, out
+    assert tokens[DEVICE].shape == (2, 12 + 16)
+    assert torch.equal(tokens[DEVICE], tokens["cpu"])
+    gc.collect()
+    assert torch.accelerator.memory_allocated(0) == 0
+
+
+def test_a_models_peak_is_seen_by_torch_accelerator(fresh_device):
+    step = model_zoo.trainer("bert", DEVICE)
+    step()
+    weights = sum(p.numel() * p.element_size() for p in step.model.parameters())
+    # Weights, gradients and AdamW's two moments are live between steps; the peak holds activations too.
+    assert torch.accelerator.memory_allocated(0) >= 4 * weights
+    assert torch.accelerator.max_memory_allocated(0) > torch.accelerator.memory_allocated(0)
+    assert torch.accelerator.memory_reserved(0) >= torch.accelerator.max_memory_allocated(0)
+    del step
+    gc.collect()
+    assert torch.accelerator.memory_allocated(0) == 0
+
+
+def test_module_to_the_device_keeps_tied_weights_tied(fresh_device):
+    # GPT-2, BERT and T5 share one matrix between their embeddings and output layer.
+    embedding = torch.nn.Embedding(10, 4)
+    head = torch.nn.Linear(4, 10, bias=False)
+    head.weight = embedding.weight
+    model = torch.nn.ModuleDict({"embedding": embedding, "head": head}).to(DEVICE)
+    assert model["embedding"].weight is model["head"].weight
+    assert model["head"].weight.device.type == DEVICE
+    model["head"](model["embedding"](torch.tensor([1, 2], device=DEVICE))).sum().backward()
+    # Both uses add into the one gradient.
+    assert model["embedding"].weight.grad is not None and model["embedding"].weight.grad.abs().sum() > 0
+    del model, embedding, head
+    gc.collect()
