@@ -50,6 +50,8 @@ if [ -n "$runtime" ] && ! "$python" -m pip show nvidia-cuda-crt >/dev/null 2>&1;
     echo "warning: nvidia-cuda-crt $runtime could not be installed: accalloc.torch.use_for_cuda will not be built" >&2
 fi
 
+# The environment's ninja (from the package list) builds the extensions' sources in parallel.
+export PATH="$venv/bin:$PATH"
 echo "== python3 -m pip install --no-build-isolation ./python (libaccalloc and accalloc.torch's C++ extensions)"
 start=$(date +%s)
 (cd "$root" && "$python" -m pip install --quiet --no-build-isolation --no-deps --force-reinstall ./python)

@@ -104,11 +104,13 @@ def rows(quick):
         {"device": small_step(mlp, (64, 256), DEVICE), "cpu": small_step(mlp, (64, 256), "cpu")}, 5, step_rounds
     yield "training step, transformer block, 8 x 32 x 64", \
         {"device": small_step(Block, (8, 32, 64), DEVICE), "cpu": small_step(Block, (8, 32, 64), "cpu")}, 5, step_rounds
-    for name, label in (("gpt2", "GPT-2, 4 x 256"), ("bert", "BERT, 4 x 256"), ("t5", "T5, 4 + 4 x 256"),
-                        ("llama", "Llama, 4 x 256"), ("cnn", "CNN with batch norm")):
-        shape = "batch 8 x 3 x 32 x 32" if name == "cnn" else "batch 8 x 64 tokens"
+    for name, label, batch_size in (("gpt2", "GPT-2, 4 x 256", 8), ("bert", "BERT, 4 x 256", 8),
+                                    ("t5", "T5, 4 + 4 x 256", 8), ("llama", "Llama, 4 x 256", 8),
+                                    ("cnn", "CNN with batch norm", 8), ("cnn", "CNN with batch norm", 32)):
+        shape = f"batch {batch_size} x 3 x 32 x 32" if name == "cnn" else f"batch {batch_size} x 64 tokens"
         yield f"training step, {label}, {shape}", \
-            {"device": model_zoo.trainer(name, DEVICE), "cpu": model_zoo.trainer(name, "cpu")}, 1, step_rounds
+            {"device": model_zoo.trainer(name, DEVICE, batch_size), "cpu": model_zoo.trainer(name, "cpu", batch_size)}, \
+            1, step_rounds
     yield "Llama generate, 2 x 16 prompt + 16 tokens (KV cache)", \
         {"device": generation(DEVICE), "cpu": generation("cpu")}, 1, step_rounds
 
