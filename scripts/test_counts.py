@@ -90,7 +90,9 @@ def block(logs: Path) -> str:
         f"| `ctest` (c_tests) | {ctest} | C, C++, dlopen, Python ctypes, OpenACC side by side, install and"
         " consumers, exports (run again under ASan and valgrind in CI) |",
         f"| `pytest` (python/tests) | {pytest_passed} | the Python package inside PyTorch: the host accelerator,"
-        f" a backend registered from ctypes, device-generic torch.accelerator tests, PyTorch's OpInfo samples ({pytest_skipped} skipped"
+        " a backend registered from ctypes, device-generic torch.accelerator tests, PyTorch's whole OpInfo"
+        " database, real transformers models and a CNN, the real-workload traces"
+        f" ({pytest_skipped} skipped"
         " without a GPU: use_for_cuda) |",
         END,
     ])
