@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Differential test: accalloc's simulated replay against scripts/pytorch_model.py.
 
-For each trace (the command-line arguments, default examples/traces/*.jsonl), for the sample traces
+For each trace (the command-line arguments, default examples/traces/*.jsonl and the real models'
+traces in examples/traces/real/, these also with expandable segments), for the sample traces
 again under allocator settings (max_split_size_mb, max_non_split_rounding_mb,
 roundup_power2_divisions, garbage_collection_threshold with per_process_memory_fraction,
 expandable_segments alone and combined with the others, at a big capacity and at tight ones), and
@@ -672,6 +673,11 @@ def main(argv: list[str]) -> int:
         # A tighter device: the OOM release-and-retry path runs (and succeeds) in a real trace.
         results.append(check(transformer.name, transformer, "3GiB", {"num_alloc_retries": 1}))
     if not argv[1:]:
+        # Real models' traces (python/benchmarks/record_traces.py), as recorded and with PyTorch's
+        # expandable segments.
+        for trace in sorted((ROOT / "examples" / "traces" / "real").glob("*.jsonl")):
+            for settings in (None, ES):
+                results.append(check(f"real/{trace.name}", trace, BIG_CAPACITY, None, settings))
         for name, capacity, settings, expect in TRACE_RUNS:
             trace = ROOT / "examples" / "traces" / name
             if trace.exists():

@@ -3,6 +3,9 @@
 /// Number of size intervals for roundup_power2_divisions (1 MiB .. 64 GiB, one per power of two).
 pub const ROUNDUP_POWER2_INTERVALS: usize = 16;
 
+/// expandable_trim_slack's default (see README, Performance: the frontier of the real traces).
+pub const DEFAULT_TRIM_SLACK: f64 = 0.05;
+
 /// Policy settings of one caching allocator.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CachingConfig {
@@ -18,9 +21,15 @@ pub struct CachingConfig {
     pub expandable_segments: bool,
     /// accalloc's own refinement of expandable segments: 2 MiB pages in both pools; a segment grows
     /// where the fewest new pages are needed, and free pages are unmapped only when a growth would
-    /// take reserved memory past the most ever allocated plus 1/14 (at least plus 20 MiB), so that
-    /// peak reserved memory stays close to peak allocated memory.
+    /// take reserved memory past the line (the most ever allocated plus expandable_trim_slack of
+    /// it), so that peak reserved memory stays close to peak allocated memory.
     pub expandable_trim: bool,
+    /// The trim line, as a fraction of the most ever allocated that reserved memory may exceed it
+    /// by (expandable_trim): lower holds reserved memory closer to the peak for more device calls.
+    pub expandable_trim_slack: f64,
+    /// The least the trim line lets reserved memory exceed the most ever allocated by, in bytes
+    /// (0 by default: a fixed floor makes a small job reserve more than plain expandable segments).
+    pub expandable_trim_floor: usize,
     /// Drop the device lock around slow backend allocations.
     pub release_lock_on_malloc: bool,
     /// A memory fraction applied to every device when the settings are applied (None: unchanged).
@@ -36,6 +45,8 @@ impl Default for CachingConfig {
             garbage_collection_threshold: 0.0,
             expandable_segments: false,
             expandable_trim: false,
+            expandable_trim_slack: DEFAULT_TRIM_SLACK,
+            expandable_trim_floor: 0,
             release_lock_on_malloc: false,
             per_process_memory_fraction: None,
         }
@@ -86,6 +97,18 @@ impl CachingConfig {
         }
         if self.expandable_trim {
             parts.push("expandable_trim:True".into());
+        }
+        if self.expandable_trim_slack != defaults.expandable_trim_slack {
+            parts.push(format!(
+                "expandable_trim_slack:{}",
+                self.expandable_trim_slack
+            ));
+        }
+        if self.expandable_trim_floor != defaults.expandable_trim_floor {
+            parts.push(format!(
+                "expandable_trim_floor_mb:{}",
+                self.expandable_trim_floor >> 20
+            ));
         }
         if self.release_lock_on_malloc {
             parts.push("release_lock_on_malloc:True".into());

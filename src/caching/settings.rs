@@ -8,14 +8,16 @@ use super::config::{CachingConfig, ROUNDUP_POWER2_INTERVALS};
 use crate::error::{bounded, quote, Error, Result};
 
 /// Every key accalloc understands (release_lock_on_cudamalloc is PyTorch's name for
-/// release_lock_on_malloc and is accepted too; expandable_trim is accalloc's own).
-pub const KNOWN_KEYS: [&str; 10] = [
+/// release_lock_on_malloc and is accepted too; the expandable_trim keys are accalloc's own).
+pub const KNOWN_KEYS: [&str; 12] = [
     "max_split_size_mb",
     "max_non_split_rounding_mb",
     "roundup_power2_divisions",
     "garbage_collection_threshold",
     "expandable_segments",
     "expandable_trim",
+    "expandable_trim_slack",
+    "expandable_trim_floor_mb",
     "release_lock_on_malloc",
     "release_lock_on_cudamalloc",
     "per_process_memory_fraction",
@@ -115,6 +117,13 @@ fn parse_mb(key: &str, value: &str) -> Result<usize> {
         return Err(invalid(key, value, &allowed));
     }
     // Large values saturate, as in PyTorch.
+    Ok(mb.min(usize::MAX / MIB) * MIB)
+}
+
+/// A whole number of MiB, 0 included (large values saturate).
+fn parse_whole_mb(key: &str, value: &str) -> Result<usize> {
+    let allowed = format!("{key} must be a whole number of MiB");
+    let mb: usize = value.parse().map_err(|_| invalid(key, value, &allowed))?;
     Ok(mb.min(usize::MAX / MIB) * MIB)
 }
 
@@ -264,6 +273,12 @@ pub fn parse_settings(text: &str, current: &CachingConfig) -> Result<CachingConf
                     }
                     "expandable_segments" => config.expandable_segments = parse_bool(&key, &value)?,
                     "expandable_trim" => config.expandable_trim = parse_bool(&key, &value)?,
+                    "expandable_trim_slack" => {
+                        config.expandable_trim_slack = parse_fraction(&key, &value, false)?
+                    }
+                    "expandable_trim_floor_mb" => {
+                        config.expandable_trim_floor = parse_whole_mb(&key, &value)?
+                    }
                     "release_lock_on_malloc" | "release_lock_on_cudamalloc" => {
                         config.release_lock_on_malloc = parse_bool(&key, &value)?
                     }
@@ -330,6 +345,38 @@ mod tests {
     }
 
     #[test]
+    fn the_trim_line_keys_set_the_slack_and_the_floor_and_print_back() {
+        let c = parse(
+            "expandable_segments:True,expandable_trim:True,expandable_trim_slack:0.1,\
+             expandable_trim_floor_mb:8",
+        )
+        .unwrap();
+        assert!(c.expandable_trim);
+        assert_eq!(
+            (c.expandable_trim_slack, c.expandable_trim_floor),
+            (0.1, 8 << 20)
+        );
+        assert_eq!(parse(&c.to_settings_string()).unwrap(), c);
+        let zero = parse("expandable_trim_slack:0,expandable_trim_floor_mb:0").unwrap();
+        assert_eq!(
+            (zero.expandable_trim_slack, zero.expandable_trim_floor),
+            (0.0, 0)
+        );
+        let e = parse("expandable_trim_slack:1.5").unwrap_err();
+        assert!(
+            e.message.contains("expandable_trim_slack must be a number in [0, 1]"),
+            "{}",
+            e.message
+        );
+        let e = parse("expandable_trim_floor_mb:-1").unwrap_err();
+        assert!(
+            e.message.contains("a whole number of MiB"),
+            "{}",
+            e.message
+        );
+    }
+
+    #[test]
     fn roundup_list_sets_intervals_like_pytorch() {
         let c = parse("roundup_power2_divisions:[64:8,256:4,>:1]").unwrap();
         let mut expected = [0usize; 16];
@@ -379,7 +426,7 @@ mod tests {
             ("roundup_power2_divisions:[>:134217728]", "invalid allocator setting roundup_power2_divisions:134217728: roundup_power2_divisions divisions must be a power of two from 1 to 67108864, or 0 to turn rounding off"),
             ("roundup_power2_divisions:[100:4]", "invalid allocator setting roundup_power2_divisions:[100:4]: roundup_power2_divisions interval starts must be powers of two (in MiB) or '>'"),
             ("backend:cudaMallocAsync", "invalid allocator setting backend:cudaMallocAsync: backend must be native: accalloc's caching allocator is the only policy"),
-            ("max_split_size:64", "unrecognized key 'max_split_size' in allocator settings; known keys: max_split_size_mb, max_non_split_rounding_mb, roundup_power2_divisions, garbage_collection_threshold, expandable_segments, expandable_trim, release_lock_on_malloc, release_lock_on_cudamalloc, per_process_memory_fraction, backend"),
+            ("max_split_size:64", "unrecognized key 'max_split_size' in allocator settings; known keys: max_split_size_mb, max_non_split_rounding_mb, roundup_power2_divisions, garbage_collection_threshold, expandable_segments, expandable_trim, expandable_trim_slack, expandable_trim_floor_mb, release_lock_on_malloc, release_lock_on_cudamalloc, per_process_memory_fraction, backend"),
             ("max_split_size_mb", "malformed allocator settings 'max_split_size_mb': expected ':' after 'max_split_size_mb', found the end (the form is key:value,key:value, with roundup_power2_divisions also taking [MiB:divisions,...,>:divisions])"),
             ("max_split_size_mb:", "malformed allocator settings 'max_split_size_mb:': missing value for max_split_size_mb (the form is key:value,key:value, with roundup_power2_divisions also taking [MiB:divisions,...,>:divisions])"),
             ("expandable_segments:True;max_split_size_mb:64", "invalid allocator setting expandable_segments:True;max_split_size_mb: expandable_segments must be True or False"),

@@ -785,15 +785,46 @@ fn expandable_segments_fall_back_without_virtual_memory() {
     assert_eq!(backend.alloc_calls(0), 1);
 }
 
+/// Trim with the line these tests' figures were worked out for: the most allocated + 1/14, at
+/// least + 20 MiB (expandable_trim_floor_mb:20), which here is always the most allocated + 20 MiB:
+/// 1/14 of it would be less than 20 MiB.
 fn trim() -> CachingConfig {
     CachingConfig {
         expandable_trim: true,
+        expandable_trim_slack: 1.0 / 14.0,
+        expandable_trim_floor: 20 << 20,
         ..expandable()
     }
 }
 
-// In these tests the line (most allocated + 1/14, at least + 20 MiB) is always the most allocated
-// + 20 MiB: 1/14 of it would be less than 20 MiB.
+#[test]
+fn expandable_trim_by_default_keeps_a_small_job_under_plain_expandable_segments() {
+    // The default line is the most allocated + 5%, no floor. 8 MiB: plain expandable segments map
+    // one 20 MiB page of the large pool; trim maps 2 MiB pages, and 5% of 8 MiB is less than one,
+    // so nothing ahead: 8 MiB reserved.
+    let trimmed = CachingConfig {
+        expandable_trim: true,
+        ..expandable()
+    };
+    for (config, reserved) in [(expandable(), 20 * MIB), (trimmed.clone(), 8 * MIB)] {
+        let (mut a, backend) = allocator_with(1 << 30, config);
+        let p = a.malloc(8 << 20, 0).unwrap();
+        assert_eq!(a.stats().reserved_bytes[ALL].current, reserved);
+        assert_eq!(backend.mapped_bytes(0) as i64, reserved);
+        a.free(p).unwrap();
+    }
+    // 40 MiB then 2 more: the line is 42 MiB, so the 2 MiB page after the 40 is mapped ahead with
+    // them (one call) and serves the next request.
+    let (mut a, _) = allocator_with(1 << 30, trimmed);
+    let p = a.malloc(40 << 20, 0).unwrap();
+    assert_eq!(a.stats().reserved_bytes[ALL].current, 42 * MIB);
+    let q = a.malloc(2 << 20, 0).unwrap();
+    assert_eq!(q, p + (40 << 20));
+    let s = a.stats();
+    assert_eq!((s.num_device_alloc, s.reserved_bytes[ALL].peak), (1, 42 * MIB));
+    a.free(p).unwrap();
+    a.free(q).unwrap();
+}
 
 #[test]
 fn expandable_trim_unmaps_free_pages_before_growing() {

@@ -245,13 +245,14 @@ impl CachingAllocator {
     }
 
     /// Reserved memory may grow to this (expandable_trim): the most ever allocated, counting a
-    /// request of `size` bytes, plus 1/TRIM_SLACK of it, and at least one large page (20 MiB) more:
-    /// plain expandable segments round each pool up to such pages, and trimming closer to the peak
-    /// than that would spend device calls on less memory than one of their pages.
+    /// request of `size` bytes, plus expandable_trim_slack of it, and at least
+    /// expandable_trim_floor more (no floor by default: the 20 MiB one of before made small jobs
+    /// reserve more than plain expandable segments do).
     fn trim_limit(&self, size: usize) -> usize {
         let allocated = &self.stats.allocated_bytes;
         let needed = (allocated.current_all() as usize + size).max(allocated.peak_all() as usize);
-        needed + (needed / TRIM_SLACK).max(LARGE_PAGE)
+        let slack = (needed as f64 * self.config.expandable_trim_slack) as usize;
+        needed.saturating_add(slack.max(self.config.expandable_trim_floor))
     }
 
     /// expandable_trim maps 2 MiB pages, so that free memory can be given back finely; while reserved
@@ -274,8 +275,8 @@ impl CachingAllocator {
 
     /// expandable_trim: before an expandable segment grows for a request of `size` bytes, unmap
     /// free pages elsewhere, but only when the growth would take reserved memory past the line (see
-    /// trim_limit: the most ever allocated, this request included, plus 1/TRIM_SLACK of it and at
-    /// least a large page). Below the line growth
+    /// trim_limit: the most ever allocated, this request included, plus expandable_trim_slack of
+    /// it, and at least expandable_trim_floor). Below the line growth
     /// maps as plain expandable segments do, so cached pages are reused rather than unmapped and
     /// mapped again. Above it, whole free stretches go: the smallest that covers the excess (one
     /// call), else the largest ones first (one call each), never the free blocks the growth itself
@@ -558,9 +559,3 @@ pub(super) const MAX_RESERVATION: usize = 1 << 42;
 /// Page sizes of expandable segments, as PyTorch maps them.
 pub(super) const SMALL_PAGE: usize = super::super::policy::SMALL_BUFFER;
 pub(super) const LARGE_PAGE: usize = super::super::policy::LARGE_BUFFER;
-/// expandable_trim lets reserved memory exceed the most ever allocated by 1/TRIM_SLACK of it (and by
-/// at least LARGE_PAGE): peak utilization is then at least 14/15 = 0.933 once the peak passes 280
-/// MiB (unless the free pages outside a growth are fewer than its excess), and higher where a trim
-/// gives back a whole stretch. On the sample traces a tighter line buys little utilization for many
-/// more device calls, and a looser one loses transformer_train's 0.95 (docs/notes/issue-14.md).
-const TRIM_SLACK: usize = 14;
