@@ -364,16 +364,13 @@ mod tests {
         );
         let e = parse("expandable_trim_slack:1.5").unwrap_err();
         assert!(
-            e.message.contains("expandable_trim_slack must be a number in [0, 1]"),
+            e.message
+                .contains("expandable_trim_slack must be a number in [0, 1]"),
             "{}",
             e.message
         );
         let e = parse("expandable_trim_floor_mb:-1").unwrap_err();
-        assert!(
-            e.message.contains("a whole number of MiB"),
-            "{}",
-            e.message
-        );
+        assert!(e.message.contains("a whole number of MiB"), "{}", e.message);
     }
 
     #[test]

@@ -821,7 +821,10 @@ fn expandable_trim_by_default_keeps_a_small_job_under_plain_expandable_segments(
     let q = a.malloc(2 << 20, 0).unwrap();
     assert_eq!(q, p + (40 << 20));
     let s = a.stats();
-    assert_eq!((s.num_device_alloc, s.reserved_bytes[ALL].peak), (1, 42 * MIB));
+    assert_eq!(
+        (s.num_device_alloc, s.reserved_bytes[ALL].peak),
+        (1, 42 * MIB)
+    );
     a.free(p).unwrap();
     a.free(q).unwrap();
 }

@@ -37,6 +37,8 @@ pub struct Candidate {
     pub roundup_divisions: usize,
     /// garbage_collection_threshold with the memory fraction it needs: (threshold, fraction).
     pub garbage_collection: Option<(f64, f64)>,
+    /// expandable_trim_slack, with Trimmed (None: the default line).
+    pub trim_slack: Option<f64>,
 }
 
 impl Candidate {
@@ -47,6 +49,7 @@ impl Candidate {
         max_non_split_rounding_mb: None,
         roundup_divisions: 0,
         garbage_collection: None,
+        trim_slack: None,
     };
 
     fn keys(&self, pytorch: bool) -> String {
@@ -56,6 +59,9 @@ impl Candidate {
         }
         if self.expandable == Expandable::Trimmed && !pytorch {
             parts.push("expandable_trim:True".to_string());
+            if let Some(slack) = self.trim_slack {
+                parts.push(format!("expandable_trim_slack:{slack}"));
+            }
         }
         if let Some(mb) = self.max_split_size_mb {
             parts.push(format!("max_split_size_mb:{mb}"));
@@ -99,10 +105,17 @@ impl Candidate {
     }
 }
 
-/// The default search: expandable segments (off, on, trimmed) x max_split_size_mb (unset, 20 to
-/// 1024) with max_non_split_rounding_mb (20, 64, 256) x roundup_power2_divisions (off, 2, 4, 8, 16);
-/// with a capacity, also garbage collection at thresholds 0.6 and 0.8 under memory fractions 0.8
-/// and 0.95. 330 candidates, 1,650 with a capacity.
+/// The trim lines the default search tries beside the default one (expandable_trim_slack).
+pub const SEARCHED_TRIM_SLACKS: [Option<f64>; 3] = [Some(0.02), None, Some(0.1)];
+
+/// The lines of a frontier (`accalloc tune --frontier`): from trimming to the byte to twice the
+/// default's slack.
+pub const FRONTIER_TRIM_SLACKS: [f64; 9] = [0.0, 0.01, 0.02, 0.03, 0.05, 0.07, 0.1, 0.15, 0.2];
+
+/// The default search: expandable segments (off, on, trimmed at three lines) x max_split_size_mb
+/// (unset, 20 to 1024) with max_non_split_rounding_mb (20, 64, 256) x roundup_power2_divisions
+/// (off, 2, 4, 8, 16); with a capacity, also garbage collection at thresholds 0.6 and 0.8 under
+/// memory fractions 0.8 and 0.95. 550 candidates, 2,750 with a capacity.
 pub fn default_candidates(with_capacity: bool) -> Vec<Candidate> {
     let mut collection = vec![None];
     if with_capacity {
@@ -120,7 +133,14 @@ pub fn default_candidates(with_capacity: bool) -> Vec<Candidate> {
     }
     let mut candidates = Vec::new();
     for garbage_collection in collection {
-        for expandable in [Expandable::Off, Expandable::On, Expandable::Trimmed] {
+        let expandables = [
+            (Expandable::Off, None),
+            (Expandable::On, None),
+            (Expandable::Trimmed, SEARCHED_TRIM_SLACKS[0]),
+            (Expandable::Trimmed, SEARCHED_TRIM_SLACKS[1]),
+            (Expandable::Trimmed, SEARCHED_TRIM_SLACKS[2]),
+        ];
+        for (expandable, trim_slack) in expandables {
             for &(max_split_size_mb, max_non_split_rounding_mb) in &splits {
                 for roundup_divisions in [0, 2, 4, 8, 16] {
                     candidates.push(Candidate {
@@ -129,6 +149,7 @@ pub fn default_candidates(with_capacity: bool) -> Vec<Candidate> {
                         max_non_split_rounding_mb,
                         roundup_divisions,
                         garbage_collection,
+                        trim_slack,
                     });
                 }
             }
@@ -170,6 +191,11 @@ impl Outcome {
     /// Peak allocated / peak reserved: 1.0 is no memory held back.
     pub fn utilization(&self) -> f64 {
         self.peak_allocated as f64 / self.peak_reserved.max(1) as f64
+    }
+
+    /// Maps and unmaps (or segment allocations and frees): what the settings cost the device.
+    pub fn device_calls(&self) -> i64 {
+        self.device_allocs + self.device_frees
     }
 
     /// Fits first, then lower peak reserved, fewer device calls, fewer retries, and among equals
@@ -235,6 +261,42 @@ pub fn tune(
     Ok(outcomes)
 }
 
+/// The candidates of a trim frontier: PyTorch's defaults, plain expandable segments, and
+/// expandable_trim at each of `slacks`.
+pub fn frontier_candidates(slacks: &[f64]) -> Vec<Candidate> {
+    let mut candidates = vec![
+        Candidate::DEFAULT,
+        Candidate {
+            expandable: Expandable::On,
+            ..Candidate::DEFAULT
+        },
+    ];
+    candidates.extend(slacks.iter().map(|&slack| Candidate {
+        expandable: Expandable::Trimmed,
+        trim_slack: Some(slack),
+        ..Candidate::DEFAULT
+    }));
+    candidates
+}
+
+/// Which outcomes are on the frontier of utilization against device calls: no other reaches as
+/// high a utilization with as few calls, one of the two strictly better.
+pub fn on_frontier(outcomes: &[Outcome]) -> Vec<bool> {
+    outcomes
+        .iter()
+        .map(|o| {
+            o.fits
+                && !outcomes.iter().any(|other| {
+                    other.fits
+                        && other.utilization() >= o.utilization()
+                        && other.device_calls() <= o.device_calls()
+                        && (other.utilization() > o.utilization()
+                            || other.device_calls() < o.device_calls())
+                })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -247,10 +309,11 @@ mod tests {
             max_non_split_rounding_mb: Some(256),
             roundup_divisions: 4,
             garbage_collection: Some((0.8, 0.95)),
+            trim_slack: Some(0.02),
         };
         assert_eq!(
             candidate.accalloc_conf(),
-            "expandable_segments:True,expandable_trim:True,max_split_size_mb:64,\
+            "expandable_segments:True,expandable_trim:True,expandable_trim_slack:0.02,max_split_size_mb:64,\
              max_non_split_rounding_mb:256,roundup_power2_divisions:4,garbage_collection_threshold:0.8,per_process_memory_fraction:0.95"
         );
         assert_eq!(
@@ -263,8 +326,8 @@ mod tests {
         for candidate in default_candidates(true) {
             candidate.config().unwrap();
         }
-        assert_eq!(default_candidates(false).len(), 330);
-        assert_eq!(default_candidates(true).len(), 1650);
+        assert_eq!(default_candidates(false).len(), 550);
+        assert_eq!(default_candidates(true).len(), 2750);
     }
 
     #[test]
@@ -315,5 +378,41 @@ mod tests {
         assert_eq!((tight[0].ooms, tight[0].alloc_retries), (0, 1));
         let too_small = tune(&ops, &candidates[..1], 40 << 20, 1, |_, _| {}).unwrap();
         assert!(!too_small[0].fits);
+    }
+
+    #[test]
+    fn the_frontier_keeps_the_settings_no_other_beats_on_both_counts() {
+        // 41 MiB live, 31 MiB freed, 51 MiB asked for and freed, 61 MiB asked for: the peak is
+        // 102 MiB allocated.
+        let mut ops = Vec::new();
+        let alloc = |id, mb: usize| TraceOp::Alloc {
+            id,
+            size: mb << 20,
+            stream: 0,
+            device: 0,
+        };
+        ops.extend([alloc(0, 41), alloc(1, 31)]);
+        ops.push(TraceOp::Free { id: 1 });
+        ops.push(alloc(2, 51));
+        ops.push(TraceOp::Free { id: 2 });
+        ops.push(alloc(3, 61));
+        let candidates = frontier_candidates(&[0.0, 0.5]);
+        let mut outcomes = tune(&ops, &candidates, UNLIMITED_CAPACITY, 2, |_, _| {}).unwrap();
+        outcomes.sort_by_key(|o| candidates.iter().position(|c| *c == o.candidate));
+        let frontier = on_frontier(&outcomes);
+        // Plain expandable segments map 20 MiB pages: 120 MiB. Trim to the byte maps 2 MiB pages
+        // up to the peak, 102 MiB: the best utilization, so on the frontier whatever it costs.
+        assert_eq!(outcomes[1].peak_reserved, 120 << 20);
+        assert_eq!(outcomes[2].peak_reserved, 102 << 20);
+        assert!(frontier[2]);
+        // The frontier is exactly the outcomes that nothing dominates.
+        for (i, o) in outcomes.iter().enumerate() {
+            let dominated = outcomes.iter().any(|p| {
+                p.utilization() >= o.utilization()
+                    && p.device_calls() <= o.device_calls()
+                    && (p.utilization() > o.utilization() || p.device_calls() < o.device_calls())
+            });
+            assert_eq!(frontier[i], !dominated, "{:?}", o.candidate);
+        }
     }
 }

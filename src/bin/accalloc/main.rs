@@ -27,10 +27,13 @@ const USAGE: &str = "usage:
                                    --svg: write the memory timeline (allocated and reserved by pool)
                                    --snapshot: write the snapshot taken at peak reserved memory
                                    --summary: print memory_summary's table at the end
-  accalloc tune FILE [--capacity BYTES] [--json] [--threads N] [--top N]
+  accalloc tune FILE [--capacity BYTES] [--json] [--threads N] [--top N] [--frontier]
                                    replay under a search of the settings that matter, on all cores,
                                    on a simulated device; a ranked table and the best settings as
                                    ACCALLOC_CONF=... and PYTORCH_ALLOC_CONF=... (PyTorch's keys only)
+                                   --frontier: instead, expandable_trim's line from 0 to 0.2 of the
+                                     peak beside plain expandable segments and the defaults:
+                                     utilization against device calls, and which are on the frontier
                                    --capacity: the GPU's memory (e.g. 80GiB): settings with an OOM
                                      there rank last; also tries garbage collection under a fraction
                                    --json: every candidate's figures; best.config is the setting

@@ -8,7 +8,10 @@ use accalloc::caching::CachingConfig;
 use accalloc::replay::compare::{compare, comparison_table};
 use accalloc::replay::input::json_to_pickle;
 use accalloc::replay::timeline::comparison_svg;
-use accalloc::replay::tune::{default_candidates, tune, Candidate, Outcome, UNLIMITED_CAPACITY};
+use accalloc::replay::tune::{
+    default_candidates, frontier_candidates, on_frontier, tune, Candidate, Outcome,
+    FRONTIER_TRIM_SLACKS, UNLIMITED_CAPACITY,
+};
 use accalloc::replay::{snapshot_of_trace, trace_to_jsonl, TraceOp};
 use accalloc::units::format_size;
 use serde_json::json;
@@ -109,7 +112,7 @@ fn pytorch_line(candidate: &Candidate) -> String {
 pub fn tune_command(args: &[String]) -> Result<(), String> {
     let args = Args::parse(
         args,
-        &with_snapshot_flags(&["--json"]),
+        &with_snapshot_flags(&["--json", "--frontier"]),
         &["--capacity", "--threads", "--top", "--device"],
     )?;
     let path = args.one_file("tune")?;
@@ -130,6 +133,9 @@ pub fn tune_command(args: &[String]) -> Result<(), String> {
     };
     let workload = load(path, &args)?;
     print_import(&workload);
+    if args.has("--frontier") {
+        return frontier_command(path, &workload.ops, capacity, threads, args.has("--json"));
+    }
     let candidates = default_candidates(capacity.is_some());
     let progress = Progress::new();
     let start = Instant::now();
@@ -206,10 +212,13 @@ pub fn tune_command(args: &[String]) -> Result<(), String> {
         defaults.utilization()
     );
     println!(
-        "best:             ACCALLOC_CONF={}   (peak reserved {}, utilization {:.3}{})",
+        "best:             ACCALLOC_CONF={}   (peak reserved {}, utilization {:.3}, {} device calls \
+         against the defaults' {}{})",
         best.candidate.accalloc_conf(),
         format_size(best.peak_reserved.max(0) as u64),
         best.utilization(),
+        best.device_calls(),
+        defaults.device_calls(),
         if best.fits { "" } else { ", does NOT fit" }
     );
     println!(
@@ -218,6 +227,63 @@ pub fn tune_command(args: &[String]) -> Result<(), String> {
         format_size(best_pytorch.peak_reserved.max(0) as u64),
         best_pytorch.utilization()
     );
+    Ok(())
+}
+
+/// `tune --frontier`: the trim line from FRONTIER_TRIM_SLACKS beside plain expandable segments and
+/// the defaults, utilization against device calls.
+fn frontier_command(
+    path: &str,
+    ops: &[TraceOp],
+    capacity: Option<usize>,
+    threads: usize,
+    as_json: bool,
+) -> Result<(), String> {
+    let candidates = frontier_candidates(&FRONTIER_TRIM_SLACKS);
+    let mut outcomes = tune(
+        ops,
+        &candidates,
+        capacity.unwrap_or(UNLIMITED_CAPACITY),
+        threads,
+        |_, _| {},
+    )
+    .map_err(|e| e.message)?;
+    // In the candidates' order: defaults, plain expandable, then the lines from low to high.
+    outcomes.sort_by_key(|o| candidates.iter().position(|c| *c == o.candidate));
+    let frontier = on_frontier(&outcomes);
+    let plain_calls = outcomes[1].device_calls().max(1);
+    if as_json {
+        let points: Vec<_> = outcomes
+            .iter()
+            .zip(&frontier)
+            .map(|(o, &on)| {
+                let mut point = outcome_json(o);
+                point["on_frontier"] = json!(on);
+                point["trim_slack"] = json!(o.candidate.trim_slack);
+                point
+            })
+            .collect();
+        println!("{}", json!({ "trace": path, "points": points }));
+        return Ok(());
+    }
+    println!(
+        "frontier: {path}: peak allocated {}; utilization (peak allocated / peak reserved) against \
+         device calls (maps + unmaps, or segment allocations + frees)",
+        format_size(outcomes[0].peak_allocated.max(0) as u64)
+    );
+    println!("\n| settings | peak reserved | utilization | device calls | / plain expandable's | frontier |");
+    println!("|---|---:|---:|---:|---:|:---:|");
+    for (o, &on) in outcomes.iter().zip(&frontier) {
+        println!(
+            "| `{}` | {} | {:.3} | {} | {:.2} | {} |",
+            label(&o.candidate.accalloc_conf()),
+            format_size(o.peak_reserved.max(0) as u64),
+            o.utilization(),
+            o.device_calls(),
+            o.device_calls() as f64 / plain_calls as f64,
+            if on { "yes" } else { "" }
+        );
+    }
     Ok(())
 }
 
