@@ -193,8 +193,28 @@ fn bad_snapshots_name_what_and_where() {
 }
 
 #[test]
+fn tune_frontier_gives_each_trim_line_beside_plain_expandable_segments() {
+    let file = temp("frontier.jsonl");
+    std::fs::write(&file, TRACE).unwrap();
+    let trace = file.to_str().unwrap();
+    let (ok, out, err) = accalloc(&["tune", trace, "--frontier", "--json"]);
+    assert!(ok, "{err}");
+    let result: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let points = result["points"].as_array().unwrap();
+    // The defaults, plain expandable segments, then the lines 0 to 0.2.
+    assert_eq!(points.len(), 11);
+    assert_eq!(points[0]["config"], "");
+    assert_eq!(points[1]["config"], "expandable_segments:True");
+    assert_eq!(points[2]["trim_slack"], 0.0);
+    assert_eq!(points[10]["trim_slack"], 0.2);
+    assert!(points.iter().any(|p| p["on_frontier"] == true));
+    let (ok, out, _) = accalloc(&["tune", trace, "--frontier"]);
+    assert!(ok && out.contains("| frontier |"), "{out}");
+}
+
+#[test]
 fn tune_ranks_settings_and_prints_lines_to_paste() {
-    // A small trace: the debug build checks every invariant after every operation of 3,630 replays.
+    // A small trace: the debug build checks every invariant after every operation of every replay.
     let file = temp("tune.jsonl");
     std::fs::write(&file, TRACE).unwrap();
     let trace = file.to_str().unwrap();
@@ -202,7 +222,7 @@ fn tune_ranks_settings_and_prints_lines_to_paste() {
     assert!(ok, "{err}");
     let result: serde_json::Value = serde_json::from_str(&out).unwrap();
     let candidates = result["candidates"].as_array().unwrap();
-    assert_eq!(candidates.len(), 330);
+    assert_eq!(candidates.len(), 550);
     let best = &result["best"];
     assert_eq!(best, &candidates[0]);
     let peaks: Vec<i64> = candidates
@@ -232,7 +252,7 @@ fn tune_ranks_settings_and_prints_lines_to_paste() {
     // 40 MiB: every candidate fits; 16 MiB: none does (the 30 MiB request), all rank "does not fit".
     let (ok, out, err) = accalloc(&["tune", trace, "--capacity", "40MiB", "--top", "3"]);
     assert!(ok, "{err}");
-    assert!(out.contains("1650 settings"), "{out}");
+    assert!(out.contains("2750 settings"), "{out}");
     assert!(out.contains("\nbest:             ACCALLOC_CONF="), "{out}");
     assert!(
         out.contains("\nbest for PyTorch: PYTORCH_ALLOC_CONF="),

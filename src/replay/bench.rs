@@ -1,9 +1,12 @@
 //! The hot-path benchmark: a cached accalloc_malloc + accalloc_free pair through the C ABI on the host backend,
 //! against the C library's malloc + free of the same sizes, measured in the same run.
 
-use crate::capi::memory::{accalloc_free, accalloc_malloc};
+use crate::backend::host::{HostBackend, HostSettings};
+use crate::backend::{Backend, BackendError, MemInfo, StreamId};
+use crate::capi::memory::{accalloc_free, accalloc_malloc, accalloc_malloc_on};
 use crate::capi::AccallocStatus;
 use std::ffi::c_void;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Request sizes measured, one row each, then all of them interleaved.
@@ -143,6 +146,101 @@ pub fn run(batches: usize, pairs: usize) -> Vec<BenchRow> {
         accalloc_ns,
         libc_ns,
     });
+    rows
+}
+
+/// The mixed pattern through the one-device shortcut and through the general path (the shortcut
+/// suspended), their batches taking turns on the same device: (shortcut, general) median ns per
+/// pair. None when there is no shortcut to compare with (several devices already in use).
+pub fn general_path(batches: usize, pairs: usize) -> Option<(f64, f64)> {
+    for &size in &SIZES {
+        accalloc_pair(size);
+    }
+    if !crate::runtime::shortcut_taken() {
+        return None;
+    }
+    let (mut shortcut, mut general) = (Vec::new(), Vec::new());
+    for _ in 0..batches {
+        shortcut.push(batch(&SIZES, pairs, &mut accalloc_pair));
+        general.push(crate::runtime::with_shortcut_suspended(|| {
+            batch(&SIZES, pairs, &mut accalloc_pair)
+        }));
+    }
+    Some((median(shortcut), median(general)))
+}
+
+/// How many devices hold memory in the rows of `several_devices`.
+pub const DEVICES_IN_USE: [usize; 2] = [2, 4];
+
+/// Host memory under another name: the devices that `several_devices` puts in use beside the
+/// current accelerator's device 0 ("host" is taken).
+struct OtherDevices(HostBackend);
+
+impl Backend for OtherDevices {
+    fn name(&self) -> &str {
+        "bench-devices"
+    }
+    fn device_count(&self) -> usize {
+        self.0.device_count()
+    }
+    fn raw_alloc(
+        &self,
+        device: usize,
+        size: usize,
+        stream: StreamId,
+    ) -> Result<usize, BackendError> {
+        self.0.raw_alloc(device, size, stream)
+    }
+    fn raw_free(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError> {
+        self.0.raw_free(device, ptr, size)
+    }
+    fn mem_get_info(&self, device: usize) -> Result<MemInfo, BackendError> {
+        self.0.mem_get_info(device)
+    }
+}
+
+/// The mixed pattern of the current device once 2, then 4 devices hold memory (DEVICES_IN_USE):
+/// the other devices are those of a backend registered for it, each given a cached segment. The
+/// one-device shortcut is then given up for good, so this runs last: (devices in use, median ns
+/// per pair). Empty when the backend cannot be registered (a process that used up its slots).
+pub fn several_devices(batches: usize, pairs: usize) -> Vec<(usize, f64)> {
+    let others = DEVICES_IN_USE.iter().max().copied().unwrap_or(1) - 1;
+    let backend = OtherDevices(HostBackend::new(HostSettings {
+        capacity: 64 << 20,
+        devices: others,
+        fail: None,
+        event_fail: None,
+    }));
+    let Ok(runtime) = crate::runtime::runtime() else {
+        return Vec::new();
+    };
+    let Ok(device_type) = runtime.register(Arc::new(backend)) else {
+        return Vec::new();
+    };
+    let mut in_use = 1;
+    let mut rows = Vec::new();
+    for devices in DEVICES_IN_USE {
+        while in_use < devices {
+            let mut ptr: *mut c_void = std::ptr::null_mut();
+            // SAFETY: &mut ptr is a valid out-pointer; the block is freed at once (its segment
+            // stays cached on that device, which is what puts the device in use).
+            unsafe {
+                let status = accalloc_malloc_on(
+                    device_type,
+                    &mut ptr,
+                    4096,
+                    (in_use - 1) as i32,
+                    std::ptr::null_mut(),
+                );
+                if status != AccallocStatus::ACCALLOC_OK {
+                    return rows;
+                }
+                accalloc_free(ptr);
+            }
+            in_use += 1;
+        }
+        rows.push((devices, measure(&SIZES, batches, pairs, accalloc_pair)));
+    }
     rows
 }
 

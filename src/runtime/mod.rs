@@ -17,6 +17,7 @@ pub mod current_device;
 pub mod device_lock;
 mod fork;
 mod owner_guess;
+pub(crate) use sole_device::{suspended as with_shortcut_suspended, taken as shortcut_taken};
 pub mod ownership;
 mod reentry;
 mod sole_device;
@@ -313,9 +314,18 @@ impl Runtime {
         device: i32,
         stream: StreamId,
     ) -> Result<usize> {
-        let result = accelerator.alloc(size, device, stream);
-        self.try_take_sole_device();
-        result
+        // Each arm rebuilds its value after the check: a result held across a call is stored to
+        // the stack and read back, a store-forwarding stall on every call of the general path.
+        match accelerator.alloc(size, device, stream) {
+            Ok(ptr) => {
+                self.try_take_sole_device();
+                Ok(ptr)
+            }
+            Err(e) => {
+                self.try_take_sole_device();
+                Err(e)
+            }
+        }
     }
 
     /// Return memory from malloc, whichever accelerator it came from; a null pointer is a no-op.
@@ -343,9 +353,17 @@ impl Runtime {
 
     #[inline(never)]
     fn free_slow(&self, ptr: usize) -> Result<()> {
-        let result = self.with_owner(ptr, |device| device.free(ptr));
-        self.try_take_sole_device();
-        result
+        // As in malloc_slow: the Ok arm is rebuilt, not held across the check.
+        match self.with_owner(ptr, |device| device.free(ptr)) {
+            Ok(()) => {
+                self.try_take_sole_device();
+                Ok(())
+            }
+            Err(e) => {
+                self.try_take_sole_device();
+                Err(e)
+            }
+        }
     }
 
     /// Note that `stream` uses the allocation at `ptr` (PyTorch's record_stream).
@@ -373,9 +391,12 @@ impl Runtime {
             owner_guess::guess(ptr).filter(|&(device_type, _)| !reentry::inside(device_type))
         {
             if let Ok(mut allocator) = lock.lock() {
+                // Ok is rebuilt rather than the whole result moved: moving it reads back in 16
+                // bytes what the call wrote in smaller stores, a stall on every free.
                 match action(&mut allocator) {
+                    Ok(value) => return Ok(value),
                     Err(e) if e.kind == ErrorKind::InvalidPointer => {}
-                    answer => return answer,
+                    Err(e) => return Err(e),
                 }
             }
         }

@@ -15,24 +15,39 @@ use std::cell::Cell;
 /// one read lock.
 const REMEMBERED: usize = 4;
 
-/// [start, end), the device type, the device's lock address (0: nothing remembered).
-type Entry = (usize, usize, DeviceType, usize);
-type Recent = ([Entry; REMEMBERED], usize);
+/// The remembered segments, field by field: a look reads the ranges straight from the thread's
+/// slots (one Cell of the whole table would be copied to the stack first, and read back in smaller
+/// pieces than it was written: a store-forwarding stall on every free of the general path).
+struct Recent {
+    starts: [Cell<usize>; REMEMBERED],
+    ends: [Cell<usize>; REMEMBERED],
+    device_types: [Cell<DeviceType>; REMEMBERED],
+    /// The device's lock address (0: nothing remembered).
+    locks: [Cell<usize>; REMEMBERED],
+    next: Cell<usize>,
+}
 
 thread_local! {
     // Copy cells with no destructor, usable from TLS destructors and atexit handlers too.
-    static RECENT: Cell<Recent> = const { Cell::new(([(0, 0, 0, 0); REMEMBERED], 0)) };
+    static RECENT: Recent = const {
+        Recent {
+            starts: [const { Cell::new(0) }; REMEMBERED],
+            ends: [const { Cell::new(0) }; REMEMBERED],
+            device_types: [const { Cell::new(0) }; REMEMBERED],
+            locks: [const { Cell::new(0) }; REMEMBERED],
+            next: Cell::new(0),
+        }
+    };
 }
 
 /// The device type and lock of a segment this thread found lately, if `ptr` lies in one.
 #[inline]
 pub fn guess(ptr: usize) -> Option<(DeviceType, &'static DeviceLock<CachingAllocator>)> {
-    let (_, _, device_type, lock) = RECENT
+    let (device_type, lock) = RECENT
         .try_with(|recent| {
-            let (entries, _) = recent.get();
-            entries
-                .into_iter()
-                .find(|&(start, end, _, _)| start <= ptr && ptr < end)
+            (0..REMEMBERED)
+                .find(|&k| recent.starts[k].get() <= ptr && ptr < recent.ends[k].get())
+                .map(|k| (recent.device_types[k].get(), recent.locks[k].get()))
         })
         .ok()
         .flatten()?;
@@ -54,9 +69,12 @@ pub fn remember(
 ) {
     let lock = lock as *const DeviceLock<CachingAllocator> as usize;
     let _ = RECENT.try_with(|recent| {
-        let (mut entries, next) = recent.get();
-        entries[next] = (start, end, device_type, lock);
-        recent.set((entries, (next + 1) % REMEMBERED));
+        let k = recent.next.get();
+        recent.starts[k].set(start);
+        recent.ends[k].set(end);
+        recent.device_types[k].set(device_type);
+        recent.locks[k].set(lock);
+        recent.next.set((k + 1) % REMEMBERED);
     });
 }
 

@@ -104,9 +104,31 @@ fn lock_of(word: usize) -> &'static DeviceLock<CachingAllocator> {
     unsafe { &*((word & ADDRESS_MASK) as *const DeviceLock<CachingAllocator>) }
 }
 
+/// Whether calls take the shortcut now.
+pub(crate) fn taken() -> bool {
+    SOLE.load(Ordering::Acquire) > NEVER
+}
+
+/// How many times give_up has run (suspended tells its own NEVER from a real one by it).
+static GIVE_UPS: AtomicUsize = AtomicUsize::new(0);
+
 /// A segment of another device is about to be used: from now on every call takes the general path.
 pub(super) fn give_up() {
+    GIVE_UPS.fetch_add(1, Ordering::SeqCst);
     SOLE.store(NEVER, Ordering::SeqCst);
+}
+
+/// Run `f` with every call on the general path, then take the shortcut back if it was taken
+/// before and nothing gave it up meanwhile. For the benchmark, which times the two paths in turns
+/// over the same device; while `f` runs no other thread may count on the shortcut being there.
+pub(crate) fn suspended<T>(f: impl FnOnce() -> T) -> T {
+    let before = GIVE_UPS.load(Ordering::SeqCst);
+    let word = SOLE.swap(NEVER, Ordering::SeqCst);
+    let result = f();
+    if word > NEVER && GIVE_UPS.load(Ordering::SeqCst) == before {
+        let _ = SOLE.compare_exchange(NEVER, word, Ordering::SeqCst, Ordering::Relaxed);
+    }
+    result
 }
 
 impl Runtime {

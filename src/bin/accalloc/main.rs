@@ -157,6 +157,22 @@ fn bench(option: Option<&str>) -> Result<(), String> {
     let rows = accalloc::replay::bench::run(batches, pairs);
     println!("median of {batches} batches of {pairs} malloc+free pairs, host backend, one thread");
     print!("{}", accalloc::replay::bench::table(&rows));
+    // Last of the one-thread rows: putting other devices in use gives the one-device shortcut up.
+    if let Some((shortcut, general)) = accalloc::replay::bench::general_path(batches, pairs) {
+        println!("\nthe mixed pairs on device 0: the one-device shortcut against the general path (the shortcut suspended), in turns");
+        println!("| path | accalloc malloc+free (ns) | / the shortcut |\n|---|---:|---:|");
+        println!("| one device in use (the shortcut) | {shortcut:.1} | 1.00 |");
+        println!(
+            "| general path, same device | {general:.1} | {:.2} |",
+            general / shortcut
+        );
+        for (devices, ns) in accalloc::replay::bench::several_devices(batches, pairs) {
+            println!(
+                "| {devices} devices in use (several devices in use) | {ns:.1} | {:.2} |",
+                ns / shortcut
+            );
+        }
+    }
 
     // Several threads: one device (one lock) against one device each (ACCALLOC_HOST_DEVICES permitting).
     let devices = runtime().map_err(|e| e.message)?.current().device_count();
