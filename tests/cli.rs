@@ -202,11 +202,11 @@ fn tune_frontier_gives_each_trim_line_beside_plain_expandable_segments() {
     let result: serde_json::Value = serde_json::from_str(&out).unwrap();
     let points = result["points"].as_array().unwrap();
     // The defaults, plain expandable segments, then the lines 0 to 0.2.
-    assert_eq!(points.len(), 11);
+    assert_eq!(points.len(), 13);
     assert_eq!(points[0]["config"], "");
     assert_eq!(points[1]["config"], "expandable_segments:True");
     assert_eq!(points[2]["trim_slack"], 0.0);
-    assert_eq!(points[10]["trim_slack"], 0.2);
+    assert_eq!(points[12]["trim_slack"], 0.2);
     assert!(points.iter().any(|p| p["on_frontier"] == true));
     let (ok, out, _) = accalloc(&["tune", trace, "--frontier"]);
     assert!(ok && out.contains("| frontier |"), "{out}");

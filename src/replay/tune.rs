@@ -110,7 +110,9 @@ pub const SEARCHED_TRIM_SLACKS: [Option<f64>; 3] = [Some(0.02), None, Some(0.1)]
 
 /// The lines of a frontier (`accalloc tune --frontier`): from trimming to the byte to twice the
 /// default's slack.
-pub const FRONTIER_TRIM_SLACKS: [f64; 9] = [0.0, 0.01, 0.02, 0.03, 0.05, 0.07, 0.1, 0.15, 0.2];
+pub const FRONTIER_TRIM_SLACKS: [f64; 11] = [
+    0.0, 0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.07, 0.1, 0.15, 0.2,
+];
 
 /// The default search: expandable segments (off, on, trimmed at three lines) x max_split_size_mb
 /// (unset, 20 to 1024) with max_non_split_rounding_mb (20, 64, 256) x roundup_power2_divisions
