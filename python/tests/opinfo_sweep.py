@@ -99,50 +99,62 @@ def inputs_of(sample):
     return [sample.input, *sample.args, *sample.kwargs.values()]
 
 
-def sweep_one(op, device, samples_per_op):
-    uninitialized = op.name in UNINITIALIZED
-    count = 0
+class Outcome(Exception):
+    """How a sweep of one operator ended, when it ended before agreeing on every sample."""
+
+    def __init__(self, outcome, detail):
+        super().__init__(outcome)
+        self.outcome, self.detail = outcome, detail[:2000]
+
+
+def both_ways(what, count, call, sample, cpu_sample):
+    """call(cpu_sample) and call(sample): (expected, got), or None when both raise."""
+    errors = {}
+    results = {}
+    for side, s in (("cpu", cpu_sample), ("device", sample)):
+        try:
+            results[side] = call(s)
+        except Exception as e:  # noqa: BLE001 (what matters is whether both raise)
+            errors[side] = e
+    if len(errors) == 2:
+        return None
+    for side, e in errors.items():
+        raise Outcome(f"{side} raised", f"{what}sample {count}: {type(e).__name__}: {e}")
+    return results["cpu"], results["device"]
+
+
+def samples_of(op, device, samples_per_op, requires_grad=False):
+    """(number, sample, its CPU copy) for the first samples_per_op samples, made on the device."""
+    what = "gradient " if requires_grad else ""
     torch.manual_seed(0)
-    samples = iter(op.sample_inputs(device, torch.float32))
-    while count < samples_per_op:
+    samples = iter(op.sample_inputs(device, torch.float32, requires_grad=requires_grad))
+    for count in range(1, samples_per_op + 1):
         try:
             sample = next(samples)
         except StopIteration:
-            break
+            return
         except Exception as e:  # noqa: BLE001 (making a sample runs operators on the device too)
-            return "device raised", f"making sample {count + 1}: {type(e).__name__}: {e}"[:2000]
-        count += 1
-        cpu_sample = sample.transform(to_cpu)
-        cpu_error = device_error = None
-        try:
-            expected = run(op, cpu_sample)
-        except Exception as e:  # noqa: BLE001 (what matters is whether both raise)
-            cpu_error = e
-        try:
-            got = run(op, sample)
-        except Exception as e:  # noqa: BLE001
-            device_error = e
-        if cpu_error is not None and device_error is not None:
+            raise Outcome("device raised", f"making {what}sample {count}: {type(e).__name__}: {e}")
+        yield count, sample, sample.transform(to_cpu)
+
+
+def sweep_results(op, device, samples_per_op):
+    uninitialized = op.name in UNINITIALIZED
+    count = 0
+    for count, sample, cpu_sample in samples_of(op, device, samples_per_op):
+        pair = both_ways("", count, lambda s: run(op, s), sample, cpu_sample)
+        if pair is None:
             continue
-        if device_error is not None:
-            return "device raised", f"sample {count}: {type(device_error).__name__}: {device_error}"[:2000]
-        if cpu_error is not None:
-            return "cpu raised", f"sample {count}: {type(cpu_error).__name__}: {cpu_error}"[:2000]
+        expected, got = pair
         # A result comes on the device when the operator was given a device tensor and no device.
-        if ("cpu" in devices_of(got) and device in devices_of(inputs_of(sample)) and "device" not in sample.kwargs):
-            return "wrong device", f"sample {count}: a result on the CPU"
+        if "cpu" in devices_of(got) and device in devices_of(inputs_of(sample)) and "device" not in sample.kwargs:
+            raise Outcome("wrong device", f"sample {count}: a result on the CPU")
         try:
             compare(expected, on_cpu(got), uninitialized)
             compare(inputs_of(cpu_sample), on_cpu(inputs_of(sample)), uninitialized)
         except AssertionError as e:
-            return "differ", f"sample {count}: {e}"[:2000]
-    if not count:
-        return "no samples", ""
-    if op.supports_autograd:
-        outcome, detail = sweep_gradients(op, device, samples_per_op)
-        if outcome != "agree":
-            return outcome, detail
-    return "agree", f"{count} samples"
+            raise Outcome("differ", f"sample {count}: {e}")
+    return count
 
 
 def gradients(op, sample):
@@ -155,42 +167,31 @@ def gradients(op, sample):
     if not parts or not leaves:
         return []
     loss = sum(p.sum() for p in parts)
-    return torch.autograd.grad(loss, leaves, allow_unused=True)
+    return list(torch.autograd.grad(loss, leaves, allow_unused=True))
 
 
 def sweep_gradients(op, device, samples_per_op):
-    count = 0
-    torch.manual_seed(0)
-    samples = iter(op.sample_inputs(device, torch.float32, requires_grad=True))
-    while count < samples_per_op:
-        try:
-            sample = next(samples)
-        except StopIteration:
-            break
-        except Exception as e:  # noqa: BLE001
-            return "device raised", f"making gradient sample {count + 1}: {type(e).__name__}: {e}"[:2000]
-        count += 1
-        cpu_sample = sample.transform(to_cpu)
-        cpu_error = device_error = None
-        try:
-            expected = gradients(op, cpu_sample)
-        except Exception as e:  # noqa: BLE001
-            cpu_error = e
-        try:
-            got = gradients(op, sample)
-        except Exception as e:  # noqa: BLE001
-            device_error = e
-        if cpu_error is not None and device_error is not None:
+    for count, sample, cpu_sample in samples_of(op, device, samples_per_op, requires_grad=True):
+        pair = both_ways("gradient, ", count, lambda s: gradients(op, s), sample, cpu_sample)
+        if pair is None:
             continue
-        if device_error is not None:
-            return "device raised", f"gradient, sample {count}: {type(device_error).__name__}: {device_error}"[:2000]
-        if cpu_error is not None:
-            return "cpu raised", f"gradient, sample {count}: {type(cpu_error).__name__}: {cpu_error}"[:2000]
         try:
-            compare(list(expected), on_cpu(list(got)), False)
+            compare(pair[0], on_cpu(pair[1]), False)
         except AssertionError as e:
-            return "gradients differ", f"sample {count}: {e}"[:2000]
-    return "agree", ""
+            raise Outcome("gradients differ", f"sample {count}: {e}")
+
+
+def sweep_one(op, device, samples_per_op):
+    """(outcome, detail) of one operator: its results, then its gradients where it has them."""
+    try:
+        count = sweep_results(op, device, samples_per_op)
+        if not count:
+            return "no samples", ""
+        if op.supports_autograd:
+            sweep_gradients(op, device, samples_per_op)
+    except Outcome as ended:
+        return ended.outcome, ended.detail
+    return "agree", f"{count} samples"
 
 
 def main():
