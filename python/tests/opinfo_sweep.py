@@ -10,8 +10,9 @@ it starts and {"op": name, "outcome": ..., "detail": ...} when it ends.
 The samples are made on the device, as PyTorch's test_compare_cpu makes them, and copied to the CPU
 storage and all (a view's whole storage, its strides and offset: as_strided reads outside the view).
 The operator runs on both with the same random seed (the device draws from the CPU's generator).
-Outcomes: "agree" (equal results, equal inputs after the call (what the operator wrote in place), and, for
-operators with a derivative, equal gradients of the sum of the results); "device raised", "cpu
+Outcomes: "agree" (equal results, equal inputs after the call (what the operator wrote in place), results
+that view the input on the CPU view it on the device and a write through them reaches the input
+alike, and, for operators with a derivative, equal gradients of the sum of the results); "device raised", "cpu
 raised", "differ", "gradients differ", "wrong device". A sample on which both raise agrees.
 """
 import json
@@ -154,7 +155,39 @@ def sweep_results(op, device, samples_per_op):
             compare(inputs_of(cpu_sample), on_cpu(inputs_of(sample)), uninitialized)
         except AssertionError as e:
             raise Outcome("differ", f"sample {count}: {e}")
+        write_through_views(count, expected, got, cpu_sample, sample)
     return count
+
+
+def views_of(results, sample):
+    """The results that share storage with the sample's input (views, and results that alias it)."""
+    results = results if isinstance(results, (tuple, list)) else [results]
+    base = sample.input
+    if not isinstance(base, torch.Tensor) or base.layout != torch.strided or base.numel() == 0:
+        return []
+    return [k for k, r in enumerate(results) if isinstance(r, torch.Tensor) and r.layout == torch.strided
+            and r.numel() > 0 and r.untyped_storage().data_ptr() == base.untyped_storage().data_ptr()]
+
+
+def write_through_views(count, expected, got, cpu_sample, sample):
+    """Where a result is a view of the input on the CPU, it is one on the device, and writing 1 into it
+    changes the input there as it does on the CPU (or raises on both: overlapping views refuse)."""
+    on_the_cpu = views_of(expected, cpu_sample)
+    on_the_device = views_of(got, sample)
+    if on_the_cpu != on_the_device:
+        raise Outcome("differ", f"sample {count}: results {on_the_cpu} view the input on the CPU, "
+                                f"{on_the_device} on the device")
+    listed = lambda r: r if isinstance(r, (tuple, list)) else [r]  # noqa: E731
+    for k in on_the_cpu:
+        pair = both_ways("writing through a view, ", count, lambda rs: rs[k].fill_(1),
+                         listed(got), listed(expected))
+        if pair is None:
+            continue
+        try:
+            compare(cpu_sample.input, on_cpu(sample.input), False)
+        except AssertionError as e:
+            raise Outcome("differ", f"sample {count}: a write through result {k} reached the input "
+                                    f"differently: {e}")
 
 
 def gradients(op, sample):
