@@ -131,20 +131,18 @@ void CpuCall::adopt_resize(const at::Tensor& device_tensor, const at::Tensor& cp
     c10::DataPtr grown = cpu_impl->set_data_ptr(c10::DataPtr(nullptr, c10::Device(c10::kCPU)));
     if (grown.get_deleter() == &accalloc_torch::free_block) {
       grown.unsafe_set_device(device_);
-      device_impl->set_data_ptr_noswap(std::move(grown));
-      device_impl->set_nbytes(cpu_impl->nbytes());
-      // The CPU storage goes on standing for the device storage, over its new bytes.
-      cpu_impl->set_data_ptr_noswap(c10::DataPtr(device_impl->mutable_data(), c10::Device(c10::kCPU)));
     } else {
       // A block from elsewhere (a kernel that allocated outside this thread): copied in.
       c10::DataPtr fresh = allocator().allocate(cpu_impl->nbytes());
       if (cpu_impl->nbytes() > 0) {
         std::memcpy(fresh.get(), grown.get(), cpu_impl->nbytes());
       }
-      device_impl->set_data_ptr_noswap(std::move(fresh));
-      device_impl->set_nbytes(cpu_impl->nbytes());
-      cpu_impl->set_data_ptr_noswap(c10::DataPtr(device_impl->mutable_data(), c10::Device(c10::kCPU)));
+      grown = std::move(fresh);
     }
+    device_impl->set_data_ptr_noswap(std::move(grown));
+    device_impl->set_nbytes(cpu_impl->nbytes());
+    // The CPU storage goes on standing for the device storage, over its new bytes.
+    cpu_impl->set_data_ptr_noswap(c10::DataPtr(device_impl->mutable_data(), c10::Device(c10::kCPU)));
   }
   if (device_tensor.sizes() != cpu_tensor.sizes() || device_tensor.strides() != cpu_tensor.strides() ||
       device_tensor.storage_offset() != cpu_tensor.storage_offset()) {
@@ -185,6 +183,11 @@ bool writes(const c10::Argument& argument) {
   return argument.alias_info() != nullptr && argument.alias_info()->isWrite();
 }
 
+// This thread's current device, through the device guard (host_device.cpp).
+c10::Device current() { return c10::impl::getDeviceGuardImpl(kType)->getDevice(); }
+
+// The device the call runs for: the first device tensor's or device argument's (without an index,
+// the current device), else the current device.
 c10::Device device_of(const torch::jit::Stack& stack, size_t begin) {
   for (size_t i = begin; i < stack.size(); ++i) {
     const c10::IValue& v = stack[i];
@@ -192,7 +195,7 @@ c10::Device device_of(const torch::jit::Stack& stack, size_t begin) {
       return v.toTensor().device();
     }
     if (v.isDevice() && v.toDevice().type() == kType) {
-      return v.toDevice().has_index() ? v.toDevice() : c10::Device(kType, c10::impl::getDeviceGuardImpl(kType)->getDevice().index());
+      return v.toDevice().has_index() ? v.toDevice() : current();
     }
     if (v.isTensorList()) {
       for (const at::Tensor& t : v.toTensorList().vec()) {
@@ -202,11 +205,16 @@ c10::Device device_of(const torch::jit::Stack& stack, size_t begin) {
       }
     }
   }
-  return c10::impl::getDeviceGuardImpl(kType)->getDevice();
+  return current();
 }
 
-// How many result tensors on the stack (from `begin`) share this CPU storage.
-uint32_t holders_of(c10::StorageImpl* storage, const torch::jit::Stack& stack, size_t begin) {
+// How many result tensors on the stack (from `begin`) share `result`'s storage (1 for a result with
+// none: an undefined tensor).
+uint32_t holders_of(const at::Tensor& result, const torch::jit::Stack& stack, size_t begin) {
+  if (!result.defined() || !result.has_storage()) {
+    return 1;
+  }
+  c10::StorageImpl* storage = result.storage().unsafeGetStorageImpl();
   uint32_t holders = 0;
   auto count = [&](const at::Tensor& t) {
     if (t.defined() && t.has_storage() && t.storage().unsafeGetStorageImpl() == storage) {
@@ -232,6 +240,8 @@ void run_cpu_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
   // The arguments, kept for what the kernel writes to (in place and out=).
   std::vector<c10::IValue> arguments(stack->begin() + static_cast<std::ptrdiff_t>(arguments_begin), stack->end());
+  // The CPU arguments the kernel writes to, for adopt_resize.
+  std::vector<std::pair<size_t, c10::IValue>> written;
   for (size_t i = 0; i < arguments.size(); ++i) {
     c10::IValue& slot = (*stack)[arguments_begin + i];
     const c10::IValue& v = arguments[i];
@@ -253,12 +263,8 @@ void run_cpu_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     } else if (v.isDevice() && v.toDevice().type() == kType) {
       slot = c10::Device(c10::kCPU);
     }
-  }
-  // The CPU arguments the kernel wrote to, for adopt_resize.
-  std::vector<std::pair<size_t, c10::IValue>> written;
-  for (size_t i = 0; i < arguments.size(); ++i) {
     if (writes(schema.arguments()[i])) {
-      written.emplace_back(i, (*stack)[arguments_begin + i]);
+      written.emplace_back(i, slot);
     }
   }
 
@@ -297,19 +303,13 @@ void run_cpu_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     }
     if (slot.isTensor()) {
       const at::Tensor result = slot.toTensor();
-      uint32_t holders = result.defined() && result.has_storage()
-                             ? holders_of(result.storage().unsafeGetStorageImpl(), *stack, returns_begin)
-                             : 1;
-      slot = call.device(result, holders);
+      slot = call.device(result, holders_of(result, *stack, returns_begin));
     } else if (slot.isTensorList()) {
       std::vector<at::Tensor> results = slot.toTensorList().vec();
       c10::List<at::Tensor> device_list;
       device_list.reserve(results.size());
       for (const at::Tensor& result : results) {
-        uint32_t holders = result.defined() && result.has_storage()
-                               ? holders_of(result.storage().unsafeGetStorageImpl(), *stack, returns_begin)
-                               : 1;
-        device_list.push_back(call.device(result, holders));
+        device_list.push_back(call.device(result, holders_of(result, *stack, returns_begin)));
       }
       slot = std::move(device_list);
     }
