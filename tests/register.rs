@@ -1,40 +1,15 @@
 //! Registering backends from many threads at once: each gets its own device type, names stay unique,
 //! and the table of types fills up with a clear error.
 
+use accalloc::backend::renamed::Renamed;
 use accalloc::backend::testing::TestBackend;
-use accalloc::backend::{Backend, BackendError, MemInfo, StreamId};
+use accalloc::backend::Backend;
 use accalloc::runtime::{runtime, MAX_DEVICE_TYPES};
 use std::collections::HashSet;
 use std::sync::Arc;
 
-/// A TestBackend under another name.
-struct Named(String, TestBackend);
-
-impl Backend for Named {
-    fn name(&self) -> &str {
-        &self.0
-    }
-    fn device_count(&self) -> usize {
-        self.1.device_count()
-    }
-    fn raw_alloc(
-        &self,
-        device: usize,
-        size: usize,
-        stream: StreamId,
-    ) -> Result<usize, BackendError> {
-        self.1.raw_alloc(device, size, stream)
-    }
-    fn raw_free(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError> {
-        self.1.raw_free(device, ptr, size)
-    }
-    fn mem_get_info(&self, device: usize) -> Result<MemInfo, BackendError> {
-        self.1.mem_get_info(device)
-    }
-}
-
 fn named(name: &str) -> Arc<dyn Backend> {
-    Arc::new(Named(name.to_string(), TestBackend::new(1, 64 << 20)))
+    Arc::new(Renamed::new(name, TestBackend::new(1, 64 << 20)))
 }
 
 #[test]

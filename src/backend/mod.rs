@@ -5,6 +5,7 @@
 pub mod cuda;
 pub mod custom;
 pub mod host;
+pub mod renamed;
 pub mod testing;
 
 use std::fmt;

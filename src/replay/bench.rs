@@ -2,7 +2,7 @@
 //! against the C library's malloc + free of the same sizes, measured in the same run.
 
 use crate::backend::host::{HostBackend, HostSettings};
-use crate::backend::{Backend, BackendError, MemInfo, StreamId};
+use crate::backend::renamed::Renamed;
 use crate::capi::memory::{accalloc_free, accalloc_malloc, accalloc_malloc_on};
 use crate::capi::AccallocStatus;
 use std::ffi::c_void;
@@ -172,45 +172,22 @@ pub fn general_path(batches: usize, pairs: usize) -> Option<(f64, f64)> {
 /// How many devices hold memory in the rows of `several_devices`.
 pub const DEVICES_IN_USE: [usize; 2] = [2, 4];
 
-/// Host memory under another name: the devices that `several_devices` puts in use beside the
-/// current accelerator's device 0 ("host" is taken).
-struct OtherDevices(HostBackend);
-
-impl Backend for OtherDevices {
-    fn name(&self) -> &str {
-        "bench-devices"
-    }
-    fn device_count(&self) -> usize {
-        self.0.device_count()
-    }
-    fn raw_alloc(
-        &self,
-        device: usize,
-        size: usize,
-        stream: StreamId,
-    ) -> Result<usize, BackendError> {
-        self.0.raw_alloc(device, size, stream)
-    }
-    fn raw_free(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError> {
-        self.0.raw_free(device, ptr, size)
-    }
-    fn mem_get_info(&self, device: usize) -> Result<MemInfo, BackendError> {
-        self.0.mem_get_info(device)
-    }
-}
-
 /// The mixed pattern of the current device once 2, then 4 devices hold memory (DEVICES_IN_USE):
 /// the other devices are those of a backend registered for it, each given a cached segment. The
 /// one-device shortcut is then given up for good, so this runs last: (devices in use, median ns
 /// per pair). Empty when the backend cannot be registered (a process that used up its slots).
 pub fn several_devices(batches: usize, pairs: usize) -> Vec<(usize, f64)> {
     let others = DEVICES_IN_USE.iter().max().copied().unwrap_or(1) - 1;
-    let backend = OtherDevices(HostBackend::new(HostSettings {
-        capacity: 64 << 20,
-        devices: others,
-        fail: None,
-        event_fail: None,
-    }));
+    // Host memory under another name ("host" is taken).
+    let backend = Renamed::new(
+        "bench-devices",
+        HostBackend::new(HostSettings {
+            capacity: 64 << 20,
+            devices: others,
+            fail: None,
+            event_fail: None,
+        }),
+    );
     let Ok(runtime) = crate::runtime::runtime() else {
         return Vec::new();
     };
