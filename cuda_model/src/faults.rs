@@ -34,6 +34,8 @@ pub struct Fault {
 #[derive(Default)]
 pub struct Faults {
     rules: Vec<Rule>,
+    /// Calls failed so far under these rules.
+    pub fired: u64,
 }
 
 impl Faults {
@@ -77,7 +79,7 @@ impl Faults {
                 calls: 0,
             });
         }
-        Ok(Faults { rules })
+        Ok(Faults { rules, fired: 0 })
     }
 
     /// Count a call of `entry` against every rule naming it; the first rule due fails it.
@@ -109,6 +111,7 @@ impl Faults {
                 });
             }
         }
+        self.fired += fault.is_some() as u64;
         fault
     }
 }

@@ -805,6 +805,41 @@ pub unsafe extern "C" fn accallocModelSetFaults(spec: *const c_char) -> CuResult
     })
 }
 
+/// What is alive in the driver, for leak checks: out[0] events, out[1] streams created (not the
+/// default ones), out[2] physical allocations (cuMemCreate, until freed), out[3] address
+/// reservations, out[4] cuMemAlloc allocations. CUDA_ERROR_NOT_INITIALIZED before cuInit.
+#[no_mangle]
+pub unsafe extern "C" fn accallocModelCounts(out: *mut c_ulonglong) -> CuResult {
+    catch_unwind(|| {
+        let m = MODEL.get().ok_or(NOT_INITIALIZED)?;
+        if out.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        let memory = lock(&m.memory);
+        let (handles, reservations) = memory.vmm_objects();
+        let counts = [
+            lock(&m.events).len(),
+            lock(&m.streams).len(),
+            handles,
+            reservations,
+            memory.allocation_count(),
+        ];
+        for (i, n) in counts.iter().enumerate() {
+            *out.add(i) = *n as c_ulonglong;
+        }
+        Ok(())
+    })
+    .map_or(UNKNOWN, |r: Result<(), CuResult>| {
+        r.err().unwrap_or(SUCCESS)
+    })
+}
+
+/// How many calls the current fault rules have failed so far.
+#[no_mangle]
+pub extern "C" fn accallocModelFaultsFired() -> c_ulonglong {
+    lock(&FAULTS).as_ref().map_or(0, |f| f.fired)
+}
+
 /// Abort on a violation (nonzero, the default) or only count it (0).
 #[no_mangle]
 pub extern "C" fn accallocModelOnViolation(abort: c_int) {

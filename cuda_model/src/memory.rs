@@ -46,20 +46,32 @@ impl Window {
         })
     }
 
-    /// The lowest free start aligned to `align` with `len` bytes free after it.
+    /// The highest free start aligned to `align` with `len` bytes free after it: top-down, as
+    /// Linux places mmap's mappings. The driver's placement is unspecified; this one gives segments
+    /// the same relative order as the host backend's (one mmap each), and PyTorch's pools break
+    /// ties between equal free blocks by address, so the two backends' figures compare exactly.
     fn take(&mut self, len: usize, align: usize) -> Option<usize> {
-        let mut candidate = round_up(self.base, align)?;
-        for (&start, &taken) in &self.taken {
-            if candidate.checked_add(len)? <= start {
-                break;
+        let mut gap_end = self.base + self.size;
+        let mut found = None;
+        for (&start, &taken) in self
+            .taken
+            .iter()
+            .rev()
+            .chain(std::iter::once((&self.base, &0)))
+        {
+            let gap_start = start + taken;
+            if let Some(top) = gap_end.checked_sub(len) {
+                let candidate = top / align * align;
+                if candidate >= gap_start && candidate >= self.base {
+                    found = Some(candidate);
+                    break;
+                }
             }
-            candidate = candidate.max(round_up(start + taken, align)?);
+            gap_end = start;
         }
-        if candidate.checked_add(len)? > self.base + self.size {
-            return None;
-        }
-        self.taken.insert(candidate, len);
-        Some(candidate)
+        let start = found?;
+        self.taken.insert(start, len);
+        Some(start)
     }
 
     fn give_back(&mut self, start: usize) -> Option<usize> {
@@ -147,6 +159,10 @@ impl Memory {
         self.capacity
     }
 
+    pub fn allocation_count(&self) -> usize {
+        self.allocations.len()
+    }
+
     pub fn free_bytes(&self, device: usize) -> usize {
         self.capacity - self.in_use[device]
     }
@@ -159,14 +175,20 @@ impl Memory {
         Ok(())
     }
 
-    /// cuMemAlloc: page-aligned (the driver aligns at least to 256 bytes).
+    /// cuMemAlloc: 2 MiB-aligned from 2 MiB up, as the driver places large allocations (and as
+    /// Linux aligns anonymous mappings of such sizes), page-aligned below.
     pub fn alloc(&mut self, device: usize, size: usize) -> Result<usize, CuResult> {
         if size == 0 {
             return Err(INVALID_VALUE);
         }
         let footprint = round_up(size, PAGE).ok_or(OUT_OF_MEMORY)?;
         self.charge(device, size)?;
-        let Some(start) = self.windows[device].take(footprint, PAGE) else {
+        let align = if size >= GRANULARITY {
+            GRANULARITY
+        } else {
+            PAGE
+        };
+        let Some(start) = self.windows[device].take(footprint, align) else {
             self.in_use[device] -= size;
             return Err(OUT_OF_MEMORY);
         };
@@ -410,6 +432,11 @@ impl Memory {
             self.drop_if_unused(m.handle);
         }
         Ok((ptr, ptr + size))
+    }
+
+    /// Live physical allocations (handles not yet freed) and address reservations.
+    pub fn vmm_objects(&self) -> (usize, usize) {
+        (self.handles.len(), self.reservations.taken.len())
     }
 
     /// The device whose memory is mapped or allocated at ptr, if any.

@@ -15,8 +15,16 @@ use std::sync::Mutex;
 struct Gpu {
     context: usize,
     granularity: usize,
-    /// Physical allocations mapped into reservations: address -> (size, handle).
-    mappings: Mutex<BTreeMap<usize, (usize, sys::CUmemGenericAllocationHandle)>>,
+    /// Physical allocations mapped into reservations, by address.
+    mappings: Mutex<BTreeMap<usize, Mapping>>,
+}
+
+#[derive(Clone, Copy)]
+struct Mapping {
+    size: usize,
+    handle: sys::CUmemGenericAllocationHandle,
+    /// False once unmapped while the handle's release has still to succeed.
+    mapped: bool,
 }
 
 /// The GPUs of this machine.
@@ -345,30 +353,41 @@ impl Backend for CudaBackend {
             });
             return Err(e);
         }
-        self.gpus[device]
-            .mappings
-            .lock()
-            .unwrap()
-            .insert(ptr, (size, handle));
+        self.gpus[device].mappings.lock().unwrap().insert(
+            ptr,
+            Mapping {
+                size,
+                handle,
+                mapped: true,
+            },
+        );
         Ok(())
     }
 
     fn vm_unmap(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError> {
-        // Each mapping is unmapped whole: the range may cover several.
-        let covered: Vec<(usize, (usize, sys::CUmemGenericAllocationHandle))> = {
+        // Each mapping is unmapped whole: the range may cover several. A mapping whose handle could
+        // not be released after its unmap stays listed, as unmapped, so a retry releases it
+        // instead of unmapping it twice.
+        let covered: Vec<(usize, Mapping)> = {
             let mappings = self.gpus[device].mappings.lock().unwrap();
             mappings
                 .range(ptr..ptr + size)
                 .map(|(&a, &v)| (a, v))
                 .collect()
         };
-        for (address, (bytes, handle)) in covered {
-            // SAFETY: the mapping was made by vm_map and nothing uses it any more.
-            self.on(device, "cuMemUnmap", || unsafe {
-                sys::cuMemUnmap(address as sys::CUdeviceptr, bytes)
-            })?;
+        for (address, mapping) in covered {
+            if mapping.mapped {
+                // SAFETY: the mapping was made by vm_map and nothing uses it any more.
+                self.on(device, "cuMemUnmap", || unsafe {
+                    sys::cuMemUnmap(address as sys::CUdeviceptr, mapping.size)
+                })?;
+                if let Some(m) = self.gpus[device].mappings.lock().unwrap().get_mut(&address) {
+                    m.mapped = false;
+                }
+            }
+            // SAFETY: the handle came from cuMemCreate and is no longer mapped.
             self.on(device, "cuMemRelease", || unsafe {
-                sys::cuMemRelease(handle)
+                sys::cuMemRelease(mapping.handle)
             })?;
             self.gpus[device].mappings.lock().unwrap().remove(&address);
         }

@@ -1,7 +1,10 @@
 //! The host backend: segments are anonymous memory mappings from the operating system, so a released
-//! segment really goes back (munmap). Each host "device" has a capacity that the backend enforces.
+//! segment really goes back (its pages dropped). Each host "device" has a capacity that the backend
+//! enforces, and a window of address space of its own where its segments are placed
+//! (address_window.rs: the same addresses in any process, hence the same statistics).
 //! Always available; the default accelerator when no GPU is found.
 
+use super::address_window::{self, AddressWindow};
 use super::{Backend, BackendError, EventId, MemInfo, StreamId};
 use crate::error::{Error, Result};
 use crate::units::parse_byte_size;
@@ -171,11 +174,24 @@ pub struct HostBackend {
     allocations: std::sync::atomic::AtomicU64,
     /// Event and stream calls made so far (for injected failures).
     event_calls: std::sync::atomic::AtomicU64,
+    /// Each device's address window (None where the system refused one: segments then go
+    /// wherever mmap puts them).
+    windows: Vec<Option<AddressWindow>>,
+}
+
+/// A device's window: twice its capacity, so fragmentation alone never fills it, within bounds
+/// that keep 64 devices of a large machine inside the address space.
+fn window_size(capacity: usize) -> usize {
+    let size = capacity.div_ceil(address_window::LARGE_ALIGNMENT) * address_window::LARGE_ALIGNMENT;
+    size.saturating_mul(2).clamp(1 << 30, 1 << 40)
 }
 
 impl HostBackend {
     pub fn new(settings: HostSettings) -> Self {
         HostBackend {
+            windows: (0..settings.devices)
+                .map(|_| AddressWindow::reserve(window_size(settings.capacity)))
+                .collect(),
             settings,
             used: (0..settings.devices).map(|_| AtomicUsize::new(0)).collect(),
             allocations: std::sync::atomic::AtomicU64::new(0),
@@ -241,19 +257,29 @@ impl Backend for HostBackend {
         if size == 0 || !self.claim(device, size) {
             return Err(BackendError::OutOfMemory);
         }
-        // SAFETY: an anonymous private mapping with no address hint has no preconditions. NORESERVE
-        // because, as on a GPU, reserving a segment should not commit every page of it up front.
+        let window = self.windows[device].as_ref();
+        let place = window.and_then(|w| w.take(size));
+        // SAFETY: an anonymous private mapping, either anywhere (no hint) or over a range of this
+        // device's window that was just taken and that nothing else uses (MAP_FIXED replaces the
+        // inaccessible reservation there). NORESERVE because, as on a GPU, reserving a segment
+        // should not commit every page of it up front.
         let ptr = unsafe {
             libc::mmap(
-                std::ptr::null_mut(),
+                place.unwrap_or(0) as *mut libc::c_void,
                 size,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                libc::MAP_PRIVATE
+                    | libc::MAP_ANONYMOUS
+                    | libc::MAP_NORESERVE
+                    | if place.is_some() { libc::MAP_FIXED } else { 0 },
                 -1,
                 0,
             )
         };
         if ptr == libc::MAP_FAILED {
+            if let (Some(w), Some(start)) = (window, place) {
+                w.give_back(start);
+            }
             self.used[device].fetch_sub(size, Ordering::AcqRel);
             return Err(BackendError::OutOfMemory);
         }
@@ -266,10 +292,38 @@ impl Backend for HostBackend {
         ptr: usize,
         size: usize,
     ) -> std::result::Result<(), BackendError> {
+        let window = self.windows[device].as_ref().filter(|w| w.contains(ptr));
         // SAFETY: the caching layer frees only segments this backend mapped, with their exact size.
-        let rc = unsafe { libc::munmap(ptr as *mut libc::c_void, size) };
+        // One in the window becomes inaccessible reservation again (its pages dropped); the range is
+        // handed back only once that is done.
+        let rc = unsafe {
+            match window {
+                Some(_) => {
+                    let back = libc::mmap(
+                        ptr as *mut libc::c_void,
+                        size,
+                        libc::PROT_NONE,
+                        libc::MAP_PRIVATE
+                            | libc::MAP_ANONYMOUS
+                            | libc::MAP_NORESERVE
+                            | libc::MAP_FIXED,
+                        -1,
+                        0,
+                    );
+                    if back == libc::MAP_FAILED {
+                        -1
+                    } else {
+                        0
+                    }
+                }
+                None => libc::munmap(ptr as *mut libc::c_void, size),
+            }
+        };
         if rc != 0 {
             return Err(os_error("munmap", size, ptr));
+        }
+        if let Some(w) = window {
+            w.give_back(ptr);
         }
         self.used[device].fetch_sub(size, Ordering::AcqRel);
         Ok(())
@@ -411,13 +465,7 @@ impl Backend for HostBackend {
 }
 
 fn page_size() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if size > 0 {
-        size as usize
-    } else {
-        4096
-    }
+    address_window::page_size()
 }
 
 fn os_error(call: &str, size: usize, ptr: usize) -> BackendError {

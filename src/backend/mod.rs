@@ -1,6 +1,7 @@
 //! Backends hand out raw device memory. They know nothing of caching: the caching layer asks them for
 //! whole segments and gives whole segments back.
 
+pub mod address_window;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod custom;

@@ -1,0 +1,340 @@
+//! The production CUDA backend on the strict model of the CUDA driver (cuda_model/): the sample
+//! traces give the host backend's statistics, expandable segments go through the VMM calls, threads
+//! work across eight devices, and record_stream keeps a block from reuse while another stream's
+//! asynchronous work still uses it, which the model's own use-after-free check proves both ways.
+//! scripts/test-all.sh runs this with LD_LIBRARY_PATH=$(scripts/cuda-model.sh) and
+//! ACCALLOC_CUDA_MODEL_DEVICES=8; elsewhere each test skips, saying why.
+
+#![cfg(feature = "cuda")]
+
+mod cuda_model_support;
+use cuda_model_support::Model;
+
+use accalloc::backend::Backend;
+use accalloc::caching::settings::parse_settings;
+use accalloc::caching::{CachingAllocator, CachingConfig, StatType};
+use accalloc::capi::device::accalloc_set_device_on;
+use accalloc::capi::memory::{
+    accalloc_empty_cache_on, accalloc_free, accalloc_malloc_on, accalloc_record_stream,
+};
+use accalloc::capi::{AccallocStatus, ACCALLOC_DEVICE_CUDA};
+use std::ffi::c_void;
+use std::process::Command;
+
+const ALL: usize = StatType::All as usize;
+const MIB: usize = 1 << 20;
+
+/// The tests read whole devices' figures (the model's free memory), so they run one at a time.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn model() -> Option<(Model, std::sync::MutexGuard<'static, ()>)> {
+    let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    cuda_model_support::model().map(|m| (m, turn))
+}
+
+fn replay(trace: &str, cuda: bool, config: &str) -> serde_json::Value {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_accalloc"));
+    command
+        .args(["replay", trace, "--json"])
+        .env("ACCALLOC_HOST_CAPACITY", "16GiB");
+    if cuda {
+        command.arg("--cuda");
+    }
+    if !config.is_empty() {
+        command.args(["--config", config]);
+    }
+    let out = command.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{trace} {config}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn every_sample_trace_gives_the_host_backends_statistics() {
+    let Some((model, _turn)) = model() else {
+        return;
+    };
+    assert!(
+        model.capacity(0) >= 16 << 30,
+        "the traces want a 16 GiB model device"
+    );
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/traces");
+    let mut traces: Vec<String> = Vec::new();
+    for folder in [dir.to_string(), format!("{dir}/real")] {
+        for entry in std::fs::read_dir(folder).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "jsonl") {
+                traces.push(path.to_string_lossy().into_owned());
+            }
+        }
+    }
+    traces.sort();
+    assert_eq!(traces.len(), 9, "{traces:?}");
+    for trace in &traces {
+        for config in ["", "expandable_segments:True"] {
+            let (host, cuda) = std::thread::scope(|s| {
+                let host = s.spawn(|| replay(trace, false, config));
+                (host.join().unwrap(), replay(trace, true, config))
+            });
+            let stats = host["stats"].as_object().unwrap();
+            assert_eq!(stats.len(), 122, "PyTorch's 122 statistics");
+            assert_eq!(
+                host["stats"], cuda["stats"],
+                "{trace} {config}: the model's figures differ"
+            );
+            for key in [
+                "device_allocs",
+                "device_frees",
+                "ooms",
+                "peak_reserved_bytes",
+            ] {
+                assert_eq!(host[key], cuda[key], "{trace} {config}: {key}");
+            }
+        }
+    }
+}
+
+#[test]
+fn expandable_segments_go_through_the_vmm_calls() {
+    let Some((model, _turn)) = model() else {
+        return;
+    };
+    let device = 1;
+    assert_eq!(model.backend.vm_granularity(device), Some(2 * MIB));
+    let before = (model.free_bytes(device), model.counts());
+    let config = parse_settings("expandable_segments:True", &CachingConfig::default()).unwrap();
+    let mut a = CachingAllocator::new(model.backend.clone(), device, config).unwrap();
+    let p = a.malloc(5 * MIB, 0).unwrap();
+    let q = a.malloc(30 * MIB, 0).unwrap();
+    assert_eq!(q, p + 5 * MIB, "the segment grew in place");
+    assert_eq!(a.stats().reserved_bytes[ALL].current, 40 << 20);
+    let counts = model.counts();
+    assert!(
+        counts.handles > before.1.handles,
+        "cuMemCreate made the memory: {counts:?}"
+    );
+    assert!(
+        counts.reservations > before.1.reservations,
+        "cuMemAddressReserve: {counts:?}"
+    );
+    assert_eq!(counts.allocations, before.1.allocations, "no cuMemAlloc");
+    assert!(
+        before.0 - model.free_bytes(device) >= 40 * MIB,
+        "the model counts the mapped memory"
+    );
+    // The model keeps mapped memory PROT_NONE until cuMemSetAccess: a launch over it succeeds only
+    // because the backend granted access.
+    let stream = model.stream(device);
+    assert_eq!(model.launch(device, stream, 10, q, 30 * MIB), 0);
+    a.record_stream(q, stream).unwrap();
+    a.free(p).unwrap();
+    a.free(q).unwrap();
+    a.empty_cache().unwrap();
+    model.destroy_stream(device, stream);
+    assert_eq!(a.stats().reserved_bytes[ALL].current, 0);
+    assert_eq!(
+        (model.free_bytes(device), model.counts()),
+        before,
+        "unmapped, released, freed"
+    );
+}
+
+fn malloc_on(device: usize, size: usize, stream: usize) -> usize {
+    let mut p: *mut c_void = std::ptr::null_mut();
+    // SAFETY: a valid out-pointer.
+    let status = unsafe {
+        accalloc_malloc_on(
+            ACCALLOC_DEVICE_CUDA,
+            &mut p,
+            size,
+            device as i32,
+            stream as *mut c_void,
+        )
+    };
+    assert_eq!(
+        status,
+        AccallocStatus::ACCALLOC_OK,
+        "{}",
+        common_last_error()
+    );
+    p as usize
+}
+
+fn common_last_error() -> String {
+    let text = accalloc::capi::info::accalloc_last_error_message();
+    // SAFETY: the message is NUL-terminated and lives until this thread's next call.
+    unsafe { std::ffi::CStr::from_ptr(text) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn free(p: usize) {
+    // SAFETY: p came from accalloc_malloc_on.
+    assert_eq!(
+        unsafe { accalloc_free(p as *mut c_void) },
+        AccallocStatus::ACCALLOC_OK
+    );
+}
+
+fn allocated(device: usize) -> i64 {
+    let mut out = 0;
+    // SAFETY: a valid out-pointer.
+    let status = unsafe {
+        accalloc::capi::stats::accalloc_memory_allocated_on(
+            ACCALLOC_DEVICE_CUDA,
+            device as i32,
+            &mut out,
+        )
+    };
+    assert_eq!(status, AccallocStatus::ACCALLOC_OK);
+    out
+}
+
+#[test]
+fn threads_across_eight_devices_some_never_setting_a_context() {
+    let Some((model, _turn)) = model() else {
+        return;
+    };
+    let devices = model.backend.device_count();
+    assert!(
+        devices >= 8,
+        "run with ACCALLOC_CUDA_MODEL_DEVICES=8 (the model has {devices})"
+    );
+    let capacity: Vec<usize> = (0..8).map(|d| model.capacity(d)).collect();
+    let workers: Vec<_> = (0..16)
+        .map(|t| {
+            std::thread::spawn(move || {
+                let device = t % 8;
+                // Half the threads choose their device through accalloc; the other half never
+                // touch a CUDA context and name the device per call. No thread sets a context.
+                if t < 8 {
+                    assert_eq!(
+                        accalloc_set_device_on(ACCALLOC_DEVICE_CUDA, device as i32),
+                        AccallocStatus::ACCALLOC_OK
+                    );
+                }
+                let mut held = Vec::new();
+                let mut state = t as u64 * 7919 + 1;
+                for round in 0..400 {
+                    state = state
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    let size = 1 + (state >> 33) as usize % (24 << 20);
+                    held.push(malloc_on(device, size, 0));
+                    if round % 3 != 0 {
+                        free(held.swap_remove((state >> 20) as usize % held.len()));
+                    }
+                }
+                held.into_iter().for_each(free);
+            })
+        })
+        .collect();
+    workers.into_iter().for_each(|w| w.join().unwrap());
+    // A thread whose current context is another device's still allocates where it asks.
+    model.make_current(0);
+    let p = malloc_on(5, 40 * MIB, 0);
+    assert!(
+        model.free_bytes(5) <= capacity[5] - 40 * MIB,
+        "the segment is device 5's"
+    );
+    free(p);
+    for device in 0..8 {
+        assert_eq!(allocated(device), 0, "device {device}");
+    }
+    assert_eq!(
+        accalloc_empty_cache_on(ACCALLOC_DEVICE_CUDA),
+        AccallocStatus::ACCALLOC_OK
+    );
+    let free: Vec<usize> = (0..8).map(|d| model.free_bytes(d)).collect();
+    assert_eq!(free, capacity, "every segment went back to the driver");
+}
+
+/// A block of `device` allocated on stream A and used by a long launch on stream B, then freed:
+/// whether the next allocation on A gets it while the launch still runs.
+/// The block, the next allocation on A, and streams A and B.
+fn reuse_while_another_stream_works(
+    model: &Model,
+    device: usize,
+    record: bool,
+) -> (usize, usize, usize, usize) {
+    let (a, b) = (model.stream(device), model.stream(device));
+    let p = malloc_on(device, MIB, a);
+    assert_eq!(
+        model.launch(device, b, 300_000, p, MIB),
+        0,
+        "300 ms of work on stream B"
+    );
+    if record {
+        // SAFETY: p is live.
+        assert_eq!(
+            unsafe { accalloc_record_stream(p as *mut c_void, b as *mut c_void) },
+            AccallocStatus::ACCALLOC_OK
+        );
+    }
+    free(p);
+    let q = malloc_on(device, MIB, a);
+    assert_eq!(model.launch(device, a, 10, q, MIB), 0);
+    free(q);
+    (p, q, a, b)
+}
+
+#[test]
+fn record_stream_keeps_a_block_until_the_other_streams_work_has_ended() {
+    let Some((model, _turn)) = model() else {
+        return;
+    };
+    if model.backend.device_count() < 8 {
+        eprintln!("skipping: wants 8 model devices (ACCALLOC_CUDA_MODEL_DEVICES=8)");
+        return;
+    }
+    let device = 6;
+    let violations = model.violations().0;
+    let (p, q, a, b) = reuse_while_another_stream_works(&model, device, true);
+    assert_ne!(p, q, "the block waited for stream B's work");
+    assert_eq!(
+        model.violations().0,
+        violations,
+        "the model saw no reuse of memory in use"
+    );
+    // Once the work is done the block comes back (the next allocation finds its event complete).
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    let back = malloc_on(device, MIB, a);
+    assert_eq!(
+        back, p,
+        "the block is free again once stream B's work ended"
+    );
+    assert_eq!(model.launch(device, a, 10, back, MIB), 0);
+    free(back);
+    assert_eq!(allocated(device), 0);
+    model.destroy_stream(device, a);
+    model.destroy_stream(device, b);
+}
+
+#[test]
+fn without_record_stream_the_models_use_after_free_check_fires() {
+    let Some((model, _turn)) = model() else {
+        return;
+    };
+    if model.backend.device_count() < 8 {
+        eprintln!("skipping: wants 8 model devices (ACCALLOC_CUDA_MODEL_DEVICES=8)");
+        return;
+    }
+    let device = 7;
+    model.abort_on_violation(false);
+    let violations = model.violations().0;
+    let (p, q, a, b) = reuse_while_another_stream_works(&model, device, false);
+    let (count, message) = model.violations();
+    // Stream B's work ends before the cached segment could go back to the driver under it.
+    model.destroy_stream(device, a);
+    model.destroy_stream(device, b);
+    model.abort_on_violation(true);
+    assert_eq!(
+        p, q,
+        "without record_stream the block is handed out again at once"
+    );
+    assert_eq!(count, violations + 1, "the model caught it");
+    assert!(message.contains("use after free"), "{message}");
+}
