@@ -4,12 +4,52 @@
 #ifndef ACCALLOC_TEST_UTIL_H
 #define ACCALLOC_TEST_UTIL_H
 
+#include <dlfcn.h>
 #include <inttypes.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Whether the tests run on the CUDA backend (ACCALLOC_DEVICE=cuda: scripts/test-all.sh runs the suites
+ * that apply on the CUDA driver model too); otherwise on the host backend. */
+static inline int accalloc_test_on_cuda(void)
+{
+    const char *device = getenv("ACCALLOC_DEVICE");
+    return device != NULL && strcmp(device, "cuda") == 0;
+}
+
+/* A stream of `device` for the tests' "other stream": on the host backend any handle is a stream, so
+ * `fake`; on CUDA a real CUstream, created through the libcuda accalloc loaded (the driver checks
+ * handles). NULL when CUDA is meant but no stream can be made. */
+static inline void *accalloc_test_stream(int device, uintptr_t fake)
+{
+    typedef int (*device_get_fn)(int *, int);
+    typedef int (*retain_fn)(void **, int);
+    typedef int (*set_current_fn)(void *);
+    typedef int (*stream_create_fn)(void **, unsigned);
+    device_get_fn device_get;
+    retain_fn retain;
+    set_current_fn set_current;
+    stream_create_fn stream_create;
+    void *cuda, *raw, *context = NULL, *stream = NULL;
+    int handle = 0;
+    if (!accalloc_test_on_cuda())
+        return (void *)fake;
+    cuda = dlopen("libcuda.so.1", RTLD_NOW);
+    if (cuda == NULL)
+        return NULL;
+#define ACCALLOC_TEST_LOAD(var, name) (raw = dlsym(cuda, name), memcpy(&(var), &raw, sizeof(var)), raw != NULL)
+    if (!ACCALLOC_TEST_LOAD(device_get, "cuDeviceGet") || !ACCALLOC_TEST_LOAD(retain, "cuDevicePrimaryCtxRetain") ||
+        !ACCALLOC_TEST_LOAD(set_current, "cuCtxSetCurrent") || !ACCALLOC_TEST_LOAD(stream_create, "cuStreamCreate"))
+        return NULL;
+#undef ACCALLOC_TEST_LOAD
+    if (device_get(&handle, device) != 0 || retain(&context, handle) != 0 || set_current(context) != 0 ||
+        stream_create(&stream, 1 /* CU_STREAM_NON_BLOCKING */) != 0)
+        return NULL;
+    return stream;
+}
 
 static int g_checks = 0;
 static int g_failures = 0;

@@ -177,8 +177,9 @@ static void section_metadata(void)
     CHECK_STR(accalloc_device_type_name(ACCALLOC_DEVICE_CUDA), "cuda");
     CHECK_STR(accalloc_device_type_name((AccallocDeviceType)7), "unknown");
     CHECK_STR(accalloc_device_type_name((AccallocDeviceType)-1), "unknown");
-    /* These tests run on the host backend (ACCALLOC_HOST_DEVICES=2). */
-    CHECK_EQ(accalloc_current_accelerator(), ACCALLOC_DEVICE_HOST);
+    /* These tests run on the host backend (ACCALLOC_HOST_DEVICES=2), or on CUDA's driver model with the
+     * same two devices and capacity (ACCALLOC_DEVICE=cuda). */
+    CHECK_EQ(accalloc_current_accelerator(), accalloc_test_on_cuda() ? ACCALLOC_DEVICE_CUDA : ACCALLOC_DEVICE_HOST);
 
     CHECK_EQ(ACCALLOC_STAT_ALL, 0);
     CHECK_EQ(ACCALLOC_STAT_SMALL_POOL, 1);
@@ -1167,8 +1168,8 @@ static void section_fraction(void)
 /* Streams: a block is reused only on the stream it was allocated on (device 1, nothing cached). */
 static void section_streams(void)
 {
-    void *const stream_a = (void *)(uintptr_t)0x1000; /* opaque handles; NULL is the default stream */
-    void *const stream_b = (void *)(uintptr_t)0x2000;
+    void *const stream_a = accalloc_test_stream(1, 0x1000); /* opaque handles; NULL is the default stream */
+    void *const stream_b = accalloc_test_stream(1, 0x2000);
     void *pa = NULL, *pd = NULL, *pa2 = NULL, *pb = NULL;
     int64_t v = -1, alloc0 = -1;
 
@@ -1216,7 +1217,7 @@ static void section_streams(void)
  * work is done, checked at the start of the next malloc and forced by empty_cache (device 1). */
 static void section_record_stream(void)
 {
-    void *const other = (void *)(uintptr_t)0x3000;
+    void *const other = accalloc_test_stream(1, 0x3000);
     void *p = NULL, *p2 = NULL, *q = NULL;
     int local = 0;
     int64_t v = -1;
@@ -1902,6 +1903,23 @@ static void require_test_env(void)
                 getenv("ACCALLOC_CONF"));
 }
 
+/* ONNX Runtime's allocator without ORT (tests/ort.rs runs it inside ORT): the arguments are checked
+ * before the OrtApi is used, so bad ones are a status, never a crash. */
+static void section_ort_arguments(void)
+{
+    void *allocator = (void *)(uintptr_t)0x1;
+    int not_an_allocator = 0;
+    CHECK_STATUS(accalloc_ort_allocator_create(NULL, 23, ACCALLOC_DEVICE_HOST, 0, &allocator),
+                 ACCALLOC_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(accalloc_last_error_message(), "ort_api is NULL");
+    CHECK(allocator == (void *)(uintptr_t)0x1); /* untouched on error */
+    CHECK_STATUS(accalloc_ort_allocator_create(NULL, 23, ACCALLOC_DEVICE_HOST, 0, NULL),
+                 ACCALLOC_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(accalloc_last_error_message(), "out_allocator is NULL");
+    CHECK_STATUS(accalloc_ort_allocator_destroy(NULL), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_ort_allocator_destroy(&not_an_allocator), ACCALLOC_ERROR_INVALID_POINTER);
+}
+
 int main(void)
 {
     require_test_env();
@@ -1919,6 +1937,7 @@ int main(void)
     section_record_stream();
     section_summary_snapshot();
     section_errors();
+    section_ort_arguments();
     section_threads();
     section_settings();
 

@@ -14,6 +14,7 @@ each equal to accalloc_memory_stat and to the AccallocDeviceStats struct, and th
 import ctypes
 import json
 import math
+import os
 import sys
 
 ACCALLOC_OK = 0
@@ -125,6 +126,23 @@ def load(path, mode=ctypes.DEFAULT_MODE):
     return lib
 
 
+ON_CUDA = os.environ.get("ACCALLOC_DEVICE") == "cuda"
+
+
+def other_stream(device):
+    """A stream for "another stream": any handle on the host backend; a real CUstream of `device` on
+    CUDA (the driver model in scripts/test-all.sh), where the driver checks handles."""
+    if not ON_CUDA:
+        return ctypes.c_void_p(0x3000)
+    cuda = ctypes.CDLL("libcuda.so.1")
+    handle, context, stream = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_void_p()
+    assert cuda.cuDeviceGet(ctypes.byref(handle), device) == 0
+    assert cuda.cuDevicePrimaryCtxRetain(ctypes.byref(context), handle) == 0
+    assert cuda.cuCtxSetCurrent(context) == 0
+    assert cuda.cuStreamCreate(ctypes.byref(stream), 1) == 0
+    return stream
+
+
 def main():
     if len(sys.argv) == 2:
         lib = load(sys.argv[1])
@@ -200,7 +218,8 @@ def main():
     for i, name in enumerate(STATUS_NAMES):
         check_eq(lib.accalloc_status_name(i), name.encode(), f"accalloc_status_name({i})")
     check_eq(lib.accalloc_status_name(99), b"ACCALLOC_ERROR_UNKNOWN", "accalloc_status_name(99)")
-    check_eq(lib.accalloc_current_accelerator(), 0, "accalloc_current_accelerator is ACCALLOC_DEVICE_HOST")
+    check_eq(lib.accalloc_current_accelerator(), 1 if ON_CUDA else 0,
+             "accalloc_current_accelerator is ACCALLOC_DEVICE_CUDA on CUDA, else ACCALLOC_DEVICE_HOST")
     check_eq(lib.accalloc_device_type_name(0), b"host", "device type 0")
     check_eq(lib.accalloc_device_type_name(1), b"cuda", "device type 1")
     check_eq(lib.accalloc_device_type_name(42), b"unknown", "device type 42")
@@ -415,7 +434,7 @@ def main():
                  "small segment totals")
 
     # a freed block waiting on another stream is active_pending_free
-    check_eq(lib.accalloc_record_stream(b, ctypes.c_void_p(0x3000)), ACCALLOC_OK, "record_stream")
+    check_eq(lib.accalloc_record_stream(b, other_stream(1)), ACCALLOC_OK, "record_stream")
     check_eq(lib.accalloc_free(b), ACCALLOC_OK, "free with a recorded stream")
     snap = check_snapshot("pending free")
     states = [x["state"] for s in snap["segments"] if s["device"] == 1 and s["segment_type"] == "large"

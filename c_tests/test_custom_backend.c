@@ -395,7 +395,7 @@ static void test_current_accelerator(AccallocDeviceType type)
 {
     void *p = NULL;
     int64_t value = 0;
-    CHECK_EQ(accalloc_current_accelerator(), ACCALLOC_DEVICE_HOST);
+    CHECK_EQ(accalloc_current_accelerator(), accalloc_test_on_cuda() ? ACCALLOC_DEVICE_CUDA : ACCALLOC_DEVICE_HOST);
     EXPECT(accalloc_set_accelerator(type), ACCALLOC_OK);
     CHECK_EQ(accalloc_current_accelerator(), type);
     EXPECT(accalloc_malloc(&p, 3000, 0, NULL), ACCALLOC_OK); /* plain calls now go to the fake accelerator */

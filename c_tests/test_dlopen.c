@@ -39,6 +39,8 @@ typedef AccallocStatus (*summary_fn)(int32_t, int32_t, char *, size_t, size_t *)
 typedef AccallocStatus (*snapshot_fn)(char *, size_t, size_t *);
 typedef AccallocStatus (*history_fn)(int32_t, size_t);
 typedef AccallocStatus (*get_settings_fn)(char *, size_t, size_t *);
+typedef AccallocStatus (*ort_create_fn)(const void *, uint32_t, AccallocDeviceType, int32_t, void **);
+typedef AccallocStatus (*ort_destroy_fn)(void *);
 
 #define TYPECHECK(type, fn) (void)sizeof(&fn == (type)0)
 
@@ -108,6 +110,8 @@ int main(int argc, char **argv)
     summary_fn p_summary;
     snapshot_fn p_snapshot;
     history_fn p_history;
+    ort_create_fn p_ort_create;
+    ort_destroy_fn p_ort_destroy;
     char settings[256];
     AccallocDeviceStats s;
     void *ptr = NULL;
@@ -149,6 +153,8 @@ int main(int argc, char **argv)
     TYPECHECK(summary_fn, accalloc_memory_summary);
     TYPECHECK(snapshot_fn, accalloc_memory_snapshot_json);
     TYPECHECK(history_fn, accalloc_record_memory_history);
+    TYPECHECK(ort_create_fn, accalloc_ort_allocator_create);
+    TYPECHECK(ort_destroy_fn, accalloc_ort_allocator_destroy);
 
     /* Not linked: nothing named accalloc_malloc is in the process before dlopen. */
     CHECK(dlsym(RTLD_DEFAULT, "accalloc_malloc") == NULL);
@@ -188,6 +194,8 @@ int main(int argc, char **argv)
     LOAD(p_summary, "accalloc_memory_summary");
     LOAD(p_snapshot, "accalloc_memory_snapshot_json");
     LOAD(p_history, "accalloc_record_memory_history");
+    LOAD(p_ort_create, "accalloc_ort_allocator_create");
+    LOAD(p_ort_destroy, "accalloc_ort_allocator_destroy");
     if (g_missing) {
         fprintf(stderr, "FAIL %d functions missing from %s\n", g_missing, path);
         return 1;
@@ -202,8 +210,12 @@ int main(int argc, char **argv)
     CHECK_STR(p_last_error(), "");
     CHECK_STR(p_status_name(ACCALLOC_ERROR_OUT_OF_MEMORY), "ACCALLOC_ERROR_OUT_OF_MEMORY");
     CHECK_STR(p_status_name(77), "ACCALLOC_ERROR_UNKNOWN");
-    CHECK_EQ(p_current_accelerator(), ACCALLOC_DEVICE_HOST);
-    CHECK_STR(p_device_type_name(p_current_accelerator()), "host");
+    CHECK_EQ(p_current_accelerator(), accalloc_test_on_cuda() ? ACCALLOC_DEVICE_CUDA : ACCALLOC_DEVICE_HOST);
+    CHECK_STR(p_device_type_name(p_current_accelerator()), accalloc_test_on_cuda() ? "cuda" : "host");
+    /* ONNX Runtime's allocator: a NULL OrtApi is refused before anything else is touched. */
+    CHECK_STATUS(p_ort_create(NULL, 23, ACCALLOC_DEVICE_HOST, 0, &ptr), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    CHECK(ptr == NULL);
+    CHECK_STATUS(p_ort_destroy(NULL), ACCALLOC_OK);
     CHECK_STATUS(p_device_count(&n), ACCALLOC_OK);
     CHECK_EQ(n, 2);
     CHECK_STATUS(p_current_device(&n), ACCALLOC_OK);
@@ -255,7 +267,7 @@ int main(int argc, char **argv)
         CHECK_CONTAINS(json, "| Allocations           |       1    |       1    |       1    |       0    |");
         free(json);
     }
-    CHECK_STATUS(p_record_stream(ptr, (void *)(uintptr_t)0x3000), ACCALLOC_OK);
+    CHECK_STATUS(p_record_stream(ptr, accalloc_test_stream(0, 0x3000)), ACCALLOC_OK);
     CHECK_STATUS(p_free(ptr), ACCALLOC_OK);
     CHECK_STATUS(p_memory_allocated(0, &v), ACCALLOC_OK);
     CHECK_EQ(v, 0);

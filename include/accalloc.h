@@ -555,6 +555,48 @@ enum AccallocStatus accalloc_empty_cache(void);
 enum AccallocStatus accalloc_empty_cache_on(AccallocDeviceType device_type);
 
 /**
+ * Make an ONNX Runtime allocator (an `OrtAllocator*`, stored in `*out_allocator`) whose memory comes
+ * from `device` (-1: this thread's current device, fixed at this call) of the accelerator of
+ * `device_type`, through accalloc's caching allocator on the default stream: ORT's tensors then show
+ * in accalloc's statistics, memory_summary, snapshots and ACCALLOC_TRACE.
+ *
+ * `ort_api` is the `const OrtApi*` from `OrtGetApiBase()->GetApi(ort_api_version)`; it must stay valid
+ * while the allocator lives. The allocator's version field is the lower of `ort_api_version` and the
+ * version this library was built with (23), and it sets only the callbacks that version reads
+ * (GetStats and AllocOnStream from 23). Its Info is "Cpu" memory (OrtDeviceAllocator,
+ * OrtMemTypeDefault) for the host and registered backends, which must then be host-accessible, and
+ * "Cuda" memory of the device's index for CUDA. GetStats answers ORT's AllocatorStats keys from this
+ * device's books: Limit, InUse, RequestedInUse, TotalAllocated (reserved bytes), MaxInUse,
+ * NumAllocs, NumReserves, NumArenaExtensions and NumArenaShrinkages (segments taken and given
+ * back), MaxAllocSize. An allocation that fails returns NULL to ORT, which reports its own error;
+ * accalloc's message stays on the failing thread's accalloc_last_error_message().
+ *
+ * Share it with `RegisterAllocator(env, allocator)` and the session config entry
+ * "session.use_env_allocators" = "1". Destroy it with accalloc_ort_allocator_destroy once ORT no
+ * longer uses it.
+ *
+ * Errors: ACCALLOC_ERROR_INVALID_ARGUMENT (ort_api or out_allocator NULL, ort_api_version 0 or
+ * above 1000, an unknown device type), ACCALLOC_ERROR_INVALID_DEVICE, ACCALLOC_ERROR_BACKEND (ORT
+ * could not create the memory info), ACCALLOC_ERROR_NOT_SUPPORTED (built without ORT support). On
+ * error *out_allocator is not touched.
+ */
+enum AccallocStatus accalloc_ort_allocator_create(const void *ort_api,
+                                                  uint32_t ort_api_version,
+                                                  AccallocDeviceType device_type,
+                                                  int32_t device,
+                                                  void **out_allocator);
+
+/**
+ * Destroy an allocator from accalloc_ort_allocator_create (NULL is a no-op). Call it only after ORT
+ * stops using it (UnregisterAllocator, or the environment released) and after the sessions and
+ * values holding its memory are released; memory still held stays allocated.
+ *
+ * Errors: ACCALLOC_ERROR_INVALID_POINTER for a pointer that is not a live allocator of
+ * accalloc_ort_allocator_create (nothing is freed).
+ */
+enum AccallocStatus accalloc_ort_allocator_destroy(void *allocator);
+
+/**
  * Allocate `size` bytes on `device` for `stream` (a cudaStream_t); NULL on failure, with the
  * reason written to standard error and kept in accalloc_last_error_message().
  */

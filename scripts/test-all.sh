@@ -43,6 +43,23 @@ if [ "${ACCALLOC_ASAN:-OFF}" = "ON" ]; then
   run_ctest build/c_tests_asan -DACCALLOC_ASAN=ON
 fi
 
+echo "== the CUDA backend on the strict model of the CUDA driver (scripts/cuda-model.sh, cuda_model/)"
+(cd cuda_model && cargo fmt -- --check && cargo clippy --quiet --release --all-targets -- -D warnings &&
+  cargo test --quiet --release)
+ACCALLOC_CUDA_MODEL_DIR=$(scripts/cuda-model.sh)
+export ACCALLOC_CUDA_MODEL_DIR
+# The Rust tests of the CUDA backend, the runtime and the CLI with the model as libcuda: eight devices.
+LD_LIBRARY_PATH=$ACCALLOC_CUDA_MODEL_DIR ACCALLOC_CUDA_MODEL_DEVICES=8 \
+  cargo test --test cuda --test cuda_model --test cuda_model_faults 2>&1 | tee build/logs/cargo-test-cuda-model.log
+if grep -q "skipping" build/logs/cargo-test-cuda-model.log; then
+  echo "the CUDA tests skipped on the model: it did not load"; exit 1
+fi
+# The C ABI suites that apply (all but the host's own configuration tests), on the model's CUDA with
+# the host suites' two devices and capacity.
+LD_LIBRARY_PATH=$ACCALLOC_CUDA_MODEL_DIR ACCALLOC_DEVICE=cuda ACCALLOC_CUDA_MODEL_DEVICES=2 \
+  ACCALLOC_CUDA_MODEL_CAPACITY=1G ctest --test-dir build/c_tests -E '^config_' --output-on-failure 2>&1 |
+  tee build/logs/ctest-cuda-model.log
+
 echo "== the README's C quick start, as written"
 scripts/readme_quickstart.sh
 
@@ -58,6 +75,8 @@ c++ -std=c++17 -Wall -Wextra -Werror -Iinclude examples/framework_backend.cpp -L
 
 echo "== the Python package inside PyTorch (scripts/test-python.sh)"
 scripts/test-python.sh 2>&1 | tee build/logs/pytest.log
+echo "== ONNX Runtime allocating through accalloc (scripts/test-ort.sh)"
+scripts/test-ort.sh 2>&1 | tee build/logs/ort.log
 echo "== examples/torch_host_device.py"
 ACCALLOC_DEVICE=host "${ACCALLOC_TORCH_VENV:-$HOME/.cache/accalloc/torch-2.15}/bin/python" examples/torch_host_device.py
 

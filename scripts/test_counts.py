@@ -4,7 +4,8 @@
     test_counts.py LOG_DIR README.md
 
 LOG_DIR holds cargo-test.log (cargo test), model.log (scripts/check_model.py), ctest.log (ctest of
-c_tests without sanitizers) and pytest.log (scripts/test-python.sh). The README's block between the `<!-- test-counts:begin -->` and
+c_tests without sanitizers), cargo-test-cuda-model.log and ctest-cuda-model.log (the same runners on
+the CUDA driver model), pytest.log (scripts/test-python.sh) and ort.log (scripts/test-ort.sh). The README's block between the `<!-- test-counts:begin -->` and
 `<!-- test-counts:end -->` lines is compared with the figures: when they differ it is rewritten, except
 under CI (CI set), where a stale block fails the run, as a stale header does.
 """
@@ -76,6 +77,9 @@ def block(logs: Path) -> str:
     # the figure is the same with and without it.
     passed = re.findall(r"Test +#\d+: (\S+) \.+ +Passed", ctest_log)
     ctest = len([name for name in passed if not name.startswith("valgrind_")])
+    on_model, _ = cargo_counts((logs / "cargo-test-cuda-model.log").read_text())
+    ctest_model = ctest_closing((logs / "ctest-cuda-model.log").read_text())
+    ort, _ = cargo_counts((logs / "ort.log").read_text())
     pytest_log = (logs / "pytest.log").read_text()
     pytest_passed = last_match(r"^(\d+) passed", pytest_log)
     skipped = re.findall(r"^\d+ passed, (\d+) skipped", pytest_log, flags=re.M)
@@ -89,6 +93,13 @@ def block(logs: Path) -> str:
         f"| `scripts/check_model.py` | {model} | cases compared key by key with the Python model of PyTorch |",
         f"| `ctest` (c_tests) | {ctest} | C, C++, dlopen, Python ctypes, OpenACC side by side, install and"
         " consumers, exports (run again under ASan and valgrind in CI) |",
+        f"| `cargo test` on the CUDA driver model | {on_model} | the CUDA backend through libcuda's strict model"
+        " (cuda_model/): the sample traces' 122 statistics equal the host's, VMM, 8 devices, record_stream"
+        " against asynchronous streams, driver faults on every call kind |",
+        f"| `ctest` on the CUDA driver model | {ctest_model} | the C ABI suites again with ACCALLOC_DEVICE=cuda"
+        " (all but the host's own configuration tests) |",
+        f"| `cargo test --test ort` | {ort} | ONNX Runtime 1.32 from the package registry allocating through"
+        " accalloc: real models, statistics, errors, a backend registered from C |",
         f"| `pytest` (python/tests) | {pytest_passed} | the Python package inside PyTorch: the host accelerator,"
         " a backend registered from ctypes, device-generic torch.accelerator tests, PyTorch's whole OpInfo"
         " database, real transformers models and a CNN, the real-workload traces"

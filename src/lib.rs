@@ -8,6 +8,9 @@ pub mod backend;
 pub mod caching;
 pub mod capi;
 pub mod error;
+/// accalloc as ONNX Runtime's allocator (the `ort` feature).
+#[cfg(feature = "ort")]
+pub mod ort;
 pub mod replay;
 pub mod runtime;
 pub mod units;

@@ -338,3 +338,85 @@ fn without_record_stream_the_models_use_after_free_check_fires() {
     assert_eq!(count, violations + 1, "the model caught it");
     assert!(message.contains("use after free"), "{message}");
 }
+
+fn info(env: &[(&str, &str)]) -> (bool, String, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_accalloc"));
+    command.arg("info").env_remove("ACCALLOC_DEVICE");
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let out = command.output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn accalloc_info_lists_the_models_devices() {
+    let Some((model, _turn)) = model() else {
+        return;
+    };
+    let (ok, out, err) = info(&[]);
+    assert!(ok, "{err}");
+    let devices = model.backend.device_count();
+    assert!(out.contains("accelerator: cuda"), "{out}");
+    assert!(out.contains(&format!("devices: {devices}")), "{out}");
+    assert!(out.contains("capacity 16.00 GiB"), "{out}");
+}
+
+#[test]
+fn a_failing_driver_at_detection_means_the_host_and_a_reason() {
+    let Some((_model, _turn)) = model() else {
+        return;
+    };
+    for call in [
+        "cuInit",
+        "cuDeviceGetCount",
+        "cuDeviceGet",
+        "cuDevicePrimaryCtxRetain",
+    ] {
+        let fail = format!("{call}:after=0");
+        let (ok, out, err) = info(&[("ACCALLOC_CUDA_MODEL_FAIL", &fail)]);
+        assert!(
+            ok && out.contains("accelerator: host"),
+            "{call}: {out}{err}"
+        );
+        let (ok, _, err) = info(&[
+            ("ACCALLOC_CUDA_MODEL_FAIL", &fail),
+            ("ACCALLOC_DEVICE", "cuda"),
+        ]);
+        assert!(!ok, "{call}");
+        assert!(
+            err.contains("ACCALLOC_DEVICE=cuda but CUDA is not available") && err.contains(call),
+            "{call}: {err}"
+        );
+    }
+    // Without the granularity there is no virtual memory: expandable segments fall back to
+    // ordinary ones (cuMemAlloc), saying so.
+    let trace = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/traces/varying_sizes.jsonl"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_accalloc"))
+        .args([
+            "replay",
+            trace,
+            "--json",
+            "--cuda",
+            "--config",
+            "expandable_segments:True",
+        ])
+        .env(
+            "ACCALLOC_CUDA_MODEL_FAIL",
+            "cuMemGetAllocationGranularity:from=0",
+        )
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let warning = String::from_utf8_lossy(&out.stderr);
+    assert!(warning.contains("no virtual memory calls"), "{warning}");
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["ooms"], 0);
+}

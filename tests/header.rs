@@ -92,6 +92,8 @@ fn header_declares_every_exported_function() {
         "accalloc_pluggable_empty_cache",
         "accalloc_pluggable_set_memory_fraction",
         "accalloc_pluggable_record_stream",
+        "accalloc_ort_allocator_create",
+        "accalloc_ort_allocator_destroy",
     ];
     let mut required: Vec<String> = global.iter().map(|s| s.to_string()).collect();
     for name in per_accelerator {

@@ -13,6 +13,7 @@ pub(crate) mod guard;
 pub mod info;
 pub mod inspect;
 pub mod memory;
+pub mod ort;
 pub mod pluggable;
 pub mod settings;
 pub mod stats;
