@@ -86,10 +86,10 @@ fn worker(
                 last_error()
             )),
         }
-        if held.len() > MAX_HELD || rng.next() % 3 == 0 {
+        if held.len() > MAX_HELD || rng.next().is_multiple_of(3) {
             if let Some(ptr) = held.pop() {
                 // Every other block is freed by another thread.
-                if rng.next() % 2 == 0 {
+                if rng.next().is_multiple_of(2) {
                     handoff.lock().unwrap().push(ptr);
                 } else {
                     assert_eq!(free(ptr), ACCALLOC_OK, "{}", last_error());

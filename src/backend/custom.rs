@@ -100,7 +100,7 @@ pub struct VirtualMemoryFunctions {
 fn unusable_range(ptr: usize, size: usize, alignment: usize) -> Option<String> {
     if ptr == 0 {
         Some("NULL with success".into())
-    } else if ptr % alignment != 0 {
+    } else if !ptr.is_multiple_of(alignment) {
         Some(format!("not a {alignment}-byte aligned address"))
     } else if ptr.checked_add(size).is_none() {
         Some("a range that wraps around the end of the address space".into())

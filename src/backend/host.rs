@@ -73,7 +73,7 @@ impl FailRule {
     /// Whether allocation number `call` (from 1) fails.
     fn fails(self, call: u64) -> bool {
         match self {
-            FailRule::Every(n) => call % n == 0,
+            FailRule::Every(n) => call.is_multiple_of(n),
             FailRule::After(n) => call > n,
         }
     }

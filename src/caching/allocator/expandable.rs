@@ -48,7 +48,8 @@ impl CachingAllocator {
     /// Whether the backend can do expandable segments; warns once when it cannot.
     pub(super) fn virtual_memory_available(&self) -> bool {
         let page = self.backend.vm_granularity(self.device);
-        let fits = page.is_some_and(|g| g > 0 && SMALL_PAGE % g == 0 && LARGE_PAGE % g == 0);
+        let fits = page
+            .is_some_and(|g| g > 0 && SMALL_PAGE.is_multiple_of(g) && LARGE_PAGE.is_multiple_of(g));
         if !fits && !FALLBACK_WARNED.swap(true, Ordering::Relaxed) {
             eprintln!(
                 "accalloc: warning: expandable_segments:True is set but the {} backend has no virtual \

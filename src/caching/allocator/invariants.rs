@@ -130,7 +130,7 @@ impl CachingAllocator {
                 if free && block.mapped && !cached.contains(&id) {
                     return Err(format!("free block at {:#x} is in no pool", block.ptr));
                 }
-                if block.mapped && block.ptr % 512 != 0 {
+                if block.mapped && !block.ptr.is_multiple_of(512) {
                     return Err(format!("block at {:#x} is not 512-byte aligned", block.ptr));
                 }
                 if block.counted_oversize_segment != first.counted_oversize_segment {
