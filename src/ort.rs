@@ -349,11 +349,12 @@ fn create_memory_info(
     Ok(info)
 }
 
-/// Ok for a NULL status, else its message; the status is released.
+/// Ok for a NULL status, else its message; the status is released (for callers of the OrtApi
+/// too: the tests read ORT's errors with it).
 ///
 /// # Safety
 /// `status` is NULL or a live status of `api`'s ORT.
-unsafe fn take_status(api: &OrtApi, status: OrtStatusPtr) -> std::result::Result<(), String> {
+pub unsafe fn take_status(api: &OrtApi, status: OrtStatusPtr) -> std::result::Result<(), String> {
     if status.0.is_null() {
         return Ok(());
     }

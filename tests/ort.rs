@@ -116,16 +116,8 @@ fn check(api: &OrtApi, status: OrtStatusPtr) {
 }
 
 fn status_result(api: &OrtApi, status: OrtStatusPtr) -> Result<(), String> {
-    if status.0.is_null() {
-        return Ok(());
-    }
-    unsafe {
-        let message = CStr::from_ptr((api.GetErrorMessage)(status.0))
-            .to_string_lossy()
-            .into_owned();
-        (api.ReleaseStatus)(status.0);
-        Err(message)
-    }
+    // SAFETY: every status handed here is NULL or fresh from `api`.
+    unsafe { accalloc::ort::take_status(api, status) }
 }
 
 /// One model: its file and an input shape.

@@ -461,11 +461,11 @@ mod tests {
         let mut m = Memory::new(2, 64 << 20).unwrap();
         let a = m.alloc(0, 1000).unwrap();
         let b = m.alloc(1, 1000).unwrap();
-        assert_ne!(
-            a / (256 << 20),
-            b / (256 << 20),
-            "the devices' windows are apart"
+        assert!(
+            a.abs_diff(b) >= 128 << 20,
+            "each device has its window of twice its capacity"
         );
+        assert_eq!((m.device_of(a), m.device_of(b)), (Some(0), Some(1)));
         assert_eq!(m.free_bytes(0), (64 << 20) - 1000);
         assert!(m.accessible(0, a, 1000) && !m.accessible(0, a, 1001) && !m.accessible(1, a, 8));
         assert_eq!(m.alloc(0, 64 << 20), Err(OUT_OF_MEMORY));

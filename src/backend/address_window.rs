@@ -26,19 +26,8 @@ impl AddressWindow {
     /// Reserve `size` bytes of inaccessible address space (no memory is committed), or None when
     /// the system refuses (callers then map anywhere, as before).
     pub fn reserve(size: usize) -> Option<AddressWindow> {
-        // SAFETY: a fresh anonymous mapping with no address hint; nothing refers to it yet.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                size,
-                libc::PROT_NONE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        (base != libc::MAP_FAILED).then(|| AddressWindow {
-            base: base as usize,
+        reserve_inaccessible(size).map(|base| AddressWindow {
+            base,
             size,
             taken: Mutex::new(BTreeMap::new()),
         })
@@ -81,6 +70,23 @@ impl AddressWindow {
             .unwrap_or_else(|e| e.into_inner())
             .remove(&start);
     }
+}
+
+/// `size` bytes of fresh inaccessible address space anywhere (NORESERVE: nothing committed), or None
+/// when the system refuses.
+pub fn reserve_inaccessible(size: usize) -> Option<usize> {
+    // SAFETY: a fresh anonymous mapping with no address hint; nothing refers to it yet.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            size,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    (base != libc::MAP_FAILED).then_some(base as usize)
 }
 
 pub fn page_size() -> usize {

@@ -391,21 +391,8 @@ impl Backend for HostBackend {
     }
 
     fn vm_reserve(&self, _device: usize, size: usize) -> std::result::Result<usize, BackendError> {
-        // SAFETY: an anonymous inaccessible mapping with no address hint has no preconditions.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                size,
-                libc::PROT_NONE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(os_error("mmap (reserve)", size, 0));
-        }
-        Ok(ptr as usize)
+        address_window::reserve_inaccessible(size)
+            .ok_or_else(|| os_error("mmap (reserve)", size, 0))
     }
 
     fn vm_map(
