@@ -67,18 +67,22 @@ def ctest_closing(log: str) -> int:
     return int(total)
 
 
+def ctest_passed(log: str) -> int:
+    """The tests ctest passed, its closing line reporting no failure. The same programs again under
+    valgrind (ACCALLOC_VALGRIND=ON) are not more tests: left out, so the figure is the same with and
+    without it."""
+    ctest_closing(log)
+    passed = re.findall(r"Test +#\d+: (\S+) \.+ +Passed", log)
+    return len([name for name in passed if not name.startswith("valgrind_")])
+
+
 def block(logs: Path) -> str:
     cargo = (logs / "cargo-test.log").read_text()
     total, unit = cargo_counts(cargo)
     model = last_match(r"^(\d+) passed, 0 failed$", (logs / "model.log").read_text())
-    ctest_log = (logs / "ctest.log").read_text()
-    ctest_closing(ctest_log)
-    # The same programs again under valgrind (ACCALLOC_VALGRIND=ON) are not more tests: left out, so
-    # the figure is the same with and without it.
-    passed = re.findall(r"Test +#\d+: (\S+) \.+ +Passed", ctest_log)
-    ctest = len([name for name in passed if not name.startswith("valgrind_")])
+    ctest = ctest_passed((logs / "ctest.log").read_text())
     on_model, _ = cargo_counts((logs / "cargo-test-cuda-model.log").read_text())
-    ctest_model = ctest_closing((logs / "ctest-cuda-model.log").read_text())
+    ctest_model = ctest_passed((logs / "ctest-cuda-model.log").read_text())
     ort, _ = cargo_counts((logs / "ort.log").read_text())
     pytest_log = (logs / "pytest.log").read_text()
     pytest_passed = last_match(r"^(\d+) passed", pytest_log)
