@@ -783,6 +783,16 @@ fn expandable_segments_fall_back_without_virtual_memory() {
         (1, 20 * MIB)
     );
     assert_eq!(backend.alloc_calls(0), 1);
+    // Off means off, as PyTorch's expandable_segments() answers false without them: 25 MiB takes a
+    // 26 MiB segment, and the 1 MiB left is not split off (the ordinary rule wants more than 1 MiB
+    // left; expandable segments' rule would split at 512 bytes).
+    let q = a.malloc(25 << 20, 0).unwrap();
+    let s = a.stats();
+    assert_eq!(s.reserved_bytes[ALL].current, 46 * MIB as i64);
+    assert_eq!(s.allocated_bytes[ALL].current, (5 + 26) * MIB as i64);
+    assert_eq!(s.inactive_split[ALL].current, 1, "only the 5 MiB block's remainder");
+    assert!(!a.config().expandable_segments);
+    a.free(q).unwrap();
 }
 
 /// Trim with the line these tests' figures were worked out for: the most allocated + 1/14, at

@@ -22,6 +22,7 @@ use super::stats::{DeviceStats, LiveStats, StatType};
 use crate::backend::{Backend, BackendError, EventId, MemInfo, StreamId};
 use crate::error::{Error, ErrorKind, Result};
 use crate::units::format_size;
+use expandable::LARGE_PAGE;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
@@ -120,10 +121,17 @@ impl CachingAllocator {
     }
 
     /// Replace the policy settings; cached blocks stay where they are. A per_process_memory_fraction
-    /// in them becomes this device's memory fraction.
-    pub fn set_config(&mut self, config: CachingConfig) {
+    /// in them becomes this device's memory fraction. Expandable segments asked of a backend that
+    /// cannot grow them are off for this device, every rule of theirs included (the split rule, the
+    /// best fit), as PyTorch's `expandable_segments()` answers false where the platform lacks them.
+    pub fn set_config(&mut self, mut config: CachingConfig) {
         if let Some(fraction) = config.per_process_memory_fraction {
             self.allowed_maximum = allowed_bytes(fraction, self.capacity);
+        }
+        if config.expandable_segments
+            && !(self.virtual_memory_available() && self.reservation_size(LARGE_PAGE).is_some())
+        {
+            config.expandable_segments = false;
         }
         self.config = config;
         self.verify("set_config");

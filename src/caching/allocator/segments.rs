@@ -1,7 +1,6 @@
 //! Segments from the backend: the miss path (new segment, release of cached memory, one retry,
 //! out of memory) and giving segments back.
 
-use super::expandable::LARGE_PAGE;
 use super::*;
 
 impl CachingAllocator {
@@ -79,12 +78,11 @@ impl CachingAllocator {
         self.allowed_maximum.is_none_or(|allowed| after <= allowed)
     }
 
-    /// Whether new memory comes from growing an expandable segment (not when the backend has no
-    /// virtual memory, or reports so much memory that a reservation would be too large).
+    /// Whether new memory comes from growing an expandable segment (set_config turned them off where
+    /// the backend has no virtual memory, or reports so much memory that a reservation would be too
+    /// large).
     pub(super) fn grows_expandable(&self) -> bool {
         self.config.expandable_segments
-            && self.virtual_memory_available()
-            && self.reservation_size(LARGE_PAGE).is_some()
     }
 
     /// Ask the backend for a segment. Ok(None) when the device (or the memory fraction) has no room.
