@@ -788,9 +788,12 @@ fn expandable_segments_fall_back_without_virtual_memory() {
     // left; expandable segments' rule would split at 512 bytes).
     let q = a.malloc(25 << 20, 0).unwrap();
     let s = a.stats();
-    assert_eq!(s.reserved_bytes[ALL].current, 46 * MIB as i64);
-    assert_eq!(s.allocated_bytes[ALL].current, (5 + 26) * MIB as i64);
-    assert_eq!(s.inactive_split[ALL].current, 1, "only the 5 MiB block's remainder");
+    assert_eq!(s.reserved_bytes[ALL].current, 46 * MIB);
+    assert_eq!(s.allocated_bytes[ALL].current, (5 + 26) * MIB);
+    assert_eq!(
+        s.inactive_split[ALL].current, 1,
+        "only the 5 MiB block's remainder"
+    );
     assert!(!a.config().expandable_segments);
     a.free(q).unwrap();
 }
