@@ -7,7 +7,8 @@
 # ACCALLOC_CUDA_MODEL_FAIL, ACCALLOC_CUDA_MODEL_ON_VIOLATION (cuda_model/README.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --quiet --release --manifest-path cuda_model/Cargo.toml
+# Its own target folder, whatever CARGO_TARGET_DIR says: the library is looked for there.
+cargo build --quiet --release --manifest-path cuda_model/Cargo.toml --target-dir cuda_model/target
 out="$PWD/cuda_model/target/release/driver"
 mkdir -p "$out"
 cp -f cuda_model/target/release/libcuda.so "$out/libcuda.so.1"
