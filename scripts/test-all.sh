@@ -44,8 +44,11 @@ if [ "${ACCALLOC_ASAN:-OFF}" = "ON" ]; then
 fi
 
 echo "== the CUDA backend on the strict model of the CUDA driver (scripts/cuda-model.sh, cuda_model/)"
-(cd cuda_model && cargo fmt -- --check && cargo clippy --quiet --release --all-targets -- -D warnings &&
-  cargo test --quiet --release)
+# The model builds in its own target folder whatever CARGO_TARGET_DIR says: its libcuda.so must never
+# sit beside libaccalloc, where a program with that folder as its rpath would load it.
+(cd cuda_model && cargo fmt -- --check &&
+  cargo clippy --quiet --release --all-targets --target-dir target -- -D warnings &&
+  cargo test --quiet --release --target-dir target)
 ACCALLOC_CUDA_MODEL_DIR=$(scripts/cuda-model.sh)
 export ACCALLOC_CUDA_MODEL_DIR
 # The Rust tests of the CUDA backend, the runtime and the CLI with the model as libcuda: eight devices.
