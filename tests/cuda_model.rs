@@ -419,3 +419,42 @@ fn a_failing_driver_at_detection_means_the_host_and_a_reason() {
     assert!(warning.contains("no virtual memory calls"), "{warning}");
     assert_eq!(without_vmm, run("", "").0);
 }
+
+#[test]
+fn a_stream_that_waits_for_the_others_event_may_use_its_memory() {
+    let Some((model, _turn)) = model() else {
+        return;
+    };
+    let device = 4 % model.backend.device_count();
+    let (a, b, c) = (
+        model.stream(device),
+        model.stream(device),
+        model.stream(device),
+    );
+    let p = model.backend.raw_alloc(device, 2 * MIB, 0).unwrap();
+    assert_eq!(model.launch(device, b, 200_000, p, 2 * MIB), 0);
+    let event = model.backend.create_event(device).unwrap();
+    model.backend.record_event(device, event, b).unwrap();
+    model.make_current(device);
+    // SAFETY: a stream and an event of the current context's device.
+    let rc = unsafe { cudarc::driver::sys::cuStreamWaitEvent(a as _, event as _, 0) };
+    assert_eq!(rc, cudarc::driver::sys::CUresult::CUDA_SUCCESS);
+    model.abort_on_violation(false);
+    let violations = model.violations().0;
+    assert_eq!(model.launch(device, a, 10, p, 2 * MIB), 0);
+    let ordered = model.violations().0 - violations;
+    // A third stream that did not wait is ordered behind neither B's work nor A's (held behind B).
+    assert_eq!(model.launch(device, c, 10, p, 2 * MIB), 0);
+    let unordered = model.violations().0 - violations - ordered;
+    for s in [a, b, c] {
+        model.destroy_stream(device, s);
+    }
+    model.abort_on_violation(true);
+    assert_eq!(ordered, 0, "stream A waited for B's event");
+    assert_eq!(
+        unordered, 2,
+        "stream C waited for nothing: it races B's and A's work"
+    );
+    model.backend.destroy_event(device, event).unwrap();
+    model.backend.raw_free(device, p, 2 * MIB).unwrap();
+}

@@ -217,13 +217,17 @@ impl Model {
         all
     }
 
-    /// A violation when work on a stream other than `except` still uses `range`.
-    fn check_unused(&self, device: usize, range: Range, except: Option<usize>, what: &str) {
+    /// A violation when work on another stream still uses `range`, unless it is work that
+    /// `launching` (the stream of a launch) waited for.
+    fn check_unused(&self, device: usize, range: Range, launching: Option<&Stream>, what: &str) {
         for stream in self.streams_of(device) {
-            if Some(stream.handle) == except && except.is_some() {
+            if launching.is_some_and(|l| l.handle == stream.handle) {
                 continue;
             }
-            if let Some((s, e)) = stream.using(range.0, range.1) {
+            if let Some(((s, e), seq)) = stream.using(range.0, range.1) {
+                if launching.is_some_and(|l| l.comes_after(&stream, seq)) {
+                    continue;
+                }
                 violation(format!(
                     "{what} [{:#x}, {:#x}) on device {device} while work on stream {:#x} still uses \
                      [{s:#x}, {e:#x}): memory reused before the work using it finished (use after free)",
@@ -706,6 +710,26 @@ pub unsafe extern "C" fn cuEventRecord(event: CUevent, stream: CUstream) -> CuRe
     })
 }
 
+/// Work enqueued on `stream` from now on waits until `event`'s work is done (an event never
+/// recorded: no wait). The model takes events of the stream's own device only.
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamWaitEvent(
+    stream: CUstream,
+    event: CUevent,
+    flags: c_uint,
+) -> CuResult {
+    driver("cuStreamWaitEvent", |m| {
+        if flags != 0 {
+            return Err(INVALID_VALUE);
+        }
+        let waiting = m.stream(m.current()?, stream)?;
+        if let Some((on, seq)) = recorded(m, event)? {
+            waiting.wait(on, seq);
+        }
+        Ok(())
+    })
+}
+
 /// An event never recorded is complete, as in the driver.
 #[no_mangle]
 pub unsafe extern "C" fn cuEventQuery(event: CUevent) -> CuResult {
@@ -759,7 +783,7 @@ pub unsafe extern "C" fn accallocModelLaunch(
             return Err(ILLEGAL_ADDRESS);
         }
         let range = (ptr as usize, ptr as usize + bytes);
-        m.check_unused(device, range, Some(stream.handle), "a launch used");
+        m.check_unused(device, range, Some(&stream), "a launch used");
         stream.launch(microseconds, range);
         Ok(())
     })

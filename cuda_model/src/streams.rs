@@ -1,15 +1,23 @@
 //! Streams run asynchronously, each on a worker thread of its own: work enqueued by
 //! accallocModelLaunch holds its memory range until the worker has slept through it. An event
-//! records how far its stream's queue reached; it completes when the worker gets there.
+//! records how far its stream's queue reached; it completes when the worker gets there. A wait
+//! (cuStreamWaitEvent) holds a stream's worker until another stream reaches an event's place, and
+//! orders what the stream runs afterwards behind the work before that place.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
+enum Task {
+    /// Use [start, end) for so many microseconds.
+    Launch { micros: u64, range: (usize, usize) },
+    /// Wait until another stream has done its work up to a place in its queue.
+    Wait { on: Arc<Stream>, seq: u64 },
+}
+
 struct Work {
     seq: u64,
-    micros: u64,
-    range: (usize, usize),
+    task: Task,
 }
 
 #[derive(Default)]
@@ -26,6 +34,9 @@ pub struct Stream {
     pub device: usize,
     queue: Mutex<Queue>,
     changed: Condvar,
+    /// For each stream this one waited for: the place in its queue that work enqueued here from
+    /// then on comes after (cuStreamWaitEvent). Not transitive: stricter than the driver.
+    after: Mutex<HashMap<usize, u64>>,
 }
 
 impl Stream {
@@ -35,6 +46,7 @@ impl Stream {
             device,
             queue: Mutex::default(),
             changed: Condvar::new(),
+            after: Mutex::default(),
         });
         let worker = stream.clone();
         std::thread::Builder::new()
@@ -54,9 +66,16 @@ impl Stream {
                 queue = self.changed.wait(queue).unwrap();
                 continue;
             };
-            let (seq, micros) = (next.seq, next.micros);
+            let seq = next.seq;
+            let task = match &next.task {
+                Task::Launch { micros, .. } => Err(*micros),
+                Task::Wait { on, seq } => Ok((on.clone(), *seq)),
+            };
             drop(queue);
-            std::thread::sleep(Duration::from_micros(micros));
+            match task {
+                Err(micros) => std::thread::sleep(Duration::from_micros(micros)),
+                Ok((on, place)) => on.wait_for(place),
+            }
             queue = self.queue.lock().unwrap();
             queue.work.pop_front();
             queue.completed = seq;
@@ -69,9 +88,38 @@ impl Stream {
         let mut queue = self.queue.lock().unwrap();
         queue.enqueued += 1;
         let seq = queue.enqueued;
-        queue.work.push_back(Work { seq, micros, range });
+        queue.work.push_back(Work {
+            seq,
+            task: Task::Launch { micros, range },
+        });
         self.changed.notify_all();
         seq
+    }
+
+    /// Hold this stream's later work until `on` has done its work up to `seq`.
+    pub fn wait(&self, on: Arc<Stream>, seq: u64) {
+        if on.handle != self.handle {
+            let mut after = self.after.lock().unwrap();
+            let place = after.entry(on.handle).or_insert(0);
+            *place = (*place).max(seq);
+        }
+        let mut queue = self.queue.lock().unwrap();
+        queue.enqueued += 1;
+        let mine = queue.enqueued;
+        queue.work.push_back(Work {
+            seq: mine,
+            task: Task::Wait { on, seq },
+        });
+        self.changed.notify_all();
+    }
+
+    /// Whether work enqueued here now runs after `other`'s work up to `seq`.
+    pub fn comes_after(&self, other: &Stream, seq: u64) -> bool {
+        self.after
+            .lock()
+            .unwrap()
+            .get(&other.handle)
+            .is_some_and(|&place| place >= seq)
     }
 
     /// How far the queue reaches now: what an event recorded now waits for.
@@ -100,14 +148,13 @@ impl Stream {
         queue.completed == queue.enqueued
     }
 
-    /// Pending work (running or queued) whose range meets [start, end).
-    pub fn using(&self, start: usize, end: usize) -> Option<(usize, usize)> {
+    /// Pending work (running or queued) whose range meets [start, end): its range and place.
+    pub fn using(&self, start: usize, end: usize) -> Option<((usize, usize), u64)> {
         let queue = self.queue.lock().unwrap();
-        queue
-            .work
-            .iter()
-            .map(|w| w.range)
-            .find(|&(s, e)| s < end && start < e)
+        queue.work.iter().find_map(|w| match w.task {
+            Task::Launch { range: (s, e), .. } if s < end && start < e => Some(((s, e), w.seq)),
+            _ => None,
+        })
     }
 
     /// The worker finishes what is queued, then exits (cuStreamDestroy does not wait).
@@ -127,9 +174,23 @@ mod tests {
         let first = s.launch(20_000, (0, 8));
         let second = s.launch(1, (8, 16));
         assert!(!s.reached(first), "launches return before the work is done");
-        assert_eq!(s.using(4, 12), Some((0, 8)));
+        assert_eq!(s.using(4, 12), Some(((0, 8), first)));
         s.wait_for(second);
         assert!(s.reached(first) && s.idle() && s.using(0, 16).is_none());
         s.close();
+    }
+
+    #[test]
+    fn a_wait_holds_a_stream_until_the_other_gets_there() {
+        let (a, b) = (Stream::start(0x20, 0), Stream::start(0x30, 0));
+        let long = b.launch(30_000, (0, 8));
+        a.wait(b.clone(), long);
+        assert!(a.comes_after(&b, long) && !a.comes_after(&b, long + 1) && !b.comes_after(&a, 1));
+        let after = a.launch(1, (0, 8));
+        assert!(!a.reached(after), "held behind stream B's work");
+        a.wait_for(after);
+        assert!(b.reached(long), "B finished first");
+        a.close();
+        b.close();
     }
 }
