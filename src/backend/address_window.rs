@@ -64,6 +64,20 @@ impl AddressWindow {
         Some(start)
     }
 
+    /// Make a range from `take` inaccessible reservation again (its pages dropped) and hand it back;
+    /// false, with the range still taken, when the system refuses.
+    ///
+    /// # Safety
+    /// [start, start + len) came from `take` and nothing uses it any more.
+    pub unsafe fn unmap(&self, start: usize, len: usize) -> bool {
+        // SAFETY: a range of this window that the caller no longer uses.
+        let back = unsafe { map_anonymous(Some(start), len, libc::PROT_NONE) }.is_some();
+        if back {
+            self.give_back(start);
+        }
+        back
+    }
+
     pub fn give_back(&self, start: usize) {
         self.taken
             .lock()
@@ -75,13 +89,25 @@ impl AddressWindow {
 /// `size` bytes of fresh inaccessible address space anywhere (NORESERVE: nothing committed), or None
 /// when the system refuses.
 pub fn reserve_inaccessible(size: usize) -> Option<usize> {
-    // SAFETY: a fresh anonymous mapping with no address hint; nothing refers to it yet.
+    // SAFETY: no fixed address: a fresh mapping that nothing refers to yet.
+    unsafe { map_anonymous(None, size, libc::PROT_NONE) }
+}
+
+/// An anonymous private NORESERVE mapping of `size` bytes with `protection`, at `at` (MAP_FIXED,
+/// replacing what is mapped there) or anywhere; None when the system refuses.
+///
+/// # Safety
+/// A given `at` starts a range the caller owns and nothing else uses (a range of a window it took,
+/// or a segment it gives back).
+pub unsafe fn map_anonymous(at: Option<usize>, size: usize, protection: i32) -> Option<usize> {
+    let fixed = if at.is_some() { libc::MAP_FIXED } else { 0 };
+    // SAFETY: anywhere, or over a range the caller owns (see above).
     let base = unsafe {
         libc::mmap(
-            std::ptr::null_mut(),
+            at.unwrap_or(0) as *mut libc::c_void,
             size,
-            libc::PROT_NONE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            protection,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | fixed,
             -1,
             0,
         )

@@ -4,7 +4,7 @@
 //! (address_window.rs: the same addresses in any process, hence the same statistics).
 //! Always available; the default accelerator when no GPU is found.
 
-use super::address_window::{self, AddressWindow};
+use super::address_window::{self, page_size, AddressWindow};
 use super::{Backend, BackendError, EventId, MemInfo, StreamId};
 use crate::error::{Error, Result};
 use crate::units::parse_byte_size;
@@ -259,31 +259,20 @@ impl Backend for HostBackend {
         }
         let window = self.windows[device].as_ref();
         let place = window.and_then(|w| w.take(size));
-        // SAFETY: an anonymous private mapping, either anywhere (no hint) or over a range of this
-        // device's window that was just taken and that nothing else uses (MAP_FIXED replaces the
-        // inaccessible reservation there). NORESERVE because, as on a GPU, reserving a segment
-        // should not commit every page of it up front.
-        let ptr = unsafe {
-            libc::mmap(
-                place.unwrap_or(0) as *mut libc::c_void,
-                size,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE
-                    | libc::MAP_ANONYMOUS
-                    | libc::MAP_NORESERVE
-                    | if place.is_some() { libc::MAP_FIXED } else { 0 },
-                -1,
-                0,
-            )
+        // SAFETY: anywhere, or over the range of this device's window just taken, which nothing else
+        // uses. NORESERVE because, as on a GPU, reserving a segment should not commit every page of
+        // it up front.
+        let mapped = unsafe {
+            address_window::map_anonymous(place, size, libc::PROT_READ | libc::PROT_WRITE)
         };
-        if ptr == libc::MAP_FAILED {
+        let Some(ptr) = mapped else {
             if let (Some(w), Some(start)) = (window, place) {
                 w.give_back(start);
             }
             self.used[device].fetch_sub(size, Ordering::AcqRel);
             return Err(BackendError::OutOfMemory);
-        }
-        Ok(ptr as usize)
+        };
+        Ok(ptr)
     }
 
     fn raw_free(
@@ -293,37 +282,16 @@ impl Backend for HostBackend {
         size: usize,
     ) -> std::result::Result<(), BackendError> {
         let window = self.windows[device].as_ref().filter(|w| w.contains(ptr));
-        // SAFETY: the caching layer frees only segments this backend mapped, with their exact size.
-        // One in the window becomes inaccessible reservation again (its pages dropped); the range is
-        // handed back only once that is done.
-        let rc = unsafe {
+        // SAFETY: the caching layer frees only segments this backend mapped, with their exact size,
+        // and uses them no more. One in the window becomes inaccessible reservation again.
+        let released = unsafe {
             match window {
-                Some(_) => {
-                    let back = libc::mmap(
-                        ptr as *mut libc::c_void,
-                        size,
-                        libc::PROT_NONE,
-                        libc::MAP_PRIVATE
-                            | libc::MAP_ANONYMOUS
-                            | libc::MAP_NORESERVE
-                            | libc::MAP_FIXED,
-                        -1,
-                        0,
-                    );
-                    if back == libc::MAP_FAILED {
-                        -1
-                    } else {
-                        0
-                    }
-                }
-                None => libc::munmap(ptr as *mut libc::c_void, size),
+                Some(w) => w.unmap(ptr, size),
+                None => libc::munmap(ptr as *mut libc::c_void, size) == 0,
             }
         };
-        if rc != 0 {
+        if !released {
             return Err(os_error("munmap", size, ptr));
-        }
-        if let Some(w) = window {
-            w.give_back(ptr);
         }
         self.used[device].fetch_sub(size, Ordering::AcqRel);
         Ok(())
@@ -449,10 +417,6 @@ impl Backend for HostBackend {
         }
         Ok(())
     }
-}
-
-fn page_size() -> usize {
-    address_window::page_size()
 }
 
 fn os_error(call: &str, size: usize, ptr: usize) -> BackendError {
