@@ -568,8 +568,10 @@ enum AccallocStatus accalloc_empty_cache_on(AccallocDeviceType device_type);
  * "Cuda" memory of the device's index for CUDA. GetStats answers ORT's AllocatorStats keys from this
  * device's books: Limit, InUse, RequestedInUse, TotalAllocated (reserved bytes), MaxInUse,
  * NumAllocs, NumReserves, NumArenaExtensions and NumArenaShrinkages (segments taken and given
- * back), MaxAllocSize. An allocation that fails returns NULL to ORT, which reports its own error;
- * accalloc's message stays on the failing thread's accalloc_last_error_message().
+ * back), MaxAllocSize. An allocation that fails throws a C++ std::runtime_error with accalloc's
+ * message, as ORT's own allocators do, through the C++ runtime ORT loaded (NULL where none is
+ * loaded): ORT makes it the error status of the call that allocated. The message also stays on the
+ * failing thread's accalloc_last_error_message().
  *
  * Share it with `RegisterAllocator(env, allocator)` and the session config entry
  * "session.use_env_allocators" = "1". Destroy it with accalloc_ort_allocator_destroy once ORT no
