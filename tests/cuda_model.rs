@@ -7,6 +7,7 @@
 
 #![cfg(feature = "cuda")]
 
+mod common;
 mod cuda_model_support;
 use cuda_model_support::Model;
 
@@ -30,6 +31,17 @@ static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 fn model() -> Option<(Model, std::sync::MutexGuard<'static, ()>)> {
     let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     cuda_model_support::model().map(|m| (m, turn))
+}
+
+/// model(), for the tests that take a device each of eight (scripts/test-all.sh gives eight).
+fn model_of_eight_devices() -> Option<(Model, std::sync::MutexGuard<'static, ()>)> {
+    let (model, turn) = model()?;
+    let devices = model.backend.device_count();
+    assert!(
+        devices >= 8,
+        "run with ACCALLOC_CUDA_MODEL_DEVICES=8 (the model has {devices})"
+    );
+    Some((model, turn))
 }
 
 fn replay(trace: &str, cuda: bool, config: &str) -> serde_json::Value {
@@ -158,17 +170,9 @@ fn malloc_on(device: usize, size: usize, stream: usize) -> usize {
         status,
         AccallocStatus::ACCALLOC_OK,
         "{}",
-        common_last_error()
+        common::last_error()
     );
     p as usize
-}
-
-fn common_last_error() -> String {
-    let text = accalloc::capi::info::accalloc_last_error_message();
-    // SAFETY: the message is NUL-terminated and lives until this thread's next call.
-    unsafe { std::ffi::CStr::from_ptr(text) }
-        .to_string_lossy()
-        .into_owned()
 }
 
 fn free(p: usize) {
@@ -195,14 +199,9 @@ fn allocated(device: usize) -> i64 {
 
 #[test]
 fn threads_across_eight_devices_some_never_setting_a_context() {
-    let Some((model, _turn)) = model() else {
+    let Some((model, _turn)) = model_of_eight_devices() else {
         return;
     };
-    let devices = model.backend.device_count();
-    assert!(
-        devices >= 8,
-        "run with ACCALLOC_CUDA_MODEL_DEVICES=8 (the model has {devices})"
-    );
     let capacity: Vec<usize> = (0..8).map(|d| model.capacity(d)).collect();
     let workers: Vec<_> = (0..16)
         .map(|t| {
@@ -283,13 +282,9 @@ fn reuse_while_another_stream_works(
 
 #[test]
 fn record_stream_keeps_a_block_until_the_other_streams_work_has_ended() {
-    let Some((model, _turn)) = model() else {
+    let Some((model, _turn)) = model_of_eight_devices() else {
         return;
     };
-    if model.backend.device_count() < 8 {
-        eprintln!("skipping: wants 8 model devices (ACCALLOC_CUDA_MODEL_DEVICES=8)");
-        return;
-    }
     let device = 6;
     let violations = model.violations().0;
     let (p, q, a, b) = reuse_while_another_stream_works(&model, device, true);
@@ -315,13 +310,9 @@ fn record_stream_keeps_a_block_until_the_other_streams_work_has_ended() {
 
 #[test]
 fn without_record_stream_the_models_use_after_free_check_fires() {
-    let Some((model, _turn)) = model() else {
+    let Some((model, _turn)) = model_of_eight_devices() else {
         return;
     };
-    if model.backend.device_count() < 8 {
-        eprintln!("skipping: wants 8 model devices (ACCALLOC_CUDA_MODEL_DEVICES=8)");
-        return;
-    }
     let device = 7;
     model.abort_on_violation(false);
     let violations = model.violations().0;

@@ -35,6 +35,14 @@ const AT_DETECTION: [&str; 5] = [
 /// Faults are process-wide in the model: one test at a time.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// The model, this test's turn, and no fault rules left by a test before.
+fn model() -> Option<(Model, std::sync::MutexGuard<'static, ()>)> {
+    let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let model = cuda_model_support::model()?;
+    model.set_faults("");
+    Some((model, turn))
+}
+
 /// A workload under the current fault rules: allocations of every size class on two streams, some
 /// used by work on the second stream and recorded there, frees, cache releases, and the books
 /// recounted after every step. What is still allocated at the end (frees refused by a fault stay
@@ -128,11 +136,9 @@ fn settle(model: &Model, a: &mut CachingAllocator, held: Vec<usize>, what: &str)
 
 #[test]
 fn every_call_kind_failing_leaves_exact_books_and_nothing_in_the_driver() {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(model) = cuda_model_support::model() else {
+    let Some((model, _turn)) = model() else {
         return;
     };
-    model.set_faults("");
     let device = 0;
     let side = model.stream(device);
     let before = model.counts();
@@ -179,11 +185,9 @@ fn every_call_kind_failing_leaves_exact_books_and_nothing_in_the_driver() {
 
 #[test]
 fn a_sticky_error_poisons_the_device_and_the_books_stay_exact() {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(model) = cuda_model_support::model() else {
+    let Some((model, _turn)) = model() else {
         return;
     };
-    model.set_faults("");
     // The poisoned device stays poisoned for the process (accalloc never releases a primary
     // context), so this test takes the last device.
     let device = model.backend.device_count() - 1;

@@ -81,18 +81,20 @@ pub fn model() -> Option<Model> {
 impl Model {
     /// Make `device`'s primary context current on this thread, as a framework would.
     pub fn make_current(&self, device: usize) {
+        assert!(
+            self.try_make_current(device),
+            "device {device}'s context could not be made current"
+        );
+    }
+
+    /// make_current, which may fail under injected faults: whether it worked.
+    pub fn try_make_current(&self, device: usize) -> bool {
         let (mut ctx, mut dev) = (std::ptr::null_mut(), 0);
         // SAFETY: valid out-pointers; the model is initialized (detect called cuInit).
         unsafe {
-            assert_eq!(
-                sys::cuDeviceGet(&mut dev, device as i32),
-                sys::CUresult::CUDA_SUCCESS
-            );
-            assert_eq!(
-                sys::cuDevicePrimaryCtxRetain(&mut ctx, dev),
-                sys::CUresult::CUDA_SUCCESS
-            );
-            assert_eq!(sys::cuCtxSetCurrent(ctx), sys::CUresult::CUDA_SUCCESS);
+            sys::cuDeviceGet(&mut dev, device as i32) == sys::CUresult::CUDA_SUCCESS
+                && sys::cuDevicePrimaryCtxRetain(&mut ctx, dev) == sys::CUresult::CUDA_SUCCESS
+                && sys::cuCtxSetCurrent(ctx) == sys::CUresult::CUDA_SUCCESS
         }
     }
 
@@ -131,15 +133,9 @@ impl Model {
         ptr: usize,
         bytes: usize,
     ) -> u32 {
-        let (mut ctx, mut dev) = (std::ptr::null_mut(), 0);
-        // SAFETY: valid out-pointers. Under injected faults these calls may fail: so does the launch.
-        unsafe {
-            if sys::cuDeviceGet(&mut dev, device as i32) != sys::CUresult::CUDA_SUCCESS
-                || sys::cuDevicePrimaryCtxRetain(&mut ctx, dev) != sys::CUresult::CUDA_SUCCESS
-                || sys::cuCtxSetCurrent(ctx) != sys::CUresult::CUDA_SUCCESS
-            {
-                return sys::CUresult::CUDA_ERROR_UNKNOWN as u32;
-            }
+        // Under injected faults making the context current may fail: so does the launch.
+        if !self.try_make_current(device) {
+            return sys::CUresult::CUDA_ERROR_UNKNOWN as u32;
         }
         // SAFETY: the model checks every argument.
         unsafe { (self.launch)(stream as *mut c_void, micros, ptr as u64, bytes) }
