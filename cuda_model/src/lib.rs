@@ -171,12 +171,10 @@ impl Model {
 
     /// The device of the calling thread's current context, which must be live and unpoisoned.
     fn current(&self) -> Result<usize, CuResult> {
-        let context = CURRENT.with(Cell::get);
-        let devices = lock(&self.devices);
-        let device = devices
-            .iter()
-            .position(|d| d.context == context && context != 0)
+        let device = self
+            .device_of_context(CURRENT.with(Cell::get))
             .ok_or(INVALID_CONTEXT)?;
+        let devices = lock(&self.devices);
         if devices[device].retains == 0 {
             return Err(INVALID_CONTEXT);
         }
