@@ -7,8 +7,10 @@
   ACCALLOC_LIB_DIR=folder takes libaccalloc.so from there instead of building it.
 - accalloc.torch's C++ extensions, when torch is importable in this environment (hence
   --no-build-isolation): _torch_host (the PrivateUse1 host accelerator) always, _torch_cuda (accalloc
-  as PyTorch's CUDA allocator) when this torch is a CUDA build and the CUDA runtime headers are found.
-  Both are built with -O2 against this torch; its version is recorded and checked at import.
+  as PyTorch's CUDA allocator) when this torch is a CUDA build. Neither needs CUDA headers. Both are
+  built with -O2 against this torch; its version is recorded and checked at import. Both are
+  optional: one that cannot be built is left out with one line saying why, the install goes on, and
+  the feature's call raises that reason (accalloc/torch/_build_info.py records it).
 """
 import os
 import re
@@ -60,6 +62,23 @@ def stage_library() -> tuple[Path, str]:
     return target, soname
 
 
+# What each optional extension gives the user, for the one line said when it is left out.
+FEATURES = {"accalloc._torch_host": "accalloc.torch.register_host_device",
+            "accalloc._torch_cuda": "accalloc.torch.use_for_cuda"}
+
+
+def write_build_info(folders, torch_version: str, built: list, left_out: dict):
+    """Record what this install built, for accalloc.torch to check at import and explain at use."""
+    text = (f'"""Written by setup.py: the torch these extensions were built against, and what was left out."""\n'
+            f"TORCH_VERSION = {torch_version!r}\n"
+            f"HOST_EXTENSION = {'accalloc._torch_host' in built!r}\n"
+            f"CUDA_EXTENSION = {'accalloc._torch_cuda' in built!r}\n"
+            f"LEFT_OUT = {left_out!r}\n")
+    for folder in folders:
+        if folder.is_dir():
+            (folder / "_build_info.py").write_text(text)
+
+
 def torch_extensions(lib_dir: Path, soname: str):
     try:
         import torch
@@ -77,42 +96,52 @@ def torch_extensions(lib_dir: Path, soname: str):
         # The headers too: an extension older than any of its files is built again (setuptools
         # otherwise compares the .cpp files only, and a changed header would keep a stale build).
         depends=[str(p) for p in sorted((PACKAGE / "include").rglob("*.h"))]
-        + [str(p) for p in sorted((PACKAGE / "csrc").glob("*.h"))],
+        + [str(p) for p in sorted((PACKAGE / "csrc").rglob("*.h"))],
     )
     host_sources = ["accalloc/csrc/host_device.cpp", "accalloc/csrc/host_cpu_call.cpp",
                     "accalloc/csrc/host_routes.cpp"]
     extensions = [CppExtension("accalloc._torch_host", host_sources, **common)]
-    cuda_include = find_cuda_runtime_include()
+    left_out = {}
     torch_lib = Path(torch.__file__).parent / "lib"
-    if torch.version.cuda and (torch_lib / "libtorch_cuda.so").exists() and cuda_include:
+    if torch.version.cuda and (torch_lib / "libtorch_cuda.so").exists():
+        # No CUDA toolkit or runtime headers: csrc/cuda_types declares the few CUDA names that
+        # PyTorch's c10/cuda headers use, so every CUDA build of torch gets use_for_cuda.
         cuda = dict(common)
-        cuda["include_dirs"] = common["include_dirs"] + [cuda_include]
+        cuda["include_dirs"] = [str(PACKAGE / "csrc" / "cuda_types")] + common["include_dirs"]
         cuda["libraries"] = common["libraries"] + ["c10_cuda", "torch_cuda"]
         cuda["define_macros"] = [("USE_CUDA", "1")]
         extensions.append(CppExtension("accalloc._torch_cuda", ["accalloc/csrc/cuda_allocator.cpp"], **cuda))
     else:
-        why = ("this torch is not a CUDA build" if not torch.version.cuda else
-               "the CUDA runtime headers (cuda_runtime_api.h) were not found")
-        print(f"accalloc setup: accalloc.torch.use_for_cuda is not built: {why}", file=sys.stderr)
-    (PACKAGE / "torch" / "_build_info.py").write_text(
-        f'"""Written by setup.py: the torch these extensions were built against."""\n'
-        f"TORCH_VERSION = {torch.__version__!r}\n"
-        f"CUDA_EXTENSION = {len(extensions) > 1!r}\n")
-    return extensions, {"build_ext": BuildExtension.with_options(use_ninja=shutil.which("ninja") is not None)}
+        left_out["accalloc._torch_cuda"] = ("this torch is not a CUDA build (install a CUDA build of torch, "
+                                            "then reinstall accalloc)")
+        print(f"accalloc setup: {FEATURES['accalloc._torch_cuda']} is left out: "
+              f"{left_out['accalloc._torch_cuda']}", file=sys.stderr)
+    base = BuildExtension.with_options(use_ninja=shutil.which("ninja") is not None)
 
+    class BuildOptionalExtensions(base):
+        """Builds what it can: an extension that fails to build is left out, said in one line, and
+        recorded, so that the install succeeds and the feature's call says why it is missing."""
 
-def find_cuda_runtime_include():
-    candidates = [os.environ.get("CUDA_HOME", ""), "/usr/local/cuda"]
-    try:
-        import nvidia  # the nvidia-* wheels that the CUDA build of torch depends on
-        for root in getattr(nvidia, "__path__", []):
-            candidates += [str(p.parent.parent) for p in Path(root).glob("*/include/cuda_runtime_api.h")]
-    except ImportError:
-        pass
-    for root in candidates:
-        if root and (Path(root) / "include" / "cuda_runtime_api.h").exists():
-            return str(Path(root) / "include")
-    return None
+        def build_extension(self, ext):
+            try:
+                super().build_extension(ext)
+            except Exception as error:  # a compiler or linker failure, whatever its type
+                reason = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+                left_out[ext.name] = (f"building {ext.name} failed: {reason} (the compiler's output is shown by "
+                                      "pip install -v; fix what it says and reinstall accalloc)")
+                print(f"accalloc setup: {FEATURES.get(ext.name, ext.name)} is left out: {left_out[ext.name]}",
+                      file=sys.stderr)
+
+        def run(self):
+            super().run()
+            built = [ext.name for ext in self.extensions if ext.name not in left_out]
+            write_build_info([PACKAGE / "torch", Path(self.build_lib) / "accalloc" / "torch"],
+                             torch.__version__, built, left_out)
+
+    # Written before the build too, so that build_py copies a module that exists; run() rewrites it
+    # with what was built.
+    write_build_info([PACKAGE / "torch"], torch.__version__, [], left_out)
+    return extensions, {"build_ext": BuildOptionalExtensions}
 
 
 lib_dir, soname = stage_library()

@@ -5,8 +5,8 @@
 # The environment lives outside the clone, so every clone (and every CI run) reuses it:
 # ACCALLOC_TORCH_VENV, default ~/.cache/accalloc/torch-2.15. Made once when missing; every run installs
 # python/requirements-test.txt into it (torch 2.15.0 from the package registry is about 5.4 GB, about
-# 80 s to install here, once) and checks the whole list, then adds the CUDA C runtime headers that
-# accalloc.torch.use_for_cuda's extension compiles against.
+# 80 s to install here, once) and checks the whole list. Nothing outside that list is added: the
+# package must build in any environment with torch (use_for_cuda's extension needs no CUDA headers).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 venv=${ACCALLOC_TORCH_VENV:-$HOME/.cache/accalloc/torch-2.15}
@@ -42,14 +42,6 @@ for line in open(sys.argv[1]):
 if missing:
     sys.exit(f"test-python: the test environment lacks {', '.join(missing)} from {sys.argv[1]}")
 PY
-# The CUDA runtime wheel torch depends on ships cuda_runtime_api.h without the crt/ headers it
-# includes: those come in nvidia-cuda-crt of the same CUDA version.
-runtime=$("$python" -m pip show nvidia-cuda-runtime 2>/dev/null | sed -n 's/^Version: \([0-9]*\.[0-9]*\).*/\1/p')
-if [ -n "$runtime" ] && ! "$python" -m pip show nvidia-cuda-crt >/dev/null 2>&1; then
-  "$python" -m pip install --quiet "nvidia-cuda-crt==$runtime.*" ||
-    echo "warning: nvidia-cuda-crt $runtime could not be installed: accalloc.torch.use_for_cuda will not be built" >&2
-fi
-
 # The environment's ninja (from the package list) builds the extensions' sources in parallel.
 export PATH="$venv/bin:$PATH"
 echo "== python3 -m pip install --no-build-isolation ./python (libaccalloc and accalloc.torch's C++ extensions)"

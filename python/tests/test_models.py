@@ -84,18 +84,3 @@ def test_a_models_peak_is_seen_by_torch_accelerator(fresh_device):
     del step
     gc.collect()
     assert torch.accelerator.memory_allocated(0) == 0
-
-
-def test_module_to_the_device_keeps_tied_weights_tied(fresh_device):
-    # GPT-2, BERT and T5 share one matrix between their embeddings and output layer.
-    embedding = torch.nn.Embedding(10, 4)
-    head = torch.nn.Linear(4, 10, bias=False)
-    head.weight = embedding.weight
-    model = torch.nn.ModuleDict({"embedding": embedding, "head": head}).to(DEVICE)
-    assert model["embedding"].weight is model["head"].weight
-    assert model["head"].weight.device.type == DEVICE
-    model["head"](model["embedding"](torch.tensor([1, 2], device=DEVICE))).sum().backward()
-    # Both uses add into the one gradient.
-    assert model["embedding"].weight.grad is not None and model["embedding"].weight.grad.abs().sum() > 0
-    del model, embedding, head
-    gc.collect()

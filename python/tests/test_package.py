@@ -102,3 +102,32 @@ def test_use_for_cuda_without_a_gpu_says_why():
     code, out = run_python("import accalloc.torch; accalloc.torch.use_for_cuda()")
     assert code != 0
     assert "CUDA is not available in this process" in out or "built without CUDA support" in out, out
+
+
+def test_the_cuda_extension_is_built_for_a_cuda_torch_and_binds_every_symbol():
+    import ctypes
+    import os
+    from pathlib import Path
+
+    import torch
+    from accalloc.torch import _build_info
+
+    if not torch.version.cuda:
+        pytest.skip("this torch is not a CUDA build: use_for_cuda's extension is left out by design")
+    assert _build_info.CUDA_EXTENSION, _build_info.LEFT_OUT
+    extension = next(Path(accalloc.__file__).parent.glob("_torch_cuda*.so"))
+    # RTLD_NOW: a CUDA name declared by accalloc (csrc/cuda_types) that libtorch_cuda does not export
+    # under the same mangled name fails here, not on a user's GPU.
+    ctypes.CDLL(str(extension), mode=os.RTLD_NOW | os.RTLD_GLOBAL)
+
+
+def test_a_left_out_extension_says_why_when_its_feature_is_called():
+    code, out = run_python("""
+        import accalloc.torch
+        from accalloc.torch import _build_info
+        _build_info.CUDA_EXTENSION = False
+        _build_info.LEFT_OUT = {"accalloc._torch_cuda": "building accalloc._torch_cuda failed: no compiler"}
+        accalloc.torch.use_for_cuda()
+    """)
+    assert code != 0
+    assert "built without CUDA support: building accalloc._torch_cuda failed: no compiler" in out, out

@@ -20,6 +20,7 @@ import torch
 
 import accalloc
 from accalloc._library import DEVICE_HOST, library
+from accalloc.torch import _module_conversion
 
 _PACKAGE = Path(__file__).resolve().parent.parent
 _lock = threading.Lock()
@@ -48,7 +49,10 @@ def _checked_build_info():
 
 
 def _extension(name):
-    _checked_build_info()
+    info = _checked_build_info()
+    why = getattr(info, "LEFT_OUT", {}).get(f"accalloc.{name}")
+    if why:
+        raise RuntimeError(f"accalloc.torch's extension {name} was left out when accalloc was installed: {why}")
     library()  # libaccalloc first, globally: the extension links this same copy
     found = sorted(_PACKAGE.glob(f"{name}.*.so")) or sorted(_PACKAGE.glob(f"{name}.so"))
     if not found:
@@ -111,11 +115,9 @@ def register_device(name, accalloc_device_type):
     `accalloc_device_type` is ACCALLOC_DEVICE_HOST or a type accalloc_register_backend returned for a
     backend written in C whose memory the CPU can address (operators run on the CPU, over that memory).
 
-    It also turns on torch.__future__.set_swap_module_params_on_conversion: module.to(device) then
-    keeps each parameter object and moves it. PyTorch 2.15's default, `param.data = moved`, is refused
-    for a PrivateUse1 device (its tensors are not "dense" to has_compatible_shallow_copy_type), so
-    Module._apply makes a new Parameter per module instead, and weights tied between two modules (the
-    embeddings and the output layer of GPT-2, BERT, T5) come apart: their gradients no longer add up.
+    module.to(device) keeps tied weights tied and lazy ones lazy (see _module_conversion: PyTorch would
+    give each module its own copy on a PrivateUse1 device); nothing else PyTorch does changes for code
+    that does not use the device.
     """
     global _host_name
     with _lock:
@@ -142,7 +144,7 @@ def register_device(name, accalloc_device_type):
                                                               for_storage=True)
         accalloc._DEVICE_TYPES[name] = accalloc_device_type
         sys.modules[f"torch.{name}"] = getattr(torch, name)
-        torch.__future__.set_swap_module_params_on_conversion(True)
+        _module_conversion.keep_parameters_on(name)
         _host_name = name
         return name
 
@@ -159,8 +161,8 @@ def use_for_cuda():
             return
         info = _checked_build_info()
         if not info.CUDA_EXTENSION:
-            raise RuntimeError("accalloc.torch was built without CUDA support (this torch is not a CUDA build, "
-                               "or the CUDA runtime headers were missing at install time)")
+            why = getattr(info, "LEFT_OUT", {}).get("accalloc._torch_cuda", "it was not built")
+            raise RuntimeError(f"accalloc.torch was built without CUDA support: {why}")
         if not torch.cuda.is_available():
             raise RuntimeError("use_for_cuda: CUDA is not available in this process (no GPU or no driver)")
         extension = _extension("_torch_cuda")

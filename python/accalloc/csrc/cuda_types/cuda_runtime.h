@@ -1,0 +1,3 @@
+// See cuda_runtime_api.h in this folder.
+#pragma once
+#include "cuda_runtime_api.h"

@@ -1,0 +1,89 @@
+"""module.to() after the host accelerator is registered: lazy modules work on the CPU and on the
+device, tied weights stay tied across the device, and PyTorch's process-wide conversion switches stay
+as PyTorch left them (registering a device changes nothing for code that does not use it).
+"""
+import gc
+
+import pytest
+import torch
+from torch import nn
+
+from conftest import DEVICE, run_python
+
+
+def lazy_model():
+    return nn.Sequential(nn.LazyConv2d(8, 3), nn.LazyBatchNorm2d(), nn.ReLU(), nn.Flatten(), nn.LazyLinear(10))
+
+
+def test_registering_leaves_pytorchs_conversion_switches_alone():
+    assert not torch.__future__.get_swap_module_params_on_conversion()
+    assert not torch.__future__.get_overwrite_module_params_on_conversion()
+
+
+def test_a_parameter_moved_on_the_cpu_keeps_its_object_as_without_accalloc():
+    linear = nn.Linear(3, 4)
+    weight = linear.weight
+    assert linear.to(torch.float64).weight is weight
+
+
+@pytest.mark.parametrize("target", ["cpu", DEVICE])
+def test_lazy_modules_initialize_after_to(fresh_device, target):
+    torch.manual_seed(0)
+    model = lazy_model().to(target)
+    out = model(torch.randn(2, 3, 32, 32, device=target))
+    assert out.shape == (2, 10) and out.device.type == torch.device(target).type
+    assert model[4].in_features == 8 * 30 * 30
+    assert model[0].weight.shape == (8, 3, 3, 3) and model[0].weight.device.type == torch.device(target).type
+    out.sum().backward()
+    assert model[4].weight.grad is not None and model[4].weight.grad.device.type == torch.device(target).type
+    del model, out
+    gc.collect()
+
+
+def test_a_lazy_model_on_the_device_computes_what_it_computes_on_the_cpu(fresh_device):
+    torch.manual_seed(0)
+    cpu_model = lazy_model()
+    x = torch.randn(2, 3, 16, 16)
+    expected = cpu_model(x)
+    device_model = lazy_model().to(DEVICE)
+    device_model(x.to(DEVICE))  # initializes the device model's parameters
+    device_model.load_state_dict(cpu_model.state_dict())
+    torch.testing.assert_close(device_model(x.to(DEVICE)).cpu(), cpu_model(x))
+    assert expected.shape == (2, 10)
+    del device_model
+    gc.collect()
+
+
+def test_tied_weights_stay_tied_onto_and_off_the_device(fresh_device):
+    embedding = nn.Embedding(10, 4)
+    head = nn.Linear(4, 10, bias=False)
+    head.weight = embedding.weight
+    model = nn.ModuleDict({"embedding": embedding, "head": head}).to(DEVICE)
+    assert model["embedding"].weight is model["head"].weight
+    assert model["embedding"].weight.device.type == DEVICE
+    model["head"](model["embedding"](torch.tensor([1, 2], device=DEVICE))).sum().backward()
+    back = model.to("cpu")
+    assert back["embedding"].weight is back["head"].weight
+    assert back["embedding"].weight.device.type == "cpu"
+    assert back["embedding"].weight.grad is not None and back["embedding"].weight.grad.device.type == "cpu"
+    del model, back, embedding, head
+    gc.collect()
+
+
+def test_conversions_without_the_device_untie_exactly_as_pytorch_does():
+    # PyTorch makes new Parameters for a conversion to the meta device; accalloc leaves that alone.
+    code, out = run_python("""
+        import torch
+        from torch import nn
+        def tied_after_meta():
+            embedding = nn.Embedding(10, 4)
+            head = nn.Linear(4, 10, bias=False)
+            head.weight = embedding.weight
+            model = nn.ModuleDict({"embedding": embedding, "head": head}).to("meta")
+            return model["embedding"].weight is model["head"].weight
+        stock = tied_after_meta()
+        import accalloc.torch
+        accalloc.torch.register_host_device()
+        print("same" if tied_after_meta() == stock else "differs")
+    """)
+    assert code == 0 and "same" in out, out
