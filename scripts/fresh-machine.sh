@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The README's test command as a fresh machine runs it: a clone of this checkout's HEAD in a temporary
-# folder (no target/, no build/), the PyTorch environment in a new empty folder, no cmake, ctest or
-# cpack on PATH, and a Python user base of its own (so no `pip install --user cmake` from before).
+# folder (no target/, no build/), the PyTorch environments (the tests' and the README's) in new empty
+# folders, no cmake, ctest or cpack on PATH, and a Python user base of its own (so no
+# `pip install --user cmake` from before).
 # What may stay is what a fresh machine can fetch anyway: the package registries' download caches
 # (pip's, cargo's). Run it before resolving an issue that touches setup.
 #
@@ -57,11 +58,11 @@ for tool in $hidden; do
   fi
 done
 
-echo "fresh-machine: $work/clone, ACCALLOC_TORCH_VENV=$work/torch-venv, PYTHONUSERBASE=$work/user, no cmake on PATH"
+echo "fresh-machine: $work/clone, ACCALLOC_TORCH_VENV=$work/torch-venv, ACCALLOC_README_ENV=$work/readme-env, PYTHONUSERBASE=$work/user, no cmake on PATH"
 start=$(date +%s)
 (
   cd "$work/clone"
   env PATH="$fresh_path" PYTHONUSERBASE="$work/user" ACCALLOC_TORCH_VENV="$work/torch-venv" \
-    CARGO_TARGET_DIR="$work/clone/target" "$@" scripts/test-all.sh
+    ACCALLOC_README_ENV="$work/readme-env" CARGO_TARGET_DIR="$work/clone/target" "$@" scripts/test-all.sh
 ) 2>&1 | tee "$log"
 echo "fresh-machine: scripts/test-all.sh passed from a fresh clone in $(( $(date +%s) - start )) s (log: $log)"
