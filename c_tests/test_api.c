@@ -1,5 +1,5 @@
 /* api_shared / api_static: every exported accalloc function, every error status a caller can trigger,
- * and exact statistics worked out by hand from shared/docs/REFERENCE.md (PyTorch's CUDACachingAllocator
+ * and exact statistics worked out by hand from docs/PYTORCH_RULES.md (PyTorch's CUDACachingAllocator
  * rules). Run with ACCALLOC_HOST_CAPACITY=1GiB and ACCALLOC_HOST_DEVICES=2 (two host devices of 1073741824 bytes),
  * in a fresh process: every figure below assumes the statistics start at zero.
  *

@@ -28,7 +28,7 @@ status=0
 echo "== build"
 timeout 240 cargo build --release || { echo "build failed"; exit 1; }
 echo "== CUDA tests"
-timeout 120 cargo test --release --test cuda -- --nocapture || status=1
+timeout 120 cargo test --release --test cuda -- --include-ignored --nocapture || status=1
 ./target/release/accalloc info
 
 # The Python with torch: ACCALLOC_TORCH_VENV (as scripts/test-python.sh makes it) when there, else python3.

@@ -2,12 +2,17 @@
 """The README's test counts, from the closing lines the runners printed in this run of test-all.sh.
 
     test_counts.py LOG_DIR README.md
+    test_counts.py --ran-all CARGO_LOG     (fails unless every test of that cargo run ran and passed)
 
 LOG_DIR holds cargo-test.log (cargo test), model.log (scripts/check_model.py), ctest.log (ctest of
 c_tests without sanitizers), cargo-test-cuda-model.log and ctest-cuda-model.log (the same runners on
 the CUDA driver model), pytest.log (scripts/test-python.sh) and ort.log (scripts/test-ort.sh). The README's block between the `<!-- test-counts:begin -->` and
 `<!-- test-counts:end -->` lines is compared with the figures: when they differ it is rewritten, except
 under CI (CI set), where a stale block fails the run, as a stale header does.
+
+Only tests that ran count. A plain `cargo test` reports the tests that need ONNX Runtime or a CUDA
+driver as ignored, which is not passed; the runs that have what they need (cargo-test-cuda-model.log,
+ort.log) pass --include-ignored, and their figures are taken only when none was ignored.
 """
 import os
 import re
@@ -18,7 +23,18 @@ BEGIN, END = "<!-- test-counts:begin -->", "<!-- test-counts:end -->"
 
 
 def cargo_counts(log: str) -> tuple[int, int]:
-    """(tests in all binaries, of which unit tests of the library), from 'test result:' lines."""
+    """(tests in all binaries, of which unit tests of the library), from 'test result:' lines. Only
+    tests that ran and passed count: an ignored test (one that needs ORT or a CUDA driver, in a
+    plain `cargo test`) is not a passed one.
+
+    >>> cargo_counts('''
+    ...      Running unittests src/lib.rs (target/debug/deps/accalloc-0123)
+    ... test result: ok. 100 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 1.02s
+    ...      Running tests/ort.rs (target/debug/deps/ort-4567)
+    ... test result: ok. 1 passed; 0 failed; 7 ignored; 0 measured; 0 filtered out; finished in 0.00s
+    ... ''')
+    (101, 100)
+    """
     total = unit = 0
     current = ""
     for line in log.splitlines():
@@ -32,6 +48,41 @@ def cargo_counts(log: str) -> tuple[int, int]:
             if current.startswith("src/lib.rs"):
                 unit += passed
     return total, unit
+
+
+def cargo_ran_all(log: str) -> int:
+    """The tests of a cargo run that had to run every test it built (`-- --include-ignored`, where
+    the dependency the ignored ones need is present): each binary's closing line must report some
+    passed, none failed and none ignored or filtered out. Exits otherwise, so that tests that did not
+    run cannot pass as run.
+
+    >>> cargo_ran_all("test result: ok. 8 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 2.10s")
+    8
+    >>> cargo_ran_all("test result: ok. 1 passed; 0 failed; 7 ignored; 0 measured; 0 filtered out; finished in 0.00s")
+    Traceback (most recent call last):
+    SystemExit: test_counts: 7 tests ignored where every test must run (was --include-ignored passed?)
+    >>> cargo_ran_all("test result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; 4 filtered out; finished in 0.00s")
+    Traceback (most recent call last):
+    SystemExit: test_counts: 4 tests filtered out where every test must run
+    >>> cargo_ran_all("error: no test target named `ort`")
+    Traceback (most recent call last):
+    SystemExit: test_counts: no cargo 'test result:' line with a test that ran
+    """
+    total = 0
+    results = re.findall(r"^test result: \w+\. (\d+) passed; (\d+) failed; (\d+) ignored; \d+ measured; "
+                         r"(\d+) filtered out", log, flags=re.M)
+    for passed, failed, ignored, filtered in results:
+        if int(failed):
+            raise SystemExit(f"test_counts: {failed} tests failed")
+        if int(ignored):
+            raise SystemExit(f"test_counts: {ignored} tests ignored where every test must run "
+                             "(was --include-ignored passed?)")
+        if int(filtered):
+            raise SystemExit(f"test_counts: {filtered} tests filtered out where every test must run")
+        total += int(passed)
+    if total == 0:
+        raise SystemExit("test_counts: no cargo 'test result:' line with a test that ran")
+    return total
 
 
 def last_match(pattern: str, log: str) -> int:
@@ -81,9 +132,9 @@ def block(logs: Path) -> str:
     total, unit = cargo_counts(cargo)
     model = last_match(r"^(\d+) passed, 0 failed$", (logs / "model.log").read_text())
     ctest = ctest_passed((logs / "ctest.log").read_text())
-    on_model, _ = cargo_counts((logs / "cargo-test-cuda-model.log").read_text())
+    on_model = cargo_ran_all((logs / "cargo-test-cuda-model.log").read_text())
     ctest_model = ctest_passed((logs / "ctest-cuda-model.log").read_text())
-    ort, _ = cargo_counts((logs / "ort.log").read_text())
+    ort = cargo_ran_all((logs / "ort.log").read_text())
     pytest_log = (logs / "pytest.log").read_text()
     pytest_passed = last_match(r"^(\d+) passed", pytest_log)
     skipped = re.findall(r"^\d+ passed, (\d+) skipped", pytest_log, flags=re.M)
@@ -93,7 +144,8 @@ def block(logs: Path) -> str:
         "| runner | tests that passed | what |",
         "|---|---:|---|",
         f"| `cargo test` | {total} | Rust: {unit} unit tests of the library with hand-worked figures, the rest"
-        " integration tests (C ABI from Rust, CLI, model, faults, threads, header) |",
+        " integration tests (C ABI from Rust, CLI, model, faults, threads, header, the docs' paths); those"
+        " that need a CUDA driver or ORT are ignored here and run in their rows below |",
         f"| `scripts/check_model.py` | {model} | cases compared key by key with the Python model of PyTorch |",
         f"| `ctest` (c_tests) | {ctest} | C, C++, dlopen, Python ctypes, OpenACC side by side, install and"
         " consumers, exports (run again under ASan and valgrind in CI) |",
@@ -114,6 +166,10 @@ def block(logs: Path) -> str:
 
 
 def main() -> int:
+    if len(sys.argv) == 3 and sys.argv[1] == "--ran-all":
+        # test-all.sh and test-ort.sh, right after a run with --include-ignored.
+        print(f"test_counts: all {cargo_ran_all(Path(sys.argv[2]).read_text())} tests ran and passed")
+        return 0
     if len(sys.argv) != 3:
         print(__doc__, file=sys.stderr)
         return 2

@@ -2,8 +2,9 @@
 //! traces give the host backend's statistics, expandable segments go through the VMM calls, threads
 //! work across eight devices, and record_stream keeps a block from reuse while another stream's
 //! asynchronous work still uses it, which the model's own use-after-free check proves both ways.
-//! scripts/test-all.sh runs this with LD_LIBRARY_PATH=$(scripts/cuda-model.sh) and
-//! ACCALLOC_CUDA_MODEL_DEVICES=8; elsewhere each test skips, saying why.
+//! They cannot run without the model, so each is #[ignore]d: scripts/test-all.sh runs them with
+//! LD_LIBRARY_PATH=$(scripts/cuda-model.sh), ACCALLOC_CUDA_MODEL_DEVICES=8 and
+//! `-- --include-ignored`; run explicitly without the model, they fail, saying why.
 
 #![cfg(feature = "cuda")]
 
@@ -28,20 +29,20 @@ const MIB: usize = 1 << 20;
 /// The tests read whole devices' figures (the model's free memory), so they run one at a time.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn model() -> Option<(Model, std::sync::MutexGuard<'static, ()>)> {
+fn model() -> (Model, std::sync::MutexGuard<'static, ()>) {
     let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    cuda_model_support::model().map(|m| (m, turn))
+    (cuda_model_support::model(), turn)
 }
 
 /// model(), for the tests that take a device each of eight (scripts/test-all.sh gives eight).
-fn model_of_eight_devices() -> Option<(Model, std::sync::MutexGuard<'static, ()>)> {
-    let (model, turn) = model()?;
+fn model_of_eight_devices() -> (Model, std::sync::MutexGuard<'static, ()>) {
+    let (model, turn) = model();
     let devices = model.backend.device_count();
     assert!(
         devices >= 8,
         "run with ACCALLOC_CUDA_MODEL_DEVICES=8 (the model has {devices})"
     );
-    Some((model, turn))
+    (model, turn)
 }
 
 fn replay(trace: &str, cuda: bool, config: &str) -> serde_json::Value {
@@ -65,10 +66,9 @@ fn replay(trace: &str, cuda: bool, config: &str) -> serde_json::Value {
 }
 
 #[test]
+#[ignore = "needs the CUDA driver model: run by scripts/test-all.sh (LD_LIBRARY_PATH=$(scripts/cuda-model.sh))"]
 fn every_sample_trace_gives_the_host_backends_statistics() {
-    let Some((model, _turn)) = model() else {
-        return;
-    };
+    let (model, _turn) = model();
     assert!(
         model.capacity(0) >= 16 << 30,
         "the traces want a 16 GiB model device"
@@ -110,10 +110,9 @@ fn every_sample_trace_gives_the_host_backends_statistics() {
 }
 
 #[test]
+#[ignore = "needs the CUDA driver model: run by scripts/test-all.sh (LD_LIBRARY_PATH=$(scripts/cuda-model.sh))"]
 fn expandable_segments_go_through_the_vmm_calls() {
-    let Some((model, _turn)) = model() else {
-        return;
-    };
+    let (model, _turn) = model();
     let device = 1;
     assert_eq!(model.backend.vm_granularity(device), Some(2 * MIB));
     let before = (model.free_bytes(device), model.counts());
@@ -198,10 +197,9 @@ fn allocated(device: usize) -> i64 {
 }
 
 #[test]
+#[ignore = "needs the CUDA driver model: run by scripts/test-all.sh (LD_LIBRARY_PATH=$(scripts/cuda-model.sh))"]
 fn threads_across_eight_devices_some_never_setting_a_context() {
-    let Some((model, _turn)) = model_of_eight_devices() else {
-        return;
-    };
+    let (model, _turn) = model_of_eight_devices();
     let capacity: Vec<usize> = (0..8).map(|d| model.capacity(d)).collect();
     let workers: Vec<_> = (0..16)
         .map(|t| {
@@ -281,10 +279,9 @@ fn reuse_while_another_stream_works(
 }
 
 #[test]
+#[ignore = "needs the CUDA driver model: run by scripts/test-all.sh (LD_LIBRARY_PATH=$(scripts/cuda-model.sh))"]
 fn record_stream_keeps_a_block_until_the_other_streams_work_has_ended() {
-    let Some((model, _turn)) = model_of_eight_devices() else {
-        return;
-    };
+    let (model, _turn) = model_of_eight_devices();
     let device = 6;
     let violations = model.violations().0;
     let (p, q, a, b) = reuse_while_another_stream_works(&model, device, true);
@@ -309,10 +306,9 @@ fn record_stream_keeps_a_block_until_the_other_streams_work_has_ended() {
 }
 
 #[test]
+#[ignore = "needs the CUDA driver model: run by scripts/test-all.sh (LD_LIBRARY_PATH=$(scripts/cuda-model.sh))"]
 fn without_record_stream_the_models_use_after_free_check_fires() {
-    let Some((model, _turn)) = model_of_eight_devices() else {
-        return;
-    };
+    let (model, _turn) = model_of_eight_devices();
     let device = 7;
     model.abort_on_violation(false);
     let violations = model.violations().0;
@@ -345,10 +341,9 @@ fn info(env: &[(&str, &str)]) -> (bool, String, String) {
 }
 
 #[test]
+#[ignore = "needs the CUDA driver model: run by scripts/test-all.sh (LD_LIBRARY_PATH=$(scripts/cuda-model.sh))"]
 fn accalloc_info_lists_the_models_devices() {
-    let Some((model, _turn)) = model() else {
-        return;
-    };
+    let (model, _turn) = model();
     let (ok, out, err) = info(&[]);
     assert!(ok, "{err}");
     let devices = model.backend.device_count();
@@ -358,10 +353,9 @@ fn accalloc_info_lists_the_models_devices() {
 }
 
 #[test]
+#[ignore = "needs the CUDA driver model: run by scripts/test-all.sh (LD_LIBRARY_PATH=$(scripts/cuda-model.sh))"]
 fn a_failing_driver_at_detection_means_the_host_and_a_reason() {
-    let Some((_model, _turn)) = model() else {
-        return;
-    };
+    let (_model, _turn) = model();
     for call in [
         "cuInit",
         "cuDeviceGetCount",
@@ -412,10 +406,9 @@ fn a_failing_driver_at_detection_means_the_host_and_a_reason() {
 }
 
 #[test]
+#[ignore = "needs the CUDA driver model: run by scripts/test-all.sh (LD_LIBRARY_PATH=$(scripts/cuda-model.sh))"]
 fn a_stream_that_waits_for_the_others_event_may_use_its_memory() {
-    let Some((model, _turn)) = model() else {
-        return;
-    };
+    let (model, _turn) = model();
     let device = 4 % model.backend.device_count();
     let (a, b, c) = (
         model.stream(device),

@@ -3,8 +3,12 @@
 //! registered as the environment's CPU allocator, and gets ORT's own results; accalloc's books show
 //! ORT's tensors and come back to where they were; a device without room fails the run with ORT's
 //! error and accalloc's message; GetStats tells what accalloc's statistics tell; a backend
-//! registered from C serves ORT too. scripts/test-ort.sh sets both variables; without them the tests
-//! that need ORT say so and pass.
+//! registered from C serves ORT too.
+//!
+//! The tests that need ORT are #[ignore]d, so that a plain `cargo test` reports them as ignored
+//! rather than passed: scripts/test-ort.sh sets both variables and runs them with
+//! `-- --include-ignored`. Run explicitly without ACCALLOC_ORT_LIBRARY, they fail, saying why. The
+//! argument checks that come before any call into ORT run everywhere.
 //!
 //! One accalloc runtime and one ORT environment serve the whole process, so the tests that touch
 //! them take TEST_LOCK in turn.
@@ -56,23 +60,29 @@ unsafe impl Send for Ort {}
 // SAFETY: as above.
 unsafe impl Sync for Ort {}
 
-/// ORT, or None (and a line saying why) when ACCALLOC_ORT_LIBRARY is not set.
-fn ort() -> Option<&'static Ort> {
-    static ORT: OnceLock<Option<Ort>> = OnceLock::new();
+/// What the tests that need ORT need: said when one is run without it.
+const NEEDS_ORT: &str = "needs ONNX Runtime: scripts/test-ort.sh sets ACCALLOC_ORT_LIBRARY and \
+                         ACCALLOC_ORT_MODELS and runs these tests with -- --include-ignored";
+
+/// ORT, loaded once. A test that needs it was asked for explicitly (it is #[ignore]d): without
+/// ACCALLOC_ORT_LIBRARY it fails, saying why, rather than passing without running.
+fn ort() -> &'static Ort {
+    static ORT: OnceLock<Result<Ort, String>> = OnceLock::new();
     let loaded = ORT.get_or_init(|| {
         let Ok(library) = std::env::var("ACCALLOC_ORT_LIBRARY") else {
-            return None;
+            return Err(format!("ACCALLOC_ORT_LIBRARY is not set ({NEEDS_ORT})"));
         };
-        let models = std::env::var("ACCALLOC_ORT_MODELS")
-            .expect("ACCALLOC_ORT_MODELS must name the folder make_ort_models.py wrote");
-        Some(unsafe { load(&library, models.into()) })
+        let Ok(models) = std::env::var("ACCALLOC_ORT_MODELS") else {
+            return Err(format!(
+                "ACCALLOC_ORT_MODELS must name the folder make_ort_models.py wrote ({NEEDS_ORT})"
+            ));
+        };
+        Ok(unsafe { load(&library, models.into()) })
     });
-    if loaded.is_none() {
-        println!(
-            "skipping ORT test: ACCALLOC_ORT_LIBRARY is not set (scripts/test-ort.sh sets it)"
-        );
+    match loaded {
+        Ok(ort) => ort,
+        Err(why) => panic!("{why}"),
     }
-    loaded.as_ref()
 }
 
 unsafe fn load(library: &str, models: std::path::PathBuf) -> Ort {
@@ -446,15 +456,17 @@ fn models_run_on(ort: &Ort, device_type: AccallocDeviceType, device: i32) {
 // The tests.
 
 #[test]
+#[ignore = "needs ONNX Runtime (ACCALLOC_ORT_LIBRARY): run by scripts/test-ort.sh"]
 fn models_run_through_accalloc_with_ort_own_results() {
-    let Some(ort) = ort() else { return };
+    let ort = ort();
     let _serial = serial();
     models_run_on(ort, ACCALLOC_DEVICE_HOST, 0);
 }
 
 #[test]
+#[ignore = "needs ONNX Runtime (ACCALLOC_ORT_LIBRARY): run by scripts/test-ort.sh"]
 fn two_sessions_share_one_allocator() {
-    let Some(ort) = ort() else { return };
+    let ort = ort();
     let _serial = serial();
     let (want_mlp, want_transformer) = (reference(ort, MLP), reference(ort, TRANSFORMER));
     let start = stats(ACCALLOC_DEVICE_HOST, 0).allocated_bytes[ALL].current;
@@ -510,8 +522,9 @@ impl Drop for FractionGuard {
 }
 
 #[test]
+#[ignore = "needs ONNX Runtime (ACCALLOC_ORT_LIBRARY): run by scripts/test-ort.sh"]
 fn a_device_without_room_fails_run_with_ort_error_then_recovers() {
-    let Some(ort) = ort() else { return };
+    let ort = ort();
     let _serial = serial();
     let want = reference(ort, BIG_MLP);
     let _registered = Registered::new(ort, ACCALLOC_DEVICE_HOST, 0);
@@ -549,8 +562,9 @@ fn a_device_without_room_fails_run_with_ort_error_then_recovers() {
 }
 
 #[test]
+#[ignore = "needs ONNX Runtime (ACCALLOC_ORT_LIBRARY): run by scripts/test-ort.sh"]
 fn get_stats_agrees_with_accalloc_statistics() {
-    let Some(ort) = ort() else { return };
+    let ort = ort();
     let _serial = serial();
     let registered = Registered::new(ort, ACCALLOC_DEVICE_HOST, 0);
     let session = ort.session(TRANSFORMER, true);
@@ -705,8 +719,9 @@ fn vendor_device_type() -> AccallocDeviceType {
 }
 
 #[test]
+#[ignore = "needs ONNX Runtime (ACCALLOC_ORT_LIBRARY): run by scripts/test-ort.sh"]
 fn a_backend_registered_from_c_serves_ort() {
-    let Some(ort) = ort() else { return };
+    let ort = ort();
     let _serial = serial();
     let vendor = vendor_device_type();
     let before = stats(vendor, 0).num_device_alloc;
@@ -735,9 +750,9 @@ fn create(
     (status, last_error(), allocator)
 }
 
+/// The checks that come before any call into ORT: they need no ORT, and run everywhere.
 #[test]
-fn bad_arguments_return_an_error_status() {
-    // These need no ORT: the checks come before any call into it.
+fn bad_arguments_return_an_error_status_before_any_call_into_ort() {
     let invalid = AccallocStatus::ACCALLOC_ERROR_INVALID_ARGUMENT;
     let (status, message, allocator) = create(null(), ORT_API_VERSION, ACCALLOC_DEVICE_HOST, 0);
     assert_eq!((status, allocator), (invalid, null_mut()));
@@ -757,8 +772,15 @@ fn bad_arguments_return_an_error_status() {
         unsafe { accalloc_ort_allocator_destroy((&mut not_an_allocator as *mut u64).cast()) },
         AccallocStatus::ACCALLOC_ERROR_INVALID_POINTER
     );
+}
 
-    let Some(ort) = ort() else { return };
+/// The checks that need ORT's API table: versions it does not serve, devices and device types that
+/// do not exist, and the version field of the allocator made for each version asked.
+#[test]
+#[ignore = "needs ONNX Runtime (ACCALLOC_ORT_LIBRARY): run by scripts/test-ort.sh"]
+fn bad_arguments_with_ort_api_table_return_an_error_status() {
+    let invalid = AccallocStatus::ACCALLOC_ERROR_INVALID_ARGUMENT;
+    let ort = ort();
     let _serial = serial();
     let api = (ort.api as *const OrtApi).cast::<c_void>();
     for version in [0, 5000] {
@@ -803,8 +825,9 @@ fn bad_arguments_return_an_error_status() {
 /// accalloc's books, Reserve counts in NumReserves, and an allocation that cannot be served is NULL
 /// with accalloc's message on this thread.
 #[test]
+#[ignore = "needs ONNX Runtime (ACCALLOC_ORT_LIBRARY): run by scripts/test-ort.sh"]
 fn callbacks_allocate_and_free_through_accalloc() {
-    let Some(ort) = ort() else { return };
+    let ort = ort();
     let _serial = serial();
     let vendor = vendor_device_type();
     let (status, message, allocator) = create(

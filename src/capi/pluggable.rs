@@ -1,6 +1,7 @@
 //! PyTorch's pluggable allocator interface: torch.cuda.memory.CUDAPluggableAllocator(path,
 //! "accalloc_pluggable_malloc", "accalloc_pluggable_free") loads these by name. PyTorch keeps no statistics for
-//! a pluggable allocator; examples/accalloc_torch.py reads accalloc's through ctypes instead.
+//! a pluggable allocator; the Python package reads accalloc's through ctypes instead
+//! (`accalloc.memory_stats()`, python/accalloc/__init__.py).
 //! They act on the current accelerator (CUDA when a GPU is present).
 
 use super::device::accalloc_set_memory_fraction;

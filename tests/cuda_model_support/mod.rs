@@ -1,6 +1,8 @@
 //! The model's own entry points (cuda_model/), for the tests that run the CUDA backend on it. The
-//! tests find the model in the libcuda cudarc loaded; without it (no LD_LIBRARY_PATH to the model,
-//! or a real GPU) they skip, saying why.
+//! tests find the model in the libcuda cudarc loaded. They cannot run without it, so each is
+//! #[ignore]d and scripts/test-all.sh runs them with `-- --include-ignored`
+//! and LD_LIBRARY_PATH=$(scripts/cuda-model.sh); run explicitly without the model (no
+//! LD_LIBRARY_PATH to it, or a real GPU's driver loaded first), model() fails the test, saying why.
 #![allow(dead_code)] // each test binary uses its own subset
 
 use accalloc::backend::cuda::CudaBackend;
@@ -9,9 +11,9 @@ use cudarc::driver::sys;
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::Arc;
 
-pub const SKIP: &str =
-    "skipping: the CUDA driver model is not loaded (scripts/test-all.sh runs this \
-                        with LD_LIBRARY_PATH=$(scripts/cuda-model.sh))";
+/// Why a test on the model that was asked for explicitly fails without it.
+pub const NEEDS_MODEL: &str = "the CUDA driver model is not loaded: scripts/test-all.sh runs these \
+                               tests with LD_LIBRARY_PATH=$(scripts/cuda-model.sh) -- --include-ignored";
 
 pub struct Model {
     pub backend: Arc<CudaBackend>,
@@ -38,14 +40,12 @@ unsafe fn symbol<T>(handle: *mut c_void, name: &CStr) -> Option<T> {
     (!f.is_null()).then(|| std::mem::transmute_copy(&f))
 }
 
-/// The CUDA backend on the model, or None (after saying why) when the model is not what loaded.
-pub fn model() -> Option<Model> {
+/// The CUDA backend on the model. A test that asked for it fails when the model is not what
+/// loaded: it cannot run, and must not pass.
+pub fn model() -> Model {
     let backend = match CudaBackend::detect() {
         Ok(b) => Arc::new(b),
-        Err(why) => {
-            eprintln!("{SKIP}: {why}");
-            return None;
-        }
+        Err(why) => panic!("{NEEDS_MODEL}: {why}"),
     };
     // SAFETY: NOLOAD only finds the libcuda cudarc already opened; the symbols have these types
     // (cuda_model/src/lib.rs).
@@ -56,10 +56,7 @@ pub fn model() -> Option<Model> {
         } else {
             handle
         };
-        if handle.is_null() {
-            eprintln!("{SKIP}: no libcuda is loaded");
-            return None;
-        }
+        assert!(!handle.is_null(), "{NEEDS_MODEL}: no libcuda is loaded");
         let found = (|| {
             Some(Model {
                 backend: backend.clone(),
@@ -71,10 +68,7 @@ pub fn model() -> Option<Model> {
                 faults_fired: symbol(handle, c"accallocModelFaultsFired")?,
             })
         })();
-        if found.is_none() {
-            eprintln!("{SKIP}: the libcuda loaded is a real driver");
-        }
-        found
+        found.unwrap_or_else(|| panic!("{NEEDS_MODEL}: the libcuda loaded is a real driver"))
     }
 }
 
