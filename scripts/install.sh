@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Install accalloc the way C libraries install: the versioned shared library with its SONAME links, the
-# static library, the header, a pkg-config file and a CMake package (imported target accalloc::accalloc).
+# static library, the header, a pkg-config file and a CMake package (imported target accalloc::accalloc);
+# and the command-line tool, PREFIX/bin/accalloc (replay, tune, compare, ...).
 #
 #   PREFIX=/opt/accalloc scripts/install.sh          (default PREFIX: /usr/local)
 #   DESTDIR=/tmp/stage PREFIX=/usr scripts/install.sh   (staged, for packaging)
 #
-# Builds the release library first unless ACCALLOC_LIB_DIR names a folder that already holds
-# libaccalloc.so and libaccalloc.a. Our own script rather than cargo-c: nothing to install first, and
+# Builds the release library and tool first unless ACCALLOC_LIB_DIR names a folder that already holds
+# libaccalloc.so, libaccalloc.a and the accalloc tool (cargo build --release puts all three in
+# target/release). Our own script rather than cargo-c: nothing to install first, and
 # the layout stays in one short file.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -19,8 +21,8 @@ if [ -z "$lib_dir" ]; then
   (cd "$root" && cargo build --release)
   lib_dir=$root/target/release
 fi
-for file in libaccalloc.so libaccalloc.a; do
-  [ -f "$lib_dir/$file" ] || { echo "install.sh: $lib_dir/$file not found" >&2; exit 1; }
+for file in libaccalloc.so libaccalloc.a accalloc; do
+  [ -f "$lib_dir/$file" ] || { echo "install.sh: $lib_dir/$file not found (cargo build --release makes it)" >&2; exit 1; }
 done
 
 header=$root/include/accalloc.h
@@ -34,13 +36,15 @@ real_name=$soname.$version
 
 lib=$destdir$prefix/$libdir_name
 include=$destdir$prefix/include
-mkdir -p "$lib/pkgconfig" "$lib/cmake/accalloc" "$include"
+bin=$destdir$prefix/bin
+mkdir -p "$lib/pkgconfig" "$lib/cmake/accalloc" "$include" "$bin"
 
 install -m 0755 "$lib_dir/libaccalloc.so" "$lib/$real_name"
 ln -sf "$real_name" "$lib/$soname"
 ln -sf "$soname" "$lib/libaccalloc.so"
 install -m 0644 "$lib_dir/libaccalloc.a" "$lib/libaccalloc.a"
 install -m 0644 "$header" "$include/accalloc.h"
+install -m 0755 "$lib_dir/accalloc" "$bin/accalloc"
 
 # Programs linked against a prefix the loader does not search would not start: outside /usr, the
 # pkg-config file and the CMake package carry an rpath to the installed library folder.
@@ -106,4 +110,11 @@ else()
 endif()
 CMAKE
 
-echo "installed accalloc $version (ABI $abi) under $destdir$prefix"
+echo "installed accalloc $version (ABI $abi) under $destdir$prefix:"
+echo "  $libdir_name/$real_name (links $soname, libaccalloc.so), $libdir_name/libaccalloc.a, include/accalloc.h"
+echo "  $libdir_name/pkgconfig/accalloc.pc, $libdir_name/cmake/accalloc (find_package(accalloc))"
+echo "  bin/accalloc, the tool (accalloc --help)"
+case ":${PATH:-}:" in
+  *":$prefix/bin:"*) ;;
+  *) echo "$prefix/bin is not on PATH: run the tool as $prefix/bin/accalloc, or add $prefix/bin to PATH" ;;
+esac

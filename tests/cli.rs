@@ -266,8 +266,252 @@ fn tune_ranks_settings_and_prints_lines_to_paste() {
     assert_eq!(result["best"]["ooms"], 1);
     let (ok, _, err) = accalloc(&["tune", trace, "--capacity", "lots"]);
     assert!(
-        !ok && err.contains("--capacity: 'lots' is not a byte count"),
+        !ok && err.contains("--capacity: 'lots' is not a size: give bytes"),
         "{err}"
+    );
+}
+
+#[test]
+fn capacities_refuse_the_ambiguous_and_say_what_was_understood() {
+    let file = temp("capacity.jsonl");
+    std::fs::write(&file, TRACE).unwrap();
+    let trace = file.to_str().unwrap();
+    // 80 alone would be 80 bytes: refused as a forgotten unit, naming the forms that work.
+    let (ok, out, err) = accalloc(&["tune", trace, "--capacity", "80"]);
+    assert!(!ok && out.is_empty(), "{out}");
+    assert!(
+        err.starts_with(
+            "accalloc: --capacity: '80' would be 80 bytes (a bare number is bytes), surely not the \
+             device's memory: write the unit (e.g. 80GiB), or 80B if bytes are meant"
+        ),
+        "{err}"
+    );
+    for (command, extra) in [
+        ("tune", None),
+        ("compare", Some("expandable_segments:True")),
+    ] {
+        let mut args = vec![command, trace, "--capacity", "80GB"];
+        if let Some(config) = extra {
+            args.extend(["--config", config]);
+        }
+        let (ok, _, err) = accalloc(&args);
+        assert!(!ok, "{command}");
+        assert!(
+            err.contains("--capacity: '80GB' is ambiguous: GB may mean a power of 1000 or of 1024; write 80GiB"),
+            "{command}: {err}"
+        );
+    }
+    // Bytes when asked for, and said so beside the verdict.
+    let (ok, out, err) = accalloc(&["tune", trace, "--capacity", "80B", "--top", "1"]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("simulated device of 80 bytes, read from --capacity 80B"),
+        "{out}"
+    );
+    assert!(out.contains("does NOT fit in 80 bytes"), "{out}");
+    let (ok, out, err) = accalloc(&["tune", trace, "--capacity", "40MiB", "--frontier"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("| frontier |"), "{out}");
+    let (ok, out, err) = accalloc(&[
+        "compare",
+        trace,
+        "--config",
+        "expandable_segments:True",
+        "--capacity",
+        "1.5GiB",
+    ]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("simulated device of 1.50 GiB (1610612736 bytes)"),
+        "{out}"
+    );
+}
+
+/// The table rows of tune's text output, as cells.
+fn table_rows(out: &str) -> Vec<Vec<String>> {
+    out.lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| rank"))
+        .map(|l| {
+            l.split(" | ")
+                .map(|c| c.trim_matches(['|', ' ']).to_string())
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn tune_folds_settings_with_the_same_figures_and_keeps_each_line_to_one_run() {
+    let file = temp("fold.jsonl");
+    std::fs::write(&file, TRACE).unwrap();
+    let trace = file.to_str().unwrap();
+    let (ok, out, err) = accalloc(&["tune", trace, "--top", "10000", "--threads", "2"]);
+    assert!(ok, "{err}");
+    let rows = table_rows(&out);
+    // Columns: rank, settings, folded, then the figures, ns/op last.
+    let figures: Vec<&[String]> = rows.iter().map(|r| &r[3..r.len() - 1]).collect();
+    for (i, a) in figures.iter().enumerate() {
+        for b in &figures[i + 1..] {
+            assert_ne!(a, b, "two rows with the same figures:\n{out}");
+        }
+    }
+    assert!(
+        rows.len() < 60,
+        "{} rows for a 5-operation trace",
+        rows.len()
+    );
+    let stands_for: usize = rows
+        .iter()
+        .map(|r| 1 + r[2].trim_start_matches('+').parse::<usize>().unwrap_or(0))
+        .sum();
+    assert_eq!(stands_for, 550, "every setting in exactly one row");
+    assert!(
+        out.contains(&format!("550 settings, {} distinct outcomes", rows.len())),
+        "{out}"
+    );
+    // The defaults' figures, all from the defaults' run: 1 KiB + 30 MiB allocated in 32 MiB.
+    assert!(
+        out.contains(
+            "\ndefaults:         PyTorch's, no settings   (peak allocated 30.00 MiB, peak reserved \
+             32.00 MiB, utilization 0.938, 3 device calls)"
+        ),
+        "{out}"
+    );
+    let defaults = rows.iter().find(|r| r[1] == "`(defaults)`").unwrap();
+    assert_eq!(defaults[3..6], ["30.00 MiB", "32.00 MiB", "0.938"]);
+    // The best line's figures are the best row's.
+    let best = &rows[0];
+    let best_line = out.lines().find(|l| l.starts_with("best: ")).unwrap();
+    assert!(
+        best_line.contains(&format!(
+            "ACCALLOC_CONF={}   (peak allocated {}, peak reserved {}, utilization {}",
+            best[1].trim_matches('`').replace("(defaults)", ""),
+            best[3],
+            best[4],
+            best[5]
+        )),
+        "{best_line}\n{out}"
+    );
+    assert!(!out.contains("PyTorch's defaults reserve"), "{out}");
+}
+
+#[test]
+fn utilization_is_one_figure_in_one_direction_everywhere() {
+    let file = temp("utilization.jsonl");
+    std::fs::write(&file, TRACE).unwrap();
+    let trace = file.to_str().unwrap();
+    let (ok, out, _) = accalloc(&["replay", trace, "--simulate"]);
+    assert!(ok);
+    assert!(
+        out.contains("\nutilization (peak allocated / peak reserved): 0.938\n"),
+        "{out}"
+    );
+    assert!(!out.contains("reserved / allocated"), "{out}");
+    let (ok, out, _) = accalloc(&["replay", trace, "--simulate", "--json"]);
+    assert!(ok);
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let expected = report["peak_allocated_bytes"].as_f64().unwrap()
+        / report["peak_reserved_bytes"].as_f64().unwrap();
+    assert_eq!(report["utilization"].as_f64().unwrap(), expected);
+    assert!(report.get("reserved_to_allocated_ratio").is_none());
+    let (ok, out, _) = accalloc(&["compare", trace, "--config", "max_split_size_mb:20"]);
+    assert!(ok);
+    assert!(
+        out.contains("| utilization (peak allocated / peak reserved) | 0.938 |"),
+        "{out}"
+    );
+    let (ok, out, _) = accalloc(&["tune", trace, "--json"]);
+    assert!(ok);
+    let tuned: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(tuned["defaults"]["utilization"].as_f64().unwrap(), expected);
+}
+
+#[test]
+fn files_written_are_named_and_the_comparison_tells_runs_apart() {
+    let file = temp("pictures.jsonl");
+    std::fs::write(&file, TRACE).unwrap();
+    let trace = file.to_str().unwrap();
+    let svg = temp("runs.svg");
+    let svg_path = svg.to_str().unwrap();
+    let _ = std::fs::remove_file(&svg);
+    let (ok, out, err) = accalloc(&[
+        "compare",
+        trace,
+        "--config",
+        "expandable_segments:True",
+        "--svg",
+        svg_path,
+    ]);
+    assert!(ok, "{err}");
+    assert!(
+        out.trim_end()
+            .ends_with(&format!("wrote {svg_path} (the timeline of the 2 runs)")),
+        "{out}"
+    );
+    let picture = std::fs::read_to_string(&svg).unwrap();
+    // Each run's reserved line in its own width and dash pattern, the defaults widest and solid.
+    let reserved: Vec<&str> = picture
+        .lines()
+        .filter(|l| l.starts_with("<polyline") && !l.contains("stroke-opacity"))
+        .collect();
+    assert_eq!(reserved.len(), 2, "{picture}");
+    let style = |line: &str| {
+        let width = line
+            .split("stroke-width=\"")
+            .nth(1)
+            .unwrap()
+            .split('"')
+            .next()
+            .unwrap();
+        let dash = line
+            .split("stroke-dasharray=\"")
+            .nth(1)
+            .map(|d| d.split('"').next().unwrap().to_string());
+        (width.parse::<f64>().unwrap(), dash)
+    };
+    let (defaults, other) = (style(reserved[0]), style(reserved[1]));
+    assert!(defaults.0 > other.0, "the defaults underneath, wider");
+    assert!(defaults.1.is_none() && other.1.is_some(), "{picture}");
+    assert!(
+        picture.contains(">(defaults)</text>")
+            && picture.contains(">expandable_segments:True</text>")
+    );
+    // 5 operations: x ticks 0 to 4.
+    let x_ticks = picture.matches("text-anchor=\"middle\">").count() - 1;
+    assert!((5..=8).contains(&x_ticks), "{x_ticks} x ticks: {picture}");
+    // With --json, standard output stays one JSON object and the file is named on standard error.
+    let (ok, out, err) = accalloc(&[
+        "compare",
+        trace,
+        "--config",
+        "expandable_segments:True",
+        "--svg",
+        svg_path,
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    serde_json::from_str::<serde_json::Value>(&out).unwrap();
+    assert!(err.contains(&format!("wrote {svg_path}")), "{err}");
+    let (timeline, snapshot) = (temp("one.svg"), temp("one.json"));
+    let (ok, out, err) = accalloc(&[
+        "replay",
+        trace,
+        "--simulate",
+        "--svg",
+        timeline.to_str().unwrap(),
+        "--snapshot",
+        snapshot.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains(&format!(
+            "wrote {} (the memory timeline)",
+            timeline.display()
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("wrote {} (the snapshot", snapshot.display())),
+        "{out}"
     );
 }
 

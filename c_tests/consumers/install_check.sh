@@ -11,10 +11,13 @@ ACCALLOC_LIB_DIR=$lib_dir PREFIX=$prefix "$repo/scripts/install.sh"
 ACCALLOC_LIB_DIR=$lib_dir PREFIX=/usr/local DESTDIR=$prefix.stage "$repo/scripts/install.sh"
 for root in "$prefix" "$prefix.stage/usr/local"; do
   for file in lib/libaccalloc.so lib/libaccalloc.a include/accalloc.h lib/pkgconfig/accalloc.pc \
-              lib/cmake/accalloc/accallocConfig.cmake lib/cmake/accalloc/accallocConfigVersion.cmake; do
+              lib/cmake/accalloc/accallocConfig.cmake lib/cmake/accalloc/accallocConfigVersion.cmake \
+              bin/accalloc; do
     test -e "$root/$file" || { echo "missing $root/$file"; exit 1; }
   done
 done
+# The tool the README's tune flow runs by its bare name works where it was installed.
+"$prefix/bin/accalloc" --version >/dev/null
 abi=$(sed -n 's/^#define ACCALLOC_ABI_VERSION \([0-9]*\)$/\1/p' "$prefix/include/accalloc.h")
 test "$(readlink "$prefix/lib/libaccalloc.so")" = "libaccalloc.so.$abi"
 soname=$(readelf -d "$prefix/lib/libaccalloc.so.$abi" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')

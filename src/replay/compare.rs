@@ -43,8 +43,8 @@ pub fn comparison_table(labels: &[String], reports: &[ReplayReport]) -> String {
     let rows: [Row; 8] = [
         ("peak allocated", |r| bytes(r.peak_allocated())),
         ("peak reserved", |r| bytes(r.peak_reserved())),
-        ("utilization (allocated / reserved at peak)", |r| {
-            format!("{:.3}", 1.0 / r.reserved_ratio().max(f64::MIN_POSITIVE))
+        ("utilization (peak allocated / peak reserved)", |r| {
+            format!("{:.3}", r.utilization())
         }),
         ("OOMs", |r| r.ooms.to_string()),
         ("retries", |r| r.alloc_retries().to_string()),
@@ -124,6 +124,11 @@ mod tests {
         );
         assert!(
             table.contains("| peak reserved | 80.00 MiB (83886080) | 60.00 MiB (62914560) |"),
+            "{table}"
+        );
+        // 50 MiB at peak: utilization is peak allocated / peak reserved, the direction tune uses.
+        assert!(
+            table.contains("| utilization (peak allocated / peak reserved) | 0.625 | 0.833 |"),
             "{table}"
         );
     }

@@ -63,9 +63,10 @@ impl ReplayReport {
     pub fn peak_reserved(&self) -> i64 {
         self.sum(|s| s.reserved_bytes[StatType::All as usize].peak)
     }
-    /// Peak reserved / peak allocated: 1.0 is no waste.
-    pub fn reserved_ratio(&self) -> f64 {
-        self.peak_reserved() as f64 / self.peak_allocated().max(1) as f64
+    /// Utilization: peak allocated / peak reserved (1.0: nothing held back; 0 when nothing was
+    /// reserved). The one direction every output of the tool uses.
+    pub fn utilization(&self) -> f64 {
+        self.peak_allocated() as f64 / self.peak_reserved().max(1) as f64
     }
     pub fn alloc_retries(&self) -> i64 {
         self.sum(|s| s.num_alloc_retries)

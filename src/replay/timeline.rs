@@ -5,11 +5,14 @@ use super::session::TimelinePoint;
 use std::fmt::Write;
 
 const WIDTH: f64 = 960.0;
-const HEIGHT: f64 = 420.0;
 const LEFT: f64 = 80.0;
 const RIGHT: f64 = 20.0;
 const TOP: f64 = 46.0;
-const BOTTOM: f64 = 50.0;
+/// Height of the plot itself.
+const PLOT_H: f64 = 324.0;
+/// Below the plot: the x ticks' labels, the x axis's title, then the legend's rows.
+const BOTTOM: f64 = 46.0;
+const LEGEND_ROW: f64 = 20.0;
 /// At most this many columns are drawn; each shows the operation with the most reserved memory in it.
 const MAX_COLUMNS: usize = 800;
 
@@ -28,7 +31,7 @@ pub fn timeline_svg(points: &[TimelinePoint], title: &str) -> String {
         .map(|(_, p)| p.reserved[0] + p.reserved[1])
         .max()
         .unwrap_or(0);
-    let (mut svg, plot_h, x, y) = frame(title, peak, points.len());
+    let (mut svg, x, y) = frame(title, peak, points.len(), 1);
     let layers = [
         Layer {
             colour: "#c6dbef",
@@ -70,10 +73,10 @@ pub fn timeline_svg(points: &[TimelinePoint], title: &str) -> String {
         );
     }
     // Axes, x label and legend.
-    axes(&mut svg, plot_h, &format!("{} operations", points.len()));
+    axes(&mut svg, points.len(), &x);
     for (i, layer) in layers.iter().enumerate() {
         let lx = LEFT + i as f64 * 200.0;
-        let ly = HEIGHT - 14.0;
+        let ly = legend_y(0);
         let _ = writeln!(
             svg,
             r#"<rect x="{lx:.1}" y="{:.1}" width="12" height="12" fill="{}"/><text x="{:.1}" y="{ly:.1}">{}</text>"#,
@@ -139,10 +142,36 @@ fn tick_label(value: i64) -> String {
     }
 }
 
-/// Two or more replays of one trace in one picture: each run's reserved memory as a line (the first
-/// also shaded) and its allocated memory as a dashed line, in the run's colour.
+/// How the runs of a comparison are told apart: colour, dash pattern and width, the first (the
+/// defaults, when compare compares one setting with them) widest and the others narrower and
+/// dashed on top of it, so that where two runs coincide both stay visible.
+const RUN_STYLES: [(&str, &str, f64); 8] = [
+    ("#3182bd", "", 4.5),
+    ("#e6550d", "10 5", 2.25),
+    ("#31a354", "3 3", 1.75),
+    ("#756bb1", "14 4 3 4", 1.5),
+    ("#636363", "6 2", 1.25),
+    ("#d6616b", "2 6", 1.25),
+    ("#8c6d31", "18 4", 1.25),
+    ("#17becf", "8 3 2 3 2 3", 1.25),
+];
+
+fn run_style(run: usize) -> (&'static str, &'static str, f64) {
+    RUN_STYLES[run % RUN_STYLES.len()]
+}
+
+fn dash_attribute(dash: &str) -> String {
+    if dash.is_empty() {
+        String::new()
+    } else {
+        format!(r#" stroke-dasharray="{dash}""#)
+    }
+}
+
+/// Two or more replays of one trace in one picture: each run's reserved memory as a line in the
+/// run's colour, dash pattern and width (the first also shaded), its allocated memory as a thinner,
+/// faded line of the same style; a legend row for each run.
 pub fn comparison_svg(runs: &[(&str, &[TimelinePoint])], title: &str) -> String {
-    const COLOURS: [&str; 4] = ["#3182bd", "#e6550d", "#31a354", "#756bb1"];
     let columns: Vec<Vec<(usize, TimelinePoint)>> =
         runs.iter().map(|(_, points)| downsample(points)).collect();
     let peak = columns
@@ -152,45 +181,57 @@ pub fn comparison_svg(runs: &[(&str, &[TimelinePoint])], title: &str) -> String 
         .max()
         .unwrap_or(0);
     let operations = runs.iter().map(|(_, p)| p.len()).max().unwrap_or(0);
-    let (mut svg, plot_h, x, y) = frame(title, peak, operations);
-    for (run, points) in columns.iter().enumerate() {
-        let colour = COLOURS[run % COLOURS.len()];
-        let line = |value: fn(&TimelinePoint) -> i64| -> String {
-            points
-                .iter()
-                .map(|(op, p)| format!("{:.1},{:.1}", x(*op), y(value(p))))
-                .collect::<Vec<_>>()
-                .join(" ")
-        };
-        let reserved = line(|p| p.reserved[0] + p.reserved[1]);
-        if run == 0 {
-            let _ = writeln!(
-                svg,
-                r#"<polygon fill="{colour}" fill-opacity="0.15" stroke="none" points="{reserved} {:.1},{:.1} {:.1},{:.1}"/>"#,
-                x(points.last().map_or(0, |(op, _)| *op)),
-                y(0),
-                x(0),
-                y(0)
-            );
-        }
+    let (mut svg, x, y) = frame(title, peak, operations, runs.len() + 1);
+    let line = |points: &[(usize, TimelinePoint)], value: fn(&TimelinePoint) -> i64| -> String {
+        points
+            .iter()
+            .map(|(op, p)| format!("{:.1},{:.1}", x(*op), y(value(p))))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let reserved = |p: &TimelinePoint| p.reserved[0] + p.reserved[1];
+    let allocated = |p: &TimelinePoint| p.allocated[0] + p.allocated[1];
+    if let Some(points) = columns.first() {
         let _ = writeln!(
             svg,
-            r#"<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{reserved}"/>"#
-        );
-        let _ = writeln!(
-            svg,
-            r#"<polyline fill="none" stroke="{colour}" stroke-width="1" stroke-dasharray="4 3" points="{}"/>"#,
-            line(|p| p.allocated[0] + p.allocated[1])
+            r#"<polygon fill="{}" fill-opacity="0.12" stroke="none" points="{} {:.1},{:.1} {:.1},{:.1}"/>"#,
+            run_style(0).0,
+            line(points, reserved),
+            x(points.last().map_or(0, |(op, _)| *op)),
+            y(0),
+            x(0),
+            y(0)
         );
     }
-    axes(
-        &mut svg,
-        plot_h,
-        &format!("{operations} operations; solid: reserved, dashed: allocated"),
+    // Allocated (faded) below reserved; within each, the first run at the bottom.
+    for (run, points) in columns.iter().enumerate() {
+        let (colour, dash, width) = run_style(run);
+        let _ = writeln!(
+            svg,
+            r#"<polyline fill="none" stroke="{colour}" stroke-opacity="0.45" stroke-width="{:.2}"{} points="{}"/>"#,
+            (width * 0.6).max(1.0),
+            dash_attribute(dash),
+            line(points, allocated)
+        );
+    }
+    for (run, points) in columns.iter().enumerate() {
+        let (colour, dash, width) = run_style(run);
+        let _ = writeln!(
+            svg,
+            r#"<polyline fill="none" stroke="{colour}" stroke-width="{width:.2}"{} points="{}"/>"#,
+            dash_attribute(dash),
+            line(points, reserved)
+        );
+    }
+    axes(&mut svg, operations, &x);
+    let _ = writeln!(
+        svg,
+        r#"<text x="{LEFT}" y="{:.1}">each setting: reserved memory as the full line, allocated memory as the faded line of the same style</text>"#,
+        legend_y(0)
     );
     for (run, (label, _)) in runs.iter().enumerate() {
-        let lx = LEFT + run as f64 * 420.0;
-        let ly = HEIGHT - 14.0;
+        let (colour, dash, width) = run_style(run);
+        let ly = legend_y(run + 1);
         let label = if label.is_empty() {
             "(defaults)"
         } else {
@@ -198,10 +239,12 @@ pub fn comparison_svg(runs: &[(&str, &[TimelinePoint])], title: &str) -> String 
         };
         let _ = writeln!(
             svg,
-            r#"<rect x="{lx:.1}" y="{:.1}" width="12" height="12" fill="{}"/><text x="{:.1}" y="{ly:.1}">{}</text>"#,
-            ly - 10.0,
-            COLOURS[run % COLOURS.len()],
-            lx + 16.0,
+            r#"<line x1="{LEFT}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="{colour}" stroke-width="{width:.2}"{}/><text x="{:.1}" y="{ly:.1}">{}</text>"#,
+            ly - 4.0,
+            LEFT + 44.0,
+            ly - 4.0,
+            dash_attribute(dash),
+            LEFT + 52.0,
             escape(label)
         );
     }
@@ -241,50 +284,106 @@ fn escape(text: &str) -> String {
         .replace('>', "&gt;")
 }
 
-/// The start of a timeline picture for `operations` operations and `peak` bytes: the document with
-/// its title and the grid of round ticks; with the plot's height and the x (operation) and y (bytes)
-/// scales.
+/// The baseline of legend row `row` (from 0), below the plot, the x ticks and the x axis's title.
+fn legend_y(row: usize) -> f64 {
+    TOP + PLOT_H + BOTTOM + 14.0 + row as f64 * LEGEND_ROW
+}
+
+/// The start of a timeline picture for `operations` operations and `peak` bytes, with room for
+/// `legend_rows` rows of legend: the document with its title and the grid of round ticks; with the
+/// x (operation) and y (bytes) scales.
 fn frame(
     title: &str,
     peak: i64,
     operations: usize,
-) -> (String, f64, impl Fn(usize) -> f64, impl Fn(i64) -> f64) {
+    legend_rows: usize,
+) -> (String, impl Fn(usize) -> f64, impl Fn(i64) -> f64) {
     let (step, ticks) = round_ticks(peak);
     let top_value = (step * ticks) as f64;
     let plot_w = WIDTH - LEFT - RIGHT;
-    let plot_h = HEIGHT - TOP - BOTTOM;
     let last = operations.saturating_sub(1).max(1) as f64;
     let x = move |op: usize| LEFT + op as f64 / last * plot_w;
-    let y = move |bytes: i64| TOP + plot_h - bytes as f64 / top_value * plot_h;
+    let y = move |bytes: i64| TOP + PLOT_H - bytes as f64 / top_value * PLOT_H;
+    let height = legend_y(legend_rows.max(1) - 1) + 12.0;
     let mut svg = String::new();
     let _ = write!(
         svg,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="12">
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" font-family="sans-serif" font-size="12">
 <rect width="100%" height="100%" fill="white"/>
 <text x="{LEFT}" y="20" font-size="15" font-weight="bold">{}</text>
 "#,
         escape(title)
     );
     grid(&mut svg, step, ticks, &y);
-    (svg, plot_h, x, y)
+    // The x ticks' grid lines, under what is drawn next.
+    for tick in operation_ticks(operations.saturating_sub(1)) {
+        let _ = writeln!(
+            svg,
+            r##"<line x1="{tx:.1}" y1="{TOP}" x2="{tx:.1}" y2="{:.1}" stroke="#eee"/>"##,
+            TOP + PLOT_H,
+            tx = x(tick)
+        );
+    }
+    (svg, x, y)
 }
 
-/// The two axes and the x axis's labels: 0 at the origin, `x_label` at the right end.
-fn axes(svg: &mut String, plot_h: f64, x_label: &str) {
+/// A round step for the x axis (1, 2, 2.5 or 5 times a power of ten operations) giving 5 to 8
+/// ticks from 0 to `last` (fewer only when there are fewer than 5 operations), and the ticks.
+fn operation_ticks(last: usize) -> Vec<usize> {
+    let mut magnitude = 1usize;
+    let step = loop {
+        // Each step at most twice the one before, so the first with under 8 intervals has 4 or more.
+        let steps = if magnitude >= 10 {
+            [1, 2, 0, 5].map(|m| m * magnitude)
+        } else {
+            [1, 2, 4, 5]
+        };
+        let steps = steps.map(|step| if step == 0 { magnitude / 10 * 25 } else { step });
+        if let Some(&step) = steps.iter().find(|&&step| last / step < 8) {
+            break step;
+        }
+        magnitude *= 10;
+    };
+    (0..=last / step).map(|tick| tick * step).collect()
+}
+
+/// An operation count with thousands separators: "12,500".
+fn with_separators(value: usize) -> String {
+    let digits = value.to_string();
+    let mut out = String::new();
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    out
+}
+
+/// The two axes, the x axis's round ticks and its title.
+fn axes(svg: &mut String, operations: usize, x: &dyn Fn(usize) -> f64) {
+    let bottom = TOP + PLOT_H;
+    for tick in operation_ticks(operations.saturating_sub(1)) {
+        let tx = x(tick);
+        let _ = writeln!(
+            svg,
+            r##"<line x1="{tx:.1}" y1="{bottom:.1}" x2="{tx:.1}" y2="{:.1}" stroke="#333"/><text x="{tx:.1}" y="{:.1}" text-anchor="middle">{}</text>"##,
+            bottom + 4.0,
+            bottom + 17.0,
+            with_separators(tick)
+        );
+    }
     let _ = writeln!(
         svg,
-        r##"<line x1="{LEFT}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#333"/><line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{:.1}" stroke="#333"/>"##,
-        TOP + plot_h,
+        r##"<line x1="{LEFT}" y1="{bottom:.1}" x2="{:.1}" y2="{bottom:.1}" stroke="#333"/><line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{bottom:.1}" stroke="#333"/>"##,
         WIDTH - RIGHT,
-        TOP + plot_h,
-        TOP + plot_h
     );
     let _ = writeln!(
         svg,
-        r#"<text x="{LEFT}" y="{:.1}">0</text><text x="{:.1}" y="{:.1}" text-anchor="end">{x_label}</text>"#,
-        TOP + plot_h + 16.0,
-        WIDTH - RIGHT,
-        TOP + plot_h + 16.0,
+        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">operation ({} in all)</text>"#,
+        LEFT + (WIDTH - LEFT - RIGHT) / 2.0,
+        bottom + 34.0,
+        with_separators(operations)
     );
 }
 
@@ -348,5 +447,58 @@ mod tests {
         assert_eq!(svg.matches("<polyline").count(), 4);
         assert!(svg.contains("(defaults)") && svg.contains("expandable_segments:True"));
         assert!(svg.ends_with("</svg>\n"));
+        // The runs differ in width and dash pattern, the first (the defaults) widest and solid,
+        // underneath the second: where they coincide both show.
+        let reserved: Vec<&str> = svg
+            .lines()
+            .filter(|l| l.starts_with("<polyline") && !l.contains("stroke-opacity"))
+            .collect();
+        assert_eq!(reserved.len(), 2);
+        assert!(
+            reserved[0].contains(r#"stroke-width="4.50""#) && !reserved[0].contains("dasharray")
+        );
+        assert!(
+            reserved[1].contains(r#"stroke-width="2.25""#)
+                && reserved[1].contains(r#"stroke-dasharray="10 5""#)
+        );
+        // A legend row with a line sample in each run's style.
+        assert_eq!(
+            svg.matches(r#"stroke-dasharray="10 5"/><text"#).count(),
+            1,
+            "{svg}"
+        );
+        // 10 operations: ticks 0, 2, 4, 6, 8.
+        for tick in ["0", "2", "4", "6", "8"] {
+            assert!(
+                svg.contains(&format!(r#"text-anchor="middle">{tick}</text>"#)),
+                "{tick}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_x_axis_has_five_to_eight_round_ticks() {
+        for last in 4..200_000usize {
+            let ticks = operation_ticks(last);
+            assert!((5..=8).contains(&ticks.len()), "{last}: {ticks:?}");
+            assert_eq!(ticks[0], 0);
+            assert!(*ticks.last().unwrap() <= last);
+            let step = ticks[1];
+            let magnitude = 10usize.pow(step.ilog10());
+            assert!(
+                [1, 2, 4, 5].contains(&step) || [10, 20, 25, 50].contains(&(step * 10 / magnitude)),
+                "{last}: step {step}"
+            );
+        }
+        assert_eq!(operation_ticks(0), vec![0]);
+        assert_eq!(
+            operation_ticks(49_794),
+            vec![0, 10_000, 20_000, 30_000, 40_000]
+        );
+        assert_eq!(with_separators(1_234_567), "1,234,567");
+        assert_eq!(with_separators(500), "500");
+        let svg = timeline_svg(&vec![TimelinePoint::default(); 3001], "t");
+        assert!(svg.contains(">2,500</text>"), "{svg}");
+        assert!(svg.contains(">operation (3,001 in all)</text>"), "{svg}");
     }
 }

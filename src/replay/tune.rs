@@ -200,6 +200,20 @@ impl Outcome {
         self.device_allocs + self.device_frees
     }
 
+    /// Every figure of the outcome but the time (which varies from run to run): two settings with
+    /// the same figures did the same for the trace.
+    fn figures(&self) -> (bool, i64, i64, usize, i64, i64, i64) {
+        (
+            self.fits,
+            self.peak_allocated,
+            self.peak_reserved,
+            self.ooms,
+            self.alloc_retries,
+            self.device_allocs,
+            self.device_frees,
+        )
+    }
+
     /// Fits first, then lower peak reserved, fewer device calls, fewer retries, and among equals
     /// the settings with fewer keys (a key that changes nothing is left out).
     fn rank_key(&self) -> (bool, i64, i64, i64, usize) {
@@ -261,6 +275,24 @@ pub fn tune(
         .collect::<Result<Vec<_>>>()?;
     outcomes.sort_by_key(Outcome::rank_key);
     Ok(outcomes)
+}
+
+/// The ranked outcomes with those of identical figures (all but the time) folded together: for each
+/// distinct outcome, in rank order, the index in `ranked` of its first setting (the simplest: among
+/// equal figures the ranking puts fewer keys first) and how many settings it stands for.
+pub fn fold_equivalent(ranked: &[Outcome]) -> Vec<(usize, usize)> {
+    let mut rows: Vec<(usize, usize)> = Vec::new();
+    let mut row_of: std::collections::HashMap<_, usize> = std::collections::HashMap::new();
+    for (index, outcome) in ranked.iter().enumerate() {
+        match row_of.get(&outcome.figures()) {
+            Some(&row) => rows[row].1 += 1,
+            None => {
+                row_of.insert(outcome.figures(), rows.len());
+                rows.push((index, 1));
+            }
+        }
+    }
+    rows
 }
 
 /// The candidates of a trim frontier: PyTorch's defaults, plain expandable segments, and
@@ -380,6 +412,46 @@ mod tests {
         assert_eq!((tight[0].ooms, tight[0].alloc_retries), (0, 1));
         let too_small = tune(&ops, &candidates[..1], 40 << 20, 1, |_, _| {}).unwrap();
         assert!(!too_small[0].fits);
+    }
+
+    #[test]
+    fn settings_that_change_nothing_fold_into_the_simplest() {
+        // One 1000-byte block: no key of the search changes a thing but expandable segments (a
+        // 2 MiB page instead of a 2 MiB small segment: the same peak, other calls) and trimming.
+        let ops = vec![
+            TraceOp::Alloc {
+                id: 0,
+                size: 1000,
+                stream: 0,
+                device: 0,
+            },
+            TraceOp::Free { id: 0 },
+        ];
+        let candidates = default_candidates(false);
+        let ranked = tune(&ops, &candidates, UNLIMITED_CAPACITY, 2, |_, _| {}).unwrap();
+        let rows = fold_equivalent(&ranked);
+        assert!(rows.len() < 10, "{} distinct outcomes", rows.len());
+        assert_eq!(rows.iter().map(|(_, n)| n).sum::<usize>(), candidates.len());
+        assert_eq!(rows[0].0, 0, "the best comes first");
+        for (index, count) in &rows {
+            let first = &ranked[*index];
+            let same: Vec<&Outcome> = ranked
+                .iter()
+                .filter(|o| o.figures() == first.figures())
+                .collect();
+            assert_eq!(same.len(), *count);
+            let keys = |o: &Outcome| o.candidate.accalloc_conf().matches(':').count();
+            assert!(
+                same.iter().all(|o| keys(o) >= keys(first)),
+                "the simplest shown"
+            );
+        }
+        // The defaults stand for every setting that only rounds or splits differently.
+        let defaults = rows
+            .iter()
+            .find(|(i, _)| ranked[*i].candidate == Candidate::DEFAULT)
+            .unwrap();
+        assert!(defaults.1 >= 100, "{}", defaults.1);
     }
 
     #[test]

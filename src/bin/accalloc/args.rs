@@ -11,8 +11,8 @@ pub struct Args {
 }
 
 impl Args {
-    /// Split `args`: `switches` take no value, `options` one; anything else starting with "--" is an
-    /// error, as is an option without its value.
+    /// Split `args`: `switches` take no value, `options` one; anything else starting with "-" (but
+    /// "-" itself) is an error, as is an option without its value.
     pub fn parse(args: &[String], switches: &[&str], options: &[&str]) -> Result<Args, String> {
         let mut parsed = Args {
             positional: Vec::new(),
@@ -30,7 +30,7 @@ impl Args {
                     .entry(arg.clone())
                     .or_default()
                     .push(value.clone());
-            } else if arg.starts_with("--") && arg.len() > 2 {
+            } else if arg.starts_with('-') && arg.len() > 1 {
                 return Err(format!("unknown option {arg}"));
             } else {
                 parsed.positional.push(arg.clone());
@@ -64,17 +64,28 @@ impl Args {
         }
     }
 
-    /// A byte count option ("8GiB", "81920MiB", "85899345920").
-    pub fn bytes(&self, option: &str) -> Result<Option<usize>, String> {
-        self.value(option)
-            .map(|text| {
-                accalloc::units::parse_byte_size(text)
-                    .filter(|&b| b > 0)
-                    .and_then(|b| usize::try_from(b).ok())
-                    .ok_or_else(|| {
-                        format!("{option}: '{text}' is not a byte count (e.g. 85899345920, 80GiB)")
-                    })
-            })
-            .transpose()
+    /// A capacity option, a size under accalloc::units' rule ("80GiB", "81920MiB",
+    /// "85899345920"; GB and the like refused as ambiguous). A bare number under 1 MiB is refused
+    /// too: a device of 80 bytes is a forgotten unit, not a device (80B says bytes are meant).
+    pub fn capacity(&self, option: &str) -> Result<Option<usize>, String> {
+        let Some(text) = self.value(option) else {
+            return Ok(None);
+        };
+        let size = accalloc::units::parse_size(text).map_err(|why| format!("{option}: {why}"))?;
+        let text = text.trim();
+        if size.bytes == 0 {
+            return Err(format!(
+                "{option}: '{text}' is no memory at all: give the device's memory, e.g. 80GiB"
+            ));
+        }
+        if !size.unit_given && size.bytes < 1 << 20 {
+            return Err(format!(
+                "{option}: '{text}' would be {text} bytes (a bare number is bytes), surely not the \
+                 device's memory: write the unit (e.g. 80GiB), or {text}B if bytes are meant"
+            ));
+        }
+        usize::try_from(size.bytes)
+            .map(Some)
+            .map_err(|_| format!("{option}: '{text}' is more than this machine can address"))
     }
 }

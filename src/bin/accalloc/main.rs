@@ -2,70 +2,16 @@
 
 mod args;
 mod backends;
+mod environment;
+mod help;
 mod input;
 mod replay_cmd;
 mod tools;
 
 use accalloc::runtime::runtime;
 use accalloc::units::format_size;
+use args::Args;
 use std::process::ExitCode;
-
-const USAGE: &str = "usage:
-  accalloc info                    the current accelerator, its devices and their capacity
-  accalloc replay FILE [--json] [--simulate|--cuda|--backend LIB] [--config STR] [--svg FILE] [--snapshot FILE] [--summary]
-                                   replay an allocation trace through the allocator; FILE is
-                                   accalloc's trace (JSON lines) or a PyTorch memory snapshot
-                                   (torch.cuda.memory._dump_snapshot's pickle, or the same as JSON),
-                                   told apart by content;
-                                   --simulate: a simulated device (fake addresses handed out in
-                                     rising order, no memory touched) instead of the host backend
-                                   --cuda: the GPUs through the CUDA backend
-                                   --backend LIB[:SYMBOL]: a backend written in C, from a shared
-                                     library whose SYMBOL (default accalloc_backend_entry) fills an
-                                     AccallocBackendVTable and names the backend
-                                   --config: allocator settings (ACCALLOC_CONF syntax)
-                                   --svg: write the memory timeline (allocated and reserved by pool)
-                                   --snapshot: write the snapshot taken at peak reserved memory
-                                   --summary: print memory_summary's table at the end
-  accalloc tune FILE [--capacity BYTES] [--json] [--threads N] [--top N] [--frontier]
-                                   replay under a search of the settings that matter, on all cores,
-                                   on a simulated device; a ranked table and the best settings as
-                                   ACCALLOC_CONF=... and PYTORCH_ALLOC_CONF=... (PyTorch's keys only)
-                                   --frontier: instead, expandable_trim's line from 0 to 0.2 of the
-                                     peak beside plain expandable segments and the defaults:
-                                     utilization against device calls, and which are on the frontier
-                                   --capacity: the GPU's memory (e.g. 80GiB): settings with an OOM
-                                     there rank last; also tries garbage collection under a fraction
-                                   --json: every candidate's figures; best.config is the setting
-  accalloc compare FILE --config A [--config B ...] [--svg FILE] [--capacity BYTES] [--json]
-                                   the figures of each setting side by side (one --config: against
-                                   the defaults); --svg: one timeline with every run
-  accalloc convert FILE -o OUT [--config STR]
-                                   OUT.jsonl: the trace of a snapshot (or trace); OUT.json or
-                                   OUT.pickle: a PyTorch-format snapshot with the whole history of a
-                                   simulated replay (what replay reads back with the same figures)
-  accalloc bench [--quick]         cached malloc+free pair against the C library's malloc+free
-  accalloc --version               the version and ABI of this build
-
-Snapshots (replay, tune, compare, convert):
-  --device N                       only device N of the snapshot (default: every device with
-                                   history, kept apart)
-  --segment-free-as-empty-cache    replay each run of segment_free entries not ending in an OOM as
-                                   an empty_cache (an explicit torch.cuda.empty_cache() leaves such
-                                   a run; so does a release that let a request succeed on retry).
-                                   Default: the allocator under replay makes its own releases.
-
-Environment (read by the library and by every command; a bad value is an error naming it):
-  ACCALLOC_CONF          allocator settings, PYTORCH_ALLOC_CONF's syntax (replay: --config's keys
-                         override the same keys here)
-  ACCALLOC_DEVICE        host or cuda: force the accelerator (replay: the backend, unless --simulate,
-                         --cuda or --backend chooses)
-  ACCALLOC_HOST_CAPACITY bytes each host device may hold, e.g. 8GiB (default: physical memory)
-  ACCALLOC_HOST_DEVICES  how many host devices, 1 to 64 (default 1)
-  ACCALLOC_HOST_FAIL     inject host failures, for tests: alloc:every=N or alloc:after=N (allocations
-                         and mappings), event:every=N or event:after=N (event and stream calls)
-  ACCALLOC_TRACE         write every malloc, free, empty_cache and record_stream of the process to
-                         this file, as a trace replay and tune read";
 
 fn main() -> ExitCode {
     // Output piped into `head` and closed: end quietly, as other command-line tools do, instead of
@@ -73,46 +19,81 @@ fn main() -> ExitCode {
     // SAFETY: restoring the default disposition of one signal before any thread starts.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let with_usage = |result: Result<(), String>| result.map_err(|e| format!("{e}\n{USAGE}"));
-    let result = match args.first().map(String::as_str) {
-        Some("info") if args.len() == 1 => info(),
-        Some("replay") => replay_cmd::replay_command(&args[1..]).map_err(usage_if_args),
-        Some("tune") => tools::tune_command(&args[1..]).map_err(usage_if_args),
-        Some("compare") => tools::compare_command(&args[1..]).map_err(usage_if_args),
-        Some("convert") => tools::convert_command(&args[1..]).map_err(usage_if_args),
-        Some("bench") if args.len() <= 2 => bench(args.get(1).map(String::as_str)),
-        Some("-h" | "--help" | "help") => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
+    let Some(command) = args.first().map(String::as_str) else {
+        return fail(format!("no command given\n{}", help::usage()));
+    };
+    let rest = &args[1..];
+    // Help and the version need nothing, whatever the environment holds.
+    match command {
+        "-h" | "--help" => return print(&help::usage()),
+        "help" => {
+            return match rest {
+                [] => print(&help::usage()),
+                [name] => match help::command_usage(name) {
+                    Some(text) => print(&text),
+                    None => fail(format!("unknown command '{name}'\n{}", help::usage())),
+                },
+                _ => fail(format!("help takes one command\n{}", help::usage())),
+            }
         }
-        Some("-V" | "--version" | "version") => {
-            println!("{}", version_line());
-            return ExitCode::SUCCESS;
+        "-V" | "--version" | "version" => return print(&version_line()),
+        _ if !help::is_command(command) => {
+            return fail(format!("unknown command '{command}'\n{}", help::usage()))
         }
-        Some(command @ ("info" | "bench")) => {
-            with_usage(Err(format!("too many arguments for '{command}'")))
+        _ if rest.iter().any(|a| a == "-h" || a == "--help") => {
+            return print(&help::command_usage(command).expect("a command"))
         }
-        Some(unknown) => with_usage(Err(format!("unknown command '{unknown}'"))),
-        None => with_usage(Err("no command given".to_string())),
+        _ => {}
+    }
+    // Every variable the library and the tool read, checked once for every command.
+    let findings = environment::check(command);
+    for note in &findings.notes {
+        eprintln!("accalloc: {note}");
+    }
+    if !findings.errors.is_empty() {
+        return fail(findings.errors.join("\naccalloc: "));
+    }
+    let result = match command {
+        "info" => no_arguments(command, rest).and_then(|()| info()),
+        "replay" => replay_cmd::replay_command(rest),
+        "tune" => tools::tune_command(rest),
+        "compare" => tools::compare_command(rest),
+        "convert" => tools::convert_command(rest),
+        _ => bench(rest),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            eprintln!("accalloc: {message}");
-            ExitCode::FAILURE
-        }
+        Err(message) => fail(with_usage_if_about_arguments(command, message)),
     }
 }
 
-/// Mistakes in the arguments get the usage text after them; errors in a file or a run do not.
-fn usage_if_args(message: String) -> String {
+fn print(text: &str) -> ExitCode {
+    println!("{text}");
+    ExitCode::SUCCESS
+}
+
+fn fail(message: String) -> ExitCode {
+    eprintln!("accalloc: {message}");
+    ExitCode::FAILURE
+}
+
+/// Mistakes in the arguments get the command's usage after them; errors in a file or a run do not.
+fn with_usage_if_about_arguments(command: &str, message: String) -> String {
     let about_arguments = message.starts_with("unknown option")
         || message.contains("needs a")
-        || message.contains("takes one file");
-    if about_arguments {
-        format!("{message}\n{USAGE}")
-    } else {
-        message
+        || message.contains("takes one file")
+        || message.contains("takes no");
+    match help::command_usage(command) {
+        Some(usage) if about_arguments => format!("{message}\n{usage}"),
+        _ => message,
+    }
+}
+
+fn no_arguments(command: &str, args: &[String]) -> Result<(), String> {
+    let args = Args::parse(args, &[], &[])?;
+    match args.positional.first() {
+        Some(extra) => Err(format!("{command} takes no arguments (got '{extra}')")),
+        None => Ok(()),
     }
 }
 
@@ -147,12 +128,15 @@ fn version_line() -> String {
     )
 }
 
-fn bench(option: Option<&str>) -> Result<(), String> {
-    let (batches, pairs) = match option {
-        None => (101, 20_000),
-        Some("--quick") => (11, 2_000),
-        Some(other) => return Err(format!("unknown option {other}\n{USAGE}")),
-    };
+fn bench(args: &[String]) -> Result<(), String> {
+    let parsed = Args::parse(args, &["--quick"], &[])?;
+    if let Some(extra) = parsed.positional.first() {
+        return Err(format!(
+            "bench takes no arguments but --quick (got '{extra}')"
+        ));
+    }
+    let quick = parsed.has("--quick");
+    let (batches, pairs) = if quick { (11, 2_000) } else { (101, 20_000) };
     runtime().map_err(|e| e.message)?;
     let rows = accalloc::replay::bench::run(batches, pairs);
     println!("median of {batches} batches of {pairs} malloc+free pairs, host backend, one thread");

@@ -3,7 +3,7 @@
 use crate::args::Args;
 use crate::backends::{cuda_backend, forced_device, load_backend, replay_config};
 use crate::input::{load, snapshot_json};
-use accalloc::backend::host::{HostBackend, HostSettings};
+use accalloc::backend::host::{HostBackend, HostSettings, CAPACITY_VAR};
 use accalloc::backend::testing::TestBackend;
 use accalloc::backend::Backend;
 use accalloc::caching::summary::memory_summary;
@@ -31,17 +31,35 @@ pub fn replay_command(args: &[String]) -> Result<(), String> {
     let forced = forced_device()?;
     let workload = load(path, &args)?;
     let settings = HostSettings::from_env().map_err(|e| e.message)?;
-    let backend: Arc<dyn Backend> = if let Some(spec) = args.value("--backend") {
-        load_backend(spec)?
-    } else if args.has("--simulate") {
-        Arc::new(TestBackend::new(settings.devices, settings.capacity))
-    } else if args.has("--cuda") {
-        cuda_backend("--cuda")?
-    } else if forced.as_deref() == Some("cuda") {
-        cuda_backend(&format!("{DEVICE_VAR}=cuda"))?
-    } else {
-        Arc::new(HostBackend::new(settings))
+    // The devices as the user set them: which capacity was understood, and from where.
+    let devices = |kind: &str| {
+        let source = match std::env::var(CAPACITY_VAR) {
+            Ok(text) => format!("{CAPACITY_VAR}={}", text.trim()),
+            Err(_) => "the machine's physical memory".to_string(),
+        };
+        format!(
+            "{kind}, {} device(s) of {} ({} bytes; {source})",
+            settings.devices,
+            format_size(settings.capacity as u64),
+            settings.capacity
+        )
     };
+    let (backend, described): (Arc<dyn Backend>, String) =
+        if let Some(spec) = args.value("--backend") {
+            let backend = load_backend(spec)?;
+            let name = format!("{} (--backend {spec})", backend.name());
+            (backend, name)
+        } else if args.has("--simulate") {
+            let backend = TestBackend::new(settings.devices, settings.capacity);
+            (Arc::new(backend), devices("simulated"))
+        } else if args.has("--cuda") {
+            (cuda_backend("--cuda")?, "cuda".to_string())
+        } else if forced.as_deref() == Some("cuda") {
+            let backend = cuda_backend(&format!("{DEVICE_VAR}=cuda"))?;
+            (backend, format!("cuda ({DEVICE_VAR}=cuda)"))
+        } else {
+            (Arc::new(HostBackend::new(settings)), devices("host"))
+        };
     let svg_path = args.value("--svg");
     let snapshot_path = args.value("--snapshot");
     let options = ReplayOptions {
@@ -50,6 +68,7 @@ pub fn replay_command(args: &[String]) -> Result<(), String> {
         ..ReplayOptions::default()
     };
     let report = replay_with(&workload.ops, backend, &config, options).map_err(|e| e.message)?;
+    let mut written = Vec::new();
     if let Some(svg) = svg_path {
         let title = match config_text {
             Some(text) => format!("{path} ({text})"),
@@ -57,6 +76,7 @@ pub fn replay_command(args: &[String]) -> Result<(), String> {
         };
         std::fs::write(svg, timeline_svg(&report.timeline, &title))
             .map_err(|e| format!("cannot write {svg}: {e}"))?;
+        written.push(format!("wrote {svg} (the memory timeline)"));
     }
     if let (Some(file), Some(snapshot)) = (snapshot_path, &report.snapshot) {
         // Streamed to the file, not built as one string first.
@@ -66,11 +86,21 @@ pub fn replay_command(args: &[String]) -> Result<(), String> {
             .map_err(|e| e.to_string())
             .and_then(|()| std::io::Write::flush(&mut out).map_err(|e| e.to_string()))
             .map_err(|e| format!("cannot write {file}: {e}"))?;
+        written.push(format!(
+            "wrote {file} (the snapshot at peak reserved memory)"
+        ));
     }
     if args.has("--json") {
-        println!("{}", report_json(path, &workload, &report));
+        println!("{}", report_json(path, &workload, &described, &report));
+        // Standard output is one JSON object: the files written are told on standard error.
+        for line in &written {
+            eprintln!("accalloc: {line}");
+        }
     } else {
-        print_report(path, &workload, &report);
+        print_report(path, &workload, &described, &report);
+        for line in &written {
+            println!("{line}");
+        }
     }
     if args.has("--summary") {
         for (device, stats) in report.device_stats.iter().enumerate() {
@@ -83,8 +113,9 @@ pub fn replay_command(args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-fn print_report(path: &str, workload: &Workload, r: &ReplayReport) {
+fn print_report(path: &str, workload: &Workload, backend: &str, r: &ReplayReport) {
     println!("trace: {path} ({})", workload.format.name());
+    println!("backend: {backend}");
     if let Some(import) = &workload.import {
         println!("{}", import.describe());
     }
@@ -102,7 +133,10 @@ fn print_report(path: &str, workload: &Workload, r: &ReplayReport) {
         format_size(r.peak_reserved() as u64),
         r.peak_reserved()
     );
-    println!("reserved / allocated at peak: {:.3}", r.reserved_ratio());
+    println!(
+        "utilization (peak allocated / peak reserved): {:.3}",
+        r.utilization()
+    );
     println!("OOMs: {}   retries: {}", r.ooms, r.alloc_retries());
     if r.stream_uses_skipped > 0 {
         println!(
@@ -123,19 +157,20 @@ fn print_report(path: &str, workload: &Workload, r: &ReplayReport) {
     );
 }
 
-fn report_json(path: &str, workload: &Workload, r: &ReplayReport) -> String {
+fn report_json(path: &str, workload: &Workload, backend: &str, r: &ReplayReport) -> String {
     let flat = |s: &accalloc::caching::DeviceStats| {
         serde_json::Value::Object(s.flat().into_iter().map(|(k, v)| (k, v.into())).collect())
     };
     let mut object = serde_json::json!({
         "trace": path,
         "input_format": workload.format.name(),
+        "backend": backend,
         "operations": r.operations,
         "allocs": r.allocs,
         "frees": r.frees,
         "peak_allocated_bytes": r.peak_allocated(),
         "peak_reserved_bytes": r.peak_reserved(),
-        "reserved_to_allocated_ratio": r.reserved_ratio(),
+        "utilization": r.utilization(),
         "ooms": r.ooms,
         "alloc_retries": r.alloc_retries(),
         "device_allocs": r.device_allocs(),

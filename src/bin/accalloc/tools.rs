@@ -1,6 +1,7 @@
 //! `accalloc tune`, `accalloc compare` and `accalloc convert`.
 
 use crate::args::Args;
+use crate::environment::describe_capacity;
 use crate::input::{load, EMPTY_CACHE_FLAG};
 use accalloc::backend::testing::TestBackend;
 use accalloc::caching::settings::parse_settings;
@@ -9,8 +10,8 @@ use accalloc::replay::compare::{compare, comparison_table};
 use accalloc::replay::input::json_to_pickle;
 use accalloc::replay::timeline::comparison_svg;
 use accalloc::replay::tune::{
-    default_candidates, frontier_candidates, on_frontier, tune, Candidate, Outcome,
-    FRONTIER_TRIM_SLACKS, UNLIMITED_CAPACITY,
+    default_candidates, fold_equivalent, frontier_candidates, on_frontier, tune, Candidate,
+    Outcome, FRONTIER_TRIM_SLACKS, UNLIMITED_CAPACITY,
 };
 use accalloc::replay::{snapshot_of_trace, trace_to_jsonl, TraceOp};
 use accalloc::units::format_size;
@@ -98,6 +99,25 @@ fn label(conf: &str) -> &str {
     }
 }
 
+/// One run's figures for a summary line: every figure from that run.
+fn run_figures(outcome: &Outcome, capacity: usize) -> String {
+    let mut text = format!(
+        "peak allocated {}, peak reserved {}, utilization {:.3}, {} device calls",
+        format_size(outcome.peak_allocated.max(0) as u64),
+        format_size(outcome.peak_reserved.max(0) as u64),
+        outcome.utilization(),
+        outcome.device_calls()
+    );
+    if !outcome.fits {
+        text.push_str(&format!(
+            ", {} OOM(s): does NOT fit in {}",
+            outcome.ooms,
+            describe_capacity(capacity)
+        ));
+    }
+    text
+}
+
 /// The line to paste into PyTorch's environment for `candidate`.
 fn pytorch_line(candidate: &Candidate) -> String {
     let mut line = format!("PYTORCH_ALLOC_CONF={}", candidate.pytorch_conf());
@@ -116,7 +136,7 @@ pub fn tune_command(args: &[String]) -> Result<(), String> {
         &["--capacity", "--threads", "--top", "--device"],
     )?;
     let path = args.one_file("tune")?;
-    let capacity = args.bytes("--capacity")?;
+    let capacity = args.capacity("--capacity")?;
     let threads = match args.value("--threads") {
         Some(text) => text
             .parse::<usize>()
@@ -168,34 +188,47 @@ pub fn tune_command(args: &[String]) -> Result<(), String> {
             "best": outcome_json(best),
             "best_pytorch": outcome_json(best_pytorch),
             "defaults": outcome_json(defaults),
+            "distinct_outcomes": fold_equivalent(&ranked).len(),
             "candidates": ranked.iter().map(outcome_json).collect::<Vec<_>>(),
         });
         println!("{object}");
         return Ok(());
     }
+    let rows = fold_equivalent(&ranked);
     println!(
         "tune: {path}: {} operations, {} settings on {threads} thread(s) in {seconds:.1} s, simulated \
          device{}",
         workload.ops.len(),
         candidates.len(),
         match capacity {
-            Some(c) => format!(" of {} ({c} bytes): a setting with an OOM there ranks last", format_size(c as u64)),
-            None => " without a capacity (give --capacity BYTES to rank OOMs last and try garbage collection)".to_string(),
+            Some(c) => format!(
+                " of {}, read from --capacity {}: a setting with an OOM there ranks last",
+                describe_capacity(c),
+                args.value("--capacity").unwrap_or_default().trim()
+            ),
+            None => " without a capacity (give --capacity SIZE to rank OOMs last and try garbage collection)".to_string(),
         }
     );
     println!(
-        "\n| rank | settings | peak reserved | utilization | OOMs | retries | device allocs | device frees | ns/op |"
+        "\n| rank | settings | folded | peak allocated | peak reserved | utilization | OOMs | retries | device allocs | device frees | ns/op |"
     );
-    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|");
-    for (rank, outcome) in ranked.iter().enumerate() {
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for (rank, &(index, count)) in rows.iter().enumerate() {
+        let outcome = &ranked[index];
         let is_default = outcome.candidate == Candidate::DEFAULT;
         if rank >= top && !is_default {
             continue;
         }
         println!(
-            "| {} | `{}` | {} | {:.3} | {} | {} | {} | {} | {:.0} |",
+            "| {} | `{}` | {} | {} | {} | {:.3} | {} | {} | {} | {} | {:.0} |",
             rank + 1,
             label(&outcome.candidate.accalloc_conf()),
+            if count > 1 {
+                format!("+{}", count - 1)
+            } else {
+                String::new()
+            },
+            format_size(outcome.peak_allocated.max(0) as u64),
             format_size(outcome.peak_reserved.max(0) as u64),
             outcome.utilization(),
             outcome.ooms,
@@ -206,26 +239,25 @@ pub fn tune_command(args: &[String]) -> Result<(), String> {
         );
     }
     println!(
-        "\npeak allocated {}; PyTorch's defaults reserve {} (utilization {:.3})",
-        format_size(best.peak_allocated.max(0) as u64),
-        format_size(defaults.peak_reserved.max(0) as u64),
-        defaults.utilization()
+        "\n{} settings, {} distinct outcomes: each row is the simplest of the settings with the same \
+         figures (all but ns/op); folded: how many more it stands for (--json lists every setting)",
+        ranked.len(),
+        rows.len()
+    );
+    let searched = capacity.unwrap_or(UNLIMITED_CAPACITY);
+    println!(
+        "\ndefaults:         PyTorch's, no settings   ({})",
+        run_figures(defaults, searched)
     );
     println!(
-        "best:             ACCALLOC_CONF={}   (peak reserved {}, utilization {:.3}, {} device calls \
-         against the defaults' {}{})",
+        "best:             ACCALLOC_CONF={}   ({})",
         best.candidate.accalloc_conf(),
-        format_size(best.peak_reserved.max(0) as u64),
-        best.utilization(),
-        best.device_calls(),
-        defaults.device_calls(),
-        if best.fits { "" } else { ", does NOT fit" }
+        run_figures(best, searched)
     );
     println!(
-        "best for PyTorch: {}   (peak reserved {}, utilization {:.3})",
+        "best for PyTorch: {}   ({})",
         pytorch_line(&best_pytorch.candidate),
-        format_size(best_pytorch.peak_reserved.max(0) as u64),
-        best_pytorch.utilization()
+        run_figures(best_pytorch, searched)
     );
     Ok(())
 }
@@ -314,8 +346,10 @@ pub fn compare_command(args: &[String]) -> Result<(), String> {
         .collect::<Result<Vec<_>, _>>()?;
     let workload = load(path, &args)?;
     print_import(&workload);
-    let capacity = args.bytes("--capacity")?.unwrap_or(UNLIMITED_CAPACITY);
+    let given_capacity = args.capacity("--capacity")?;
+    let capacity = given_capacity.unwrap_or(UNLIMITED_CAPACITY);
     let reports = compare(&workload.ops, &configs, capacity).map_err(|e| e.message)?;
+    let mut written = None;
     if let Some(svg) = args.value("--svg") {
         let runs: Vec<(&str, &[accalloc::replay::TimelinePoint])> = texts
             .iter()
@@ -324,6 +358,10 @@ pub fn compare_command(args: &[String]) -> Result<(), String> {
             .collect();
         std::fs::write(svg, comparison_svg(&runs, path))
             .map_err(|e| format!("cannot write {svg}: {e}"))?;
+        written = Some(format!(
+            "wrote {svg} (the timeline of the {} runs)",
+            runs.len()
+        ));
     }
     if args.has("--json") {
         let runs: Vec<serde_json::Value> = texts
@@ -334,7 +372,7 @@ pub fn compare_command(args: &[String]) -> Result<(), String> {
                     "config": text,
                     "peak_allocated_bytes": r.peak_allocated(),
                     "peak_reserved_bytes": r.peak_reserved(),
-                    "utilization": r.peak_allocated() as f64 / r.peak_reserved().max(1) as f64,
+                    "utilization": r.utilization(),
                     "ooms": r.ooms,
                     "alloc_retries": r.alloc_retries(),
                     "device_allocs": r.device_allocs(),
@@ -343,10 +381,26 @@ pub fn compare_command(args: &[String]) -> Result<(), String> {
                 })
             })
             .collect();
-        println!("{}", json!({"trace": path, "runs": runs}));
+        println!(
+            "{}",
+            json!({"trace": path, "capacity_bytes": given_capacity, "runs": runs})
+        );
+        // Standard output is one JSON object: the file written is told on standard error.
+        if let Some(line) = written {
+            eprintln!("accalloc: {line}");
+        }
     } else {
-        println!("compare: {path}, simulated device\n");
+        match given_capacity {
+            Some(c) => println!(
+                "compare: {path}, simulated device of {}\n",
+                describe_capacity(c)
+            ),
+            None => println!("compare: {path}, simulated device\n"),
+        }
         print!("{}", comparison_table(&texts, &reports));
+        if let Some(line) = written {
+            println!("\n{line}");
+        }
     }
     Ok(())
 }
