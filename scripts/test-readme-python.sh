@@ -13,7 +13,10 @@ work=${ACCALLOC_README_ENV:-$HOME/.cache/accalloc/readme-env}
 mkdir -p "$work"
 ln -sfn "$root/python" "$work/python"
 steps=$work/readme-steps.sh
-sed -n '/^### PyTorch$/,/^### /p' "$root/README.md" | awk '/^```sh$/ {on=1; next} /^```$/ && on {exit} on' > "$steps"
+# One awk over the whole file (no early exit in a pipe, which pipefail would see as SIGPIPE): the first
+# ```sh block after the "### PyTorch" heading.
+awk '/^### PyTorch$/ {section=1; next} section && /^### / {section=0}
+     section && !done && /^```sh$/ {on=1; next} on && /^```$/ {on=0; done=1} on' "$root/README.md" > "$steps"
 [ -s "$steps" ] || { echo "README.md: no \`\`\`sh block in the ### PyTorch section"; exit 1; }
 echo "== the README's steps, in $work:"
 sed 's/^/+ /' "$steps"
