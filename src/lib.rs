@@ -2,17 +2,16 @@
 //! statistics behind a stable C ABI.
 //!
 //! Layers, top to bottom: `capi` (extern "C"), `runtime` (accelerators, devices, current device),
-//! `caching` (the allocator, over a `Backend`), `backend` (raw device memory).
+//! then the caching core from the `accalloc-core` crate (crates/core), re-exported here: `caching`
+//! (the allocator, over a `Backend`) and `backend` (raw device memory). The tools (the `accalloc`
+//! command) are the `accalloc-tools` crate (crates/tools), over this one.
 
-pub mod backend;
-pub mod caching;
 pub mod capi;
-pub mod error;
 /// accalloc as ONNX Runtime's allocator (the `ort` feature).
 #[cfg(feature = "ort")]
 pub mod ort;
-pub mod replay;
 pub mod runtime;
-pub mod units;
 
-pub use error::{Error, ErrorKind, Result};
+// The caching core (crates/core) under the names the library has always had.
+pub use accalloc_core::{backend, caching, error, units};
+pub use accalloc_core::{Error, ErrorKind, Result};

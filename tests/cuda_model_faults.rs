@@ -3,7 +3,7 @@
 //! segments, events pending on a second stream), and afterwards the books are exact, everything can
 //! be freed, and the driver holds nothing: no memory, event, physical allocation or reservation.
 //! A sticky error poisons a device: accalloc reports it and keeps its books. The faults that hit
-//! detection are in tests/cuda_model.rs. The tests cannot run without the model, so they are
+//! detection are in crates/tools/tests/cuda_model.rs. The tests cannot run without the model, so they are
 //! #[ignore]d: scripts/test-all.sh runs them with LD_LIBRARY_PATH=$(scripts/cuda-model.sh) and
 //! `-- --include-ignored`; run explicitly without the model, they fail, saying why.
 
@@ -23,7 +23,7 @@ const MIB: usize = 1 << 20;
 /// More than any model device holds (the model allows at most 1 TiB).
 const CAPACITY_PAST_ANY_MODEL_DEVICE: usize = (1 << 40) + 1;
 
-/// The driver calls detection makes (tests/cuda_model.rs fails them at start-up): the others are
+/// The driver calls detection makes (crates/tools/tests/cuda_model.rs fails them at start-up): the others are
 /// the calls the backend makes while it works.
 const AT_DETECTION: [&str; 5] = [
     "cuInit",

@@ -1,6 +1,6 @@
 //! Every file path the documentation names exists in the repository. The docs (README.md, docs/,
 //! the READMEs of c_tests/, cuda_model/, scripts/ and python/) and the comments of the sources and
-//! scripts send readers to files by relative path: `scripts/test-ort.sh`, `src/caching/policy.rs`,
+//! scripts send readers to files by relative path: `scripts/test-ort.sh`, `crates/core/src/caching/policy.rs`,
 //! `docs/ARCHITECTURE.md`. A path that starts with one of the repository's folders (ROOTS) must name
 //! a file or folder that is there, found from the repository's root or from the folder of the file
 //! that names it (cuda_model/README.md's `src/lib.rs` is cuda_model/src/lib.rs); a path that climbs
@@ -16,8 +16,8 @@ use std::path::{Component, Path, PathBuf};
 /// The repository's folders a path in the docs starts with. `shared` is no folder of ours: it is
 /// here so that a path into the workspace's shared/ folder, which users do not have, is caught.
 const ROOTS: [&str; 12] = [
-    "benches",
     "c_tests",
+    "crates",
     "cuda_model",
     "docs",
     "examples",
@@ -227,7 +227,7 @@ fn checked_files(root: &Path) -> Vec<(PathBuf, Kind)> {
             files.push((file, Kind::Document));
         }
     }
-    for dir in ["src", "tests", "benches", "cuda_model/src"] {
+    for dir in ["src", "tests", "cuda_model/src", "crates"] {
         for file in files_under(root, dir, &[".rs"], true) {
             // This file names missing paths on purpose, as examples.
             if file != Path::new("tests/docs_paths.rs") {
@@ -278,12 +278,17 @@ fn the_scanner_finds_repository_paths_and_leaves_the_rest() {
         ["scripts/test-ort.sh", "docs/ARCHITECTURE.md"]
     );
     assert_eq!(
-        found("[the design](../shared/docs/DESIGN.md#layers) and (src/caching/policy.rs)"),
-        ["../shared/docs/DESIGN.md", "src/caching/policy.rs"]
+        found(
+            "[the design](../shared/docs/DESIGN.md#layers) and (crates/core/src/caching/policy.rs)"
+        ),
+        [
+            "../shared/docs/DESIGN.md",
+            "crates/core/src/caching/policy.rs"
+        ]
     );
     assert_eq!(
-        found("tests/cli.rs's model tests; src/lib.rs:12"),
-        ["tests/cli.rs", "src/lib.rs"]
+        found("crates/tools/tests/cli.rs's model tests; src/lib.rs:12"),
+        ["crates/tools/tests/cli.rs", "src/lib.rs"]
     );
     // URLs, other projects' paths, words that end in a root's name, globs and placeholders.
     for line in [
@@ -303,7 +308,7 @@ fn the_scanner_finds_repository_paths_and_leaves_the_rest() {
     let readme = Path::new("README.md");
     let nested = Path::new("cuda_model/README.md");
     assert_eq!(problem(root, readme, "scripts/test-ort.sh"), None);
-    assert_eq!(problem(root, readme, "src/caching/"), None);
+    assert_eq!(problem(root, readme, "crates/core/src/caching/"), None);
     assert_eq!(
         problem(root, nested, "src/lib.rs"),
         None,

@@ -7,7 +7,7 @@
 use accalloc::backend::testing::TestBackend;
 use accalloc::backend::Backend;
 use accalloc::caching::CachingConfig;
-use accalloc::replay::{read_workload, replay, SnapshotOptions, TraceOp};
+use accalloc_tools::replay::{read_workload, replay, SnapshotOptions, TraceOp};
 use libfuzzer_sys::fuzz_target;
 use std::sync::Arc;
 

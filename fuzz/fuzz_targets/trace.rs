@@ -6,7 +6,7 @@
 use accalloc::backend::testing::TestBackend;
 use accalloc::backend::Backend;
 use accalloc::caching::CachingConfig;
-use accalloc::replay::{parse_trace, replay, TraceOp};
+use accalloc_tools::replay::{parse_trace, replay, TraceOp};
 use libfuzzer_sys::fuzz_target;
 use std::sync::Arc;
 

@@ -17,7 +17,10 @@ pub mod current_device;
 pub mod device_lock;
 mod fork;
 mod owner_guess;
-pub(crate) use sole_device::{suspended as with_shortcut_suspended, taken as shortcut_taken};
+/// The one-device shortcut's switches, for the benchmark (`accalloc bench` times both paths): the
+/// `bench-internals` feature, which the tools crate turns on; not part of the library's API.
+#[cfg(feature = "bench-internals")]
+pub use sole_device::{suspended as with_shortcut_suspended, taken as shortcut_taken};
 pub mod ownership;
 mod reentry;
 mod sole_device;

@@ -105,7 +105,8 @@ fn lock_of(word: usize) -> &'static DeviceLock<CachingAllocator> {
 }
 
 /// Whether calls take the shortcut now.
-pub(crate) fn taken() -> bool {
+#[cfg(feature = "bench-internals")]
+pub fn taken() -> bool {
     SOLE.load(Ordering::Acquire) > NEVER
 }
 
@@ -121,7 +122,8 @@ pub(super) fn give_up() {
 /// Run `f` with every call on the general path, then take the shortcut back if it was taken
 /// before and nothing gave it up meanwhile. For the benchmark, which times the two paths in turns
 /// over the same device; while `f` runs no other thread may count on the shortcut being there.
-pub(crate) fn suspended<T>(f: impl FnOnce() -> T) -> T {
+#[cfg(feature = "bench-internals")]
+pub fn suspended<T>(f: impl FnOnce() -> T) -> T {
     let before = GIVE_UPS.load(Ordering::SeqCst);
     let word = SOLE.swap(NEVER, Ordering::SeqCst);
     let result = f();

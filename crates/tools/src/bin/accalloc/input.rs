@@ -1,7 +1,7 @@
 //! Reading the file a command works on: a trace or a PyTorch snapshot, by content.
 
 use crate::args::Args;
-use accalloc::replay::{read_workload, SnapshotImport, SnapshotOptions, Workload};
+use accalloc_tools::replay::{read_workload, SnapshotImport, SnapshotOptions, Workload};
 
 /// Replay each run of segment frees outside an OOM in a snapshot as an empty_cache.
 pub const EMPTY_CACHE_FLAG: &str = "--segment-free-as-empty-cache";

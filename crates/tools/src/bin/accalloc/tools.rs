@@ -6,15 +6,15 @@ use crate::input::{load, EMPTY_CACHE_FLAG};
 use accalloc::backend::testing::TestBackend;
 use accalloc::caching::settings::parse_settings;
 use accalloc::caching::CachingConfig;
-use accalloc::replay::compare::{compare, comparison_table};
-use accalloc::replay::input::json_to_pickle;
-use accalloc::replay::timeline::comparison_svg;
-use accalloc::replay::tune::{
+use accalloc::units::format_size;
+use accalloc_tools::replay::compare::{compare, comparison_table};
+use accalloc_tools::replay::input::json_to_pickle;
+use accalloc_tools::replay::timeline::comparison_svg;
+use accalloc_tools::replay::tune::{
     default_candidates, fold_equivalent, frontier_candidates, on_frontier, tune, Candidate,
     Outcome, FRONTIER_TRIM_SLACKS, UNLIMITED_CAPACITY,
 };
-use accalloc::replay::{snapshot_of_trace, trace_to_jsonl, TraceOp};
-use accalloc::units::format_size;
+use accalloc_tools::replay::{snapshot_of_trace, trace_to_jsonl, TraceOp};
 use serde_json::json;
 use std::io::{IsTerminal, Write};
 use std::sync::Arc;
@@ -37,7 +37,7 @@ fn devices_used(ops: &[TraceOp]) -> usize {
         .unwrap_or(1)
 }
 
-fn print_import(workload: &accalloc::replay::Workload) {
+fn print_import(workload: &accalloc_tools::replay::Workload) {
     if let Some(import) = &workload.import {
         eprintln!("{}", import.describe());
     }
@@ -351,7 +351,7 @@ pub fn compare_command(args: &[String]) -> Result<(), String> {
     let reports = compare(&workload.ops, &configs, capacity).map_err(|e| e.message)?;
     let mut written = None;
     if let Some(svg) = args.value("--svg") {
-        let runs: Vec<(&str, &[accalloc::replay::TimelinePoint])> = texts
+        let runs: Vec<(&str, &[accalloc_tools::replay::TimelinePoint])> = texts
             .iter()
             .zip(&reports)
             .map(|(text, report)| (text.as_str(), report.timeline.as_slice()))

@@ -6,7 +6,7 @@
 use accalloc::backend::testing::TestBackend;
 use accalloc::caching::settings::parse_settings;
 use accalloc::caching::CachingConfig;
-use accalloc::replay::{parse_trace, replay, TraceOp};
+use accalloc_tools::replay::{parse_trace, replay, TraceOp};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -14,7 +14,7 @@ const PLAIN: &str = "expandable_segments:True";
 const TRIM: &str = "expandable_segments:True,expandable_trim:True";
 
 fn traces() -> Vec<PathBuf> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/traces");
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/traces");
     let mut paths = Vec::new();
     for dir in [root.clone(), root.join("real")] {
         for entry in std::fs::read_dir(dir).unwrap() {
@@ -51,8 +51,8 @@ fn trim_at_its_default_line_reserves_at_most_what_plain_expandable_segments_do()
 
 #[test]
 fn the_old_fixed_floor_lost_on_a_small_real_job() {
-    let path =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/traces/real/cnn_train.jsonl");
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/traces/real/cnn_train.jsonl");
     let ops = parse_trace(&std::fs::read_to_string(path).unwrap()).unwrap();
     let old_line = format!("{TRIM},expandable_trim_slack:0.0714,expandable_trim_floor_mb:20");
     assert!(peak_reserved(&ops, &old_line) > peak_reserved(&ops, PLAIN));

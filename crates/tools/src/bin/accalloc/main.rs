@@ -138,11 +138,11 @@ fn bench(args: &[String]) -> Result<(), String> {
     let quick = parsed.has("--quick");
     let (batches, pairs) = if quick { (11, 2_000) } else { (101, 20_000) };
     runtime().map_err(|e| e.message)?;
-    let rows = accalloc::replay::bench::run(batches, pairs);
+    let rows = accalloc_tools::replay::bench::run(batches, pairs);
     println!("median of {batches} batches of {pairs} malloc+free pairs, host backend, one thread");
-    print!("{}", accalloc::replay::bench::table(&rows));
+    print!("{}", accalloc_tools::replay::bench::table(&rows));
     // Last of the one-thread rows: putting other devices in use gives the one-device shortcut up.
-    if let Some((shortcut, general)) = accalloc::replay::bench::general_path(batches, pairs) {
+    if let Some((shortcut, general)) = accalloc_tools::replay::bench::general_path(batches, pairs) {
         println!("\nthe mixed pairs on device 0: the one-device shortcut against the general path (the shortcut suspended), in turns");
         println!("| path | accalloc malloc+free (ns) | / the shortcut |\n|---|---:|---:|");
         println!("| one device in use (the shortcut) | {shortcut:.1} | 1.00 |");
@@ -150,7 +150,7 @@ fn bench(args: &[String]) -> Result<(), String> {
             "| general path, same device | {general:.1} | {:.2} |",
             general / shortcut
         );
-        for (devices, ns) in accalloc::replay::bench::several_devices(batches, pairs) {
+        for (devices, ns) in accalloc_tools::replay::bench::several_devices(batches, pairs) {
             println!(
                 "| {devices} devices in use (several devices in use) | {ns:.1} | {:.2} |",
                 ns / shortcut
@@ -166,11 +166,11 @@ fn bench(args: &[String]) -> Result<(), String> {
         std::thread::available_parallelism().map_or(1, |n| n.get()));
     println!("| threads | same device | one device each |\n|---:|---:|---:|");
     for threads in [1usize, 2, 4] {
-        let same = accalloc::replay::bench::threaded(threads, threaded_pairs, |_| 0);
+        let same = accalloc_tools::replay::bench::threaded(threads, threaded_pairs, |_| 0);
         let separate = if devices >= threads {
             format!(
                 "{:.1}",
-                accalloc::replay::bench::threaded(threads, threaded_pairs, |t| t as i32)
+                accalloc_tools::replay::bench::threaded(threads, threaded_pairs, |t| t as i32)
             )
         } else {
             format!("(needs ACCALLOC_HOST_DEVICES={threads})")

@@ -1,4 +1,4 @@
-//! The benchmark's two-path rows (accalloc::replay::bench): the one-device shortcut and the general
+//! The benchmark's two-path rows (accalloc_tools::replay::bench): the one-device shortcut and the general
 //! path timed in turns on one device, the shortcut suspended for each general batch and restored
 //! after it; then other devices put in use, after which the shortcut is gone for good. A process of
 //! its own: it gives the shortcut up.
@@ -14,6 +14,7 @@
 //! - once other devices hold memory, the shortcut is given up for good, and the general path still
 //!   counts every pair on host device 0 while each other device keeps the one segment it was given.
 
+#[path = "../../../tests/common/mod.rs"]
 mod common;
 
 use accalloc::capi::device::{accalloc_device_count_on, accalloc_device_type_name};
@@ -22,7 +23,7 @@ use accalloc::capi::{
     AccallocDeviceStats, AccallocDeviceType, AccallocStat, AccallocStatus, ACCALLOC_DEVICE_HOST,
     ACCALLOC_STAT_ALL,
 };
-use accalloc::replay::bench::{general_path, several_devices, DEVICES_IN_USE, SIZES};
+use accalloc_tools::replay::bench::{general_path, several_devices, DEVICES_IN_USE, SIZES};
 use std::ffi::CStr;
 
 const ALL: usize = ACCALLOC_STAT_ALL;

@@ -5,7 +5,7 @@ use accalloc::backend::host::{HostBackend, HostSettings};
 use accalloc::caching::CachingConfig;
 use accalloc::capi::memory::{accalloc_empty_cache, accalloc_free, accalloc_malloc};
 use accalloc::capi::AccallocStatus;
-use accalloc::replay::{parse_trace, replay, TraceOp};
+use accalloc_tools::replay::{parse_trace, replay, TraceOp};
 use std::collections::BTreeMap;
 use std::ffi::c_void;
 use std::process::Command;

@@ -94,7 +94,7 @@ fn bad_input_is_reported_with_its_line() {
 }
 
 fn sample(path: &str) -> String {
-    format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))
+    format!("{}/../../{path}", env!("CARGO_MANIFEST_DIR"))
 }
 
 #[test]

@@ -7,10 +7,10 @@ use accalloc::backend::host::{HostBackend, HostSettings, CAPACITY_VAR};
 use accalloc::backend::testing::TestBackend;
 use accalloc::backend::Backend;
 use accalloc::caching::summary::memory_summary;
-use accalloc::replay::timeline::timeline_svg;
-use accalloc::replay::{replay_with, ReplayOptions, ReplayReport, Workload};
 use accalloc::runtime::DEVICE_VAR;
 use accalloc::units::format_size;
+use accalloc_tools::replay::timeline::timeline_svg;
+use accalloc_tools::replay::{replay_with, ReplayOptions, ReplayReport, Workload};
 use std::sync::Arc;
 
 pub fn replay_command(args: &[String]) -> Result<(), String> {

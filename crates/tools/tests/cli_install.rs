@@ -31,7 +31,7 @@ fn build_folder(without_tool: bool) -> PathBuf {
 }
 
 fn install(lib_dir: &Path, prefix: &Path) -> (bool, String, String) {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/install.sh");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/install.sh");
     let out = Command::new("bash")
         .arg(script)
         .env("ACCALLOC_LIB_DIR", lib_dir)

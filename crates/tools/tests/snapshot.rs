@@ -6,8 +6,8 @@
 use accalloc::backend::testing::TestBackend;
 use accalloc::caching::settings::parse_settings;
 use accalloc::caching::CachingConfig;
-use accalloc::replay::input::{json_to_pickle, pickle_to_json};
-use accalloc::replay::{
+use accalloc_tools::replay::input::{json_to_pickle, pickle_to_json};
+use accalloc_tools::replay::{
     parse_trace, read_workload, replay, snapshot_of_trace, InputFormat, ReplayReport,
     SnapshotOptions, TraceOp,
 };
@@ -16,7 +16,7 @@ use std::sync::Arc;
 const CAPACITY: usize = 64 << 30;
 
 fn root(path: &str) -> String {
-    format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))
+    format!("{}/../../{path}", env!("CARGO_MANIFEST_DIR"))
 }
 
 fn trace(path: &str) -> Vec<TraceOp> {

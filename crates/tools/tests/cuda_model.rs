@@ -8,7 +8,9 @@
 
 #![cfg(feature = "cuda")]
 
+#[path = "../../../tests/common/mod.rs"]
 mod common;
+#[path = "../../../tests/cuda_model_support/mod.rs"]
 mod cuda_model_support;
 use cuda_model_support::Model;
 
@@ -73,7 +75,7 @@ fn every_sample_trace_gives_the_host_backends_statistics() {
         model.capacity(0) >= 16 << 30,
         "the traces want a 16 GiB model device"
     );
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/traces");
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/traces");
     let mut traces: Vec<String> = Vec::new();
     for folder in [dir.to_string(), format!("{dir}/real")] {
         for entry in std::fs::read_dir(folder).unwrap() {
@@ -382,7 +384,7 @@ fn a_failing_driver_at_detection_means_the_host_and_a_reason() {
     // and the figures are the defaults' own, as PyTorch's where the platform lacks them.
     let trace = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/examples/traces/varying_sizes.jsonl"
+        "/../../examples/traces/varying_sizes.jsonl"
     );
     let run = |fail: &str, config: &str| {
         let out = Command::new(env!("CARGO_BIN_EXE_accalloc"))

@@ -7,10 +7,10 @@ use super::{Backend, BackendError, EventId, MemInfo, StreamId};
 use std::ffi::c_void;
 
 /// What a backend function returns on success (ACCALLOC_BACKEND_OK in the C ABI).
-pub(crate) const BACKEND_OK: i32 = 0;
+pub const BACKEND_OK: i32 = 0;
 /// What a backend function returns when the device has no room (ACCALLOC_BACKEND_OUT_OF_MEMORY):
 /// accalloc releases cached memory and retries, as for a device out-of-memory error.
-pub(crate) const BACKEND_OUT_OF_MEMORY: i32 = 2;
+pub const BACKEND_OUT_OF_MEMORY: i32 = 2;
 
 /// How many devices the backend drives, into *out.
 pub type DeviceCountFn = unsafe extern "C" fn(context: *mut c_void, out: *mut i32) -> i32;
