@@ -48,6 +48,16 @@ impl Backend for SharedAddresses {
             total: 16 * SLOT,
         })
     }
+    // No streams of its own: neither events nor stream synchronization, and no virtual memory.
+    fn events_supported(&self) -> bool {
+        false
+    }
+    fn stream_synchronize_supported(&self) -> bool {
+        false
+    }
+    fn vm_granularity(&self, _: usize) -> Option<usize> {
+        None
+    }
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! any backend answers "whose is it?" without locking any device.
 
 use super::reentry::CallbackScope;
-use crate::backend::{Backend, BackendError, EventId, MemInfo, StreamId};
+use crate::backend::{Backend, BackendError, StreamId};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -134,13 +134,19 @@ impl IndexedBackend {
     }
 }
 
-impl Backend for IndexedBackend {
-    fn name(&self) -> &str {
-        self.inner.name()
+/// Every call runs inside a CallbackScope of the device type (so a callback into accalloc from the
+/// backend's own code is refused instead of deadlocking); segments and reservations are recorded in
+/// the index as they come and go. Everything else, events and virtual memory included, is the inner
+/// backend's, forwarded by `Wrapper` (named by path: in scope, it would make every call on an
+/// IndexedBackend name two methods).
+impl crate::backend::Wrapper for IndexedBackend {
+    fn inner(&self) -> &dyn Backend {
+        &*self.inner
     }
 
-    fn device_count(&self) -> usize {
-        self.inner.device_count()
+    fn around<T>(&self, call: &'static str, forward: impl FnOnce() -> T) -> T {
+        let _inside = CallbackScope::enter(self.device_type, call);
+        forward()
     }
 
     fn raw_alloc(
@@ -149,99 +155,40 @@ impl Backend for IndexedBackend {
         size: usize,
         stream: StreamId,
     ) -> Result<usize, BackendError> {
-        let _inside = CallbackScope::enter(self.device_type, "raw_alloc");
-        let ptr = self.inner.raw_alloc(device, size, stream)?;
-        if let Err(why) = self.index.insert(ptr, size, (self.device_type, device)) {
-            // Refused: the backend gets its segment back (what it does with it is its business).
-            let _ = self.inner.raw_free(device, ptr, size);
-            return Err(refused_range("raw_alloc", ptr, size, &why));
-        }
-        Ok(ptr)
+        self.around("raw_alloc", || {
+            let ptr = self.inner.raw_alloc(device, size, stream)?;
+            if let Err(why) = self.index.insert(ptr, size, (self.device_type, device)) {
+                // Refused: the backend gets its segment back (what it does with it is its business).
+                let _ = self.inner.raw_free(device, ptr, size);
+                return Err(refused_range("raw_alloc", ptr, size, &why));
+            }
+            Ok(ptr)
+        })
     }
 
     fn raw_free(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError> {
-        let _inside = CallbackScope::enter(self.device_type, "raw_free");
-        self.index
-            .release_range(ptr, || self.inner.raw_free(device, ptr, size))
-    }
-
-    fn mem_get_info(&self, device: usize) -> Result<MemInfo, BackendError> {
-        let _inside = CallbackScope::enter(self.device_type, "mem_get_info");
-        self.inner.mem_get_info(device)
-    }
-
-    fn events_supported(&self) -> bool {
-        self.inner.events_supported()
-    }
-
-    fn stream_synchronize_supported(&self) -> bool {
-        self.inner.stream_synchronize_supported()
-    }
-
-    fn synchronize_stream(&self, device: usize, stream: StreamId) -> Result<(), BackendError> {
-        let _inside = CallbackScope::enter(self.device_type, "stream_synchronize");
-        self.inner.synchronize_stream(device, stream)
-    }
-
-    fn create_event(&self, device: usize) -> Result<EventId, BackendError> {
-        let _inside = CallbackScope::enter(self.device_type, "create_event");
-        self.inner.create_event(device)
-    }
-
-    fn record_event(
-        &self,
-        device: usize,
-        event: EventId,
-        stream: StreamId,
-    ) -> Result<(), BackendError> {
-        let _inside = CallbackScope::enter(self.device_type, "record_event");
-        self.inner.record_event(device, event, stream)
-    }
-
-    fn query_event(&self, device: usize, event: EventId) -> Result<bool, BackendError> {
-        let _inside = CallbackScope::enter(self.device_type, "query_event");
-        self.inner.query_event(device, event)
-    }
-
-    fn synchronize_event(&self, device: usize, event: EventId) -> Result<(), BackendError> {
-        let _inside = CallbackScope::enter(self.device_type, "synchronize_event");
-        self.inner.synchronize_event(device, event)
-    }
-
-    fn destroy_event(&self, device: usize, event: EventId) -> Result<(), BackendError> {
-        let _inside = CallbackScope::enter(self.device_type, "destroy_event");
-        self.inner.destroy_event(device, event)
-    }
-
-    fn vm_granularity(&self, device: usize) -> Option<usize> {
-        let _inside = CallbackScope::enter(self.device_type, "vm_granularity");
-        self.inner.vm_granularity(device)
+        self.around("raw_free", || {
+            self.index
+                .release_range(ptr, || self.inner.raw_free(device, ptr, size))
+        })
     }
 
     fn vm_reserve(&self, device: usize, size: usize) -> Result<usize, BackendError> {
-        let _inside = CallbackScope::enter(self.device_type, "vm_reserve");
-        let ptr = self.inner.vm_reserve(device, size)?;
-        if let Err(why) = self.index.insert(ptr, size, (self.device_type, device)) {
-            let _ = self.inner.vm_release(device, ptr, size);
-            return Err(refused_range("vm_reserve", ptr, size, &why));
-        }
-        Ok(ptr)
-    }
-
-    fn vm_map(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError> {
-        let _inside = CallbackScope::enter(self.device_type, "vm_map");
-        self.inner.vm_map(device, ptr, size)
-    }
-
-    fn vm_unmap(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError> {
-        let _inside = CallbackScope::enter(self.device_type, "vm_unmap");
-        self.inner.vm_unmap(device, ptr, size)
+        self.around("vm_reserve", || {
+            let ptr = self.inner.vm_reserve(device, size)?;
+            if let Err(why) = self.index.insert(ptr, size, (self.device_type, device)) {
+                let _ = self.inner.vm_release(device, ptr, size);
+                return Err(refused_range("vm_reserve", ptr, size, &why));
+            }
+            Ok(ptr)
+        })
     }
 
     fn vm_release(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError> {
-        let _inside = CallbackScope::enter(self.device_type, "vm_release");
-        self.index
-            .release_range(ptr, || self.inner.vm_release(device, ptr, size))
+        self.around("vm_release", || {
+            self.index
+                .release_range(ptr, || self.inner.vm_release(device, ptr, size))
+        })
     }
 }
 
@@ -259,6 +206,106 @@ fn refused_range(call: &str, ptr: usize, size: usize, why: &str) -> BackendError
 mod tests {
     use super::*;
     use crate::backend::testing::TestBackend;
+    use crate::backend::MemInfo;
+    use crate::runtime::FIRST_REGISTERED_TYPE;
+    use std::sync::Mutex;
+
+    /// (events, stream synchronization, virtual memory) as `backend` answers them.
+    fn capabilities(backend: &dyn Backend) -> (bool, bool, Option<usize>) {
+        (
+            backend.events_supported(),
+            backend.stream_synchronize_supported(),
+            backend.vm_granularity(0),
+        )
+    }
+
+    #[test]
+    fn keeps_the_inner_backends_events_and_virtual_memory() {
+        let makers: [fn(usize, usize) -> TestBackend; 3] = [
+            TestBackend::new,
+            TestBackend::without_events,
+            TestBackend::without_virtual_memory,
+        ];
+        for make in makers {
+            let inner = Arc::new(make(1, 1 << 30));
+            let backend = IndexedBackend::new(inner.clone(), 7, Arc::default());
+            assert_eq!(capabilities(&backend), capabilities(&*inner));
+        }
+
+        // An event recorded through the index is pending for as long as the inner backend says.
+        let inner = Arc::new(TestBackend::new(1, 1 << 30));
+        let backend = IndexedBackend::new(inner.clone(), 7, Arc::default());
+        let event = backend.create_event(0).unwrap();
+        backend.record_event(0, event, 3).unwrap();
+        assert_eq!(backend.query_event(0, event), Ok(false));
+        inner.complete_stream(3);
+        assert_eq!(backend.query_event(0, event), Ok(true));
+        backend.destroy_event(0, event).unwrap();
+        assert_eq!(inner.live_events(), 0);
+    }
+
+    /// A TestBackend that notes, for every call reaching it, whether the thread was inside a
+    /// callback of device type FIRST_REGISTERED_TYPE.
+    struct Probe {
+        inner: TestBackend,
+        calls: Mutex<Vec<(&'static str, bool)>>,
+    }
+
+    impl crate::backend::Wrapper for Probe {
+        fn inner(&self) -> &dyn Backend {
+            &self.inner
+        }
+        fn around<T>(&self, call: &'static str, forward: impl FnOnce() -> T) -> T {
+            let inside = super::super::reentry::inside(FIRST_REGISTERED_TYPE);
+            self.calls.lock().unwrap().push((call, inside));
+            forward()
+        }
+    }
+
+    #[test]
+    fn every_call_reaching_the_backend_runs_inside_its_callback_scope() {
+        let probe = Arc::new(Probe {
+            inner: TestBackend::new(1, 1 << 30),
+            calls: Mutex::default(),
+        });
+        let backend = IndexedBackend::new(probe.clone(), FIRST_REGISTERED_TYPE, Arc::default());
+        let segment = backend.raw_alloc(0, 2 << 20, 0).unwrap();
+        backend.raw_free(0, segment, 2 << 20).unwrap();
+        let _: MemInfo = backend.mem_get_info(0).unwrap();
+        let event = backend.create_event(0).unwrap();
+        backend.record_event(0, event, 1).unwrap();
+        backend.query_event(0, event).unwrap();
+        backend.synchronize_event(0, event).unwrap();
+        backend.destroy_event(0, event).unwrap();
+        backend.synchronize_stream(0, 1).unwrap();
+        let page = backend.vm_granularity(0).unwrap();
+        let reserved = backend.vm_reserve(0, 4 * page).unwrap();
+        backend.vm_map(0, reserved, page).unwrap();
+        backend.vm_unmap(0, reserved, page).unwrap();
+        backend.vm_release(0, reserved, 4 * page).unwrap();
+        let calls = probe.calls.lock().unwrap().clone();
+        assert_eq!(
+            calls.iter().map(|&(call, _)| call).collect::<Vec<_>>(),
+            [
+                "raw_alloc",
+                "raw_free",
+                "mem_get_info",
+                "create_event",
+                "record_event",
+                "query_event",
+                "synchronize_event",
+                "destroy_event",
+                "stream_synchronize",
+                "vm_granularity",
+                "vm_reserve",
+                "vm_map",
+                "vm_unmap",
+                "vm_release",
+            ]
+        );
+        assert!(calls.iter().all(|&(_, inside)| inside), "{calls:?}");
+        assert!(!super::super::reentry::inside(FIRST_REGISTERED_TYPE));
+    }
 
     #[test]
     fn finds_the_owner_of_interior_addresses_only() {

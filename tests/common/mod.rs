@@ -70,19 +70,20 @@ pub fn free(ptr: usize) -> AccallocStatus {
 pub const FAR: usize = 1 << 47;
 
 /// A one-device TestBackend (fake addresses, no memory touched) moved up by FAR, running
-/// `before_alloc` at the start of every raw_alloc.
+/// `before_alloc` at the start of every raw_alloc. Its events and stream synchronization are the
+/// TestBackend's; it has no virtual memory (reservations would not be moved up).
 pub struct FarBackend {
     pub name: &'static str,
     pub inner: accalloc::backend::testing::TestBackend,
     pub before_alloc: fn(),
 }
 
-impl accalloc::backend::Backend for FarBackend {
+impl accalloc::backend::Wrapper for FarBackend {
+    fn inner(&self) -> &dyn accalloc::backend::Backend {
+        &self.inner
+    }
     fn name(&self) -> &str {
         self.name
-    }
-    fn device_count(&self) -> usize {
-        1
     }
     fn raw_alloc(
         &self,
@@ -90,6 +91,7 @@ impl accalloc::backend::Backend for FarBackend {
         size: usize,
         stream: accalloc::backend::StreamId,
     ) -> Result<usize, accalloc::backend::BackendError> {
+        use accalloc::backend::Backend;
         (self.before_alloc)();
         Ok(self.inner.raw_alloc(device, size, stream)? + FAR)
     }
@@ -99,12 +101,10 @@ impl accalloc::backend::Backend for FarBackend {
         ptr: usize,
         size: usize,
     ) -> Result<(), accalloc::backend::BackendError> {
+        use accalloc::backend::Backend;
         self.inner.raw_free(device, ptr - FAR, size)
     }
-    fn mem_get_info(
-        &self,
-        device: usize,
-    ) -> Result<accalloc::backend::MemInfo, accalloc::backend::BackendError> {
-        self.inner.mem_get_info(device)
+    fn vm_granularity(&self, _device: usize) -> Option<usize> {
+        None
     }
 }

@@ -249,6 +249,10 @@ impl Backend for CudaBackend {
         Ok(MemInfo { free, total })
     }
 
+    fn events_supported(&self) -> bool {
+        true
+    }
+
     fn create_event(&self, device: usize) -> Result<EventId, BackendError> {
         let mut event: sys::CUevent = std::ptr::null_mut();
         let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
@@ -295,6 +299,10 @@ impl Backend for CudaBackend {
         self.on(device, "cuEventDestroy", || unsafe {
             sys::cuEventDestroy_v2(event as sys::CUevent)
         })
+    }
+
+    fn stream_synchronize_supported(&self) -> bool {
+        true
     }
 
     fn synchronize_stream(&self, device: usize, stream: StreamId) -> Result<(), BackendError> {

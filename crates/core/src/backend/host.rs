@@ -305,6 +305,13 @@ impl Backend for HostBackend {
         })
     }
 
+    // Events and streams: the host's work is synchronous, so both are supported and an event
+    // completes as soon as it is recorded (see event_call).
+
+    fn events_supported(&self) -> bool {
+        true
+    }
+
     fn create_event(&self, _device: usize) -> std::result::Result<EventId, BackendError> {
         self.event_call("create_event").map(|()| 0)
     }
@@ -340,6 +347,10 @@ impl Backend for HostBackend {
         _event: EventId,
     ) -> std::result::Result<(), BackendError> {
         self.event_call("destroy_event")
+    }
+
+    fn stream_synchronize_supported(&self) -> bool {
+        true
     }
 
     fn synchronize_stream(

@@ -8,6 +8,9 @@ pub mod custom;
 pub mod host;
 pub mod renamed;
 pub mod testing;
+pub mod wrapper;
+
+pub use wrapper::Wrapper;
 
 use std::fmt;
 
@@ -50,6 +53,14 @@ pub struct MemInfo {
 ///
 /// Calls may come from any thread; a backend guards its own state. `device` is always a valid index
 /// below `device_count()` (the caching layer checks it).
+///
+/// Beyond the five memory calls, a backend has three optional groups: events, stream
+/// synchronization and virtual memory. Each backend states which it has: `events_supported`,
+/// `stream_synchronize_supported` and `vm_granularity` have no default, so no implementation can
+/// claim a group, or lose one, by omission. The calls of a group default to failing with "not
+/// provided", never to succeeding: a backend that forgets one gets an error, not an event that
+/// reads as complete while its stream still uses the memory. A backend that wraps another one
+/// implements [`Wrapper`] instead of this trait, and forwards every call in that one place.
 pub trait Backend: Send + Sync {
     /// Short lowercase name used in messages ("host", "cuda", ...).
     fn name(&self) -> &str;
@@ -69,17 +80,16 @@ pub trait Backend: Send + Sync {
     fn mem_get_info(&self, device: usize) -> Result<MemInfo, BackendError>;
 
     // Events mark the point a stream has reached; a block freed while other streams still use it
-    // returns to the pool only when their events complete. The defaults suit a backend whose work is
-    // synchronous (the host): events complete at once.
+    // returns to the pool only when their events complete. A backend whose work is synchronous (the
+    // host) says so by answering that its events complete at once.
 
     /// Whether the event functions below work (false: blocks used by other streams are handled by
-    /// synchronizing those streams, or record_stream is not supported).
-    fn events_supported(&self) -> bool {
-        true
-    }
+    /// synchronizing those streams, or record_stream is not supported). No default: every backend
+    /// states it.
+    fn events_supported(&self) -> bool;
     /// Create an event on `device`.
     fn create_event(&self, _device: usize) -> Result<EventId, BackendError> {
-        Ok(0)
+        Err(not_provided("create_event"))
     }
     /// Record `event` on `stream`: it completes when the stream's work so far is done.
     fn record_event(
@@ -88,60 +98,58 @@ pub trait Backend: Send + Sync {
         _event: EventId,
         _stream: StreamId,
     ) -> Result<(), BackendError> {
-        Ok(())
+        Err(not_provided("record_event"))
     }
     /// Whether `event` has completed, without waiting.
     fn query_event(&self, _device: usize, _event: EventId) -> Result<bool, BackendError> {
-        Ok(true)
+        Err(not_provided("query_event"))
     }
     /// Wait until `event` completes.
     fn synchronize_event(&self, _device: usize, _event: EventId) -> Result<(), BackendError> {
-        Ok(())
+        Err(not_provided("synchronize_event"))
     }
     /// Release an event created by `create_event`.
     fn destroy_event(&self, _device: usize, _event: EventId) -> Result<(), BackendError> {
-        Ok(())
+        Err(not_provided("destroy_event"))
     }
 
-    /// Whether `synchronize_stream` works.
-    fn stream_synchronize_supported(&self) -> bool {
-        true
-    }
+    /// Whether `synchronize_stream` works. No default: every backend states it.
+    fn stream_synchronize_supported(&self) -> bool;
     /// Wait until the work queued on `stream` is done.
     fn synchronize_stream(&self, _device: usize, _stream: StreamId) -> Result<(), BackendError> {
-        Ok(())
+        Err(not_provided("stream_synchronize"))
     }
 
     // Virtual memory, for expandable segments: reserve an address range once, then map and unmap
     // physical memory inside it in whole pages. A backend without it returns None from
     // `vm_granularity`, and expandable segments fall back to ordinary ones.
 
-    /// The mapping granularity in bytes, or None when virtual memory is not supported.
-    fn vm_granularity(&self, _device: usize) -> Option<usize> {
-        None
-    }
+    /// The mapping granularity in bytes, or None when virtual memory is not supported. No default:
+    /// every backend states it.
+    fn vm_granularity(&self, device: usize) -> Option<usize>;
     /// Reserve `size` bytes of address space (no memory behind it yet).
     fn vm_reserve(&self, _device: usize, _size: usize) -> Result<usize, BackendError> {
-        Err(vm_unsupported())
+        Err(not_provided("vm_reserve"))
     }
     /// Back `size` bytes at `ptr` (inside a reservation, granularity-aligned) with memory;
     /// OutOfMemory when the device has no room.
     fn vm_map(&self, _device: usize, _ptr: usize, _size: usize) -> Result<(), BackendError> {
-        Err(vm_unsupported())
+        Err(not_provided("vm_map"))
     }
     /// Give back the memory behind `size` bytes at `ptr`, keeping the addresses reserved.
     fn vm_unmap(&self, _device: usize, _ptr: usize, _size: usize) -> Result<(), BackendError> {
-        Err(vm_unsupported())
+        Err(not_provided("vm_unmap"))
     }
     /// Release a whole reservation (everything in it unmapped).
     fn vm_release(&self, _device: usize, _ptr: usize, _size: usize) -> Result<(), BackendError> {
-        Err(vm_unsupported())
+        Err(not_provided("vm_release"))
     }
 }
 
-fn vm_unsupported() -> BackendError {
+/// What an optional call a backend lacks answers.
+fn not_provided(call: &str) -> BackendError {
     BackendError::Failed {
         code: -1,
-        message: "this backend has no virtual memory calls".into(),
+        message: format!("{call} is not provided by this backend"),
     }
 }
