@@ -34,6 +34,17 @@ def abi_version(header: Path) -> str:
     return match.group(1)
 
 
+def workspace_version() -> str:
+    """accalloc's version: the workspace Cargo.toml's `package.version`, its one place."""
+    cargo = CHECKOUT / "Cargo.toml"
+    if not cargo.exists():
+        raise SystemExit("accalloc setup: no Cargo.toml above python/: install from a checkout of accalloc")
+    match = re.search(r'^package\.version = "([^"]+)"$', cargo.read_text(), flags=re.M)
+    if not match:
+        raise SystemExit(f"accalloc setup: {cargo} has no `package.version = \"...\"` line under [workspace]")
+    return match.group(1)
+
+
 def library_dir() -> Path:
     given = os.environ.get("ACCALLOC_LIB_DIR")
     if given:
@@ -146,4 +157,4 @@ def torch_extensions(lib_dir: Path, soname: str):
 
 lib_dir, soname = stage_library()
 ext_modules, cmdclass = torch_extensions(lib_dir, soname)
-setup(ext_modules=ext_modules, cmdclass={"build_py": build_py, **cmdclass})
+setup(version=workspace_version(), ext_modules=ext_modules, cmdclass={"build_py": build_py, **cmdclass})

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The README's utilization and device-call tables, rebuilt from the committed traces.
+"""docs/PERFORMANCE.md's utilization and device-call tables, rebuilt from the committed traces.
 
     python3 scripts/perf_tables.py        (after cargo build --release)
 

@@ -15,7 +15,7 @@ of calls. Its mechanics are deliberately more generous than any real device's:
     gaps are mapped in ONE call;
   - when that would take reserved memory past the line, the excess is unmapped from free holes
     elsewhere in ONE call, however many holes it touches (smallest holes first, or largest first
-    with --unmap largest; the better of the two is what README.md's Performance section reports);
+    with --unmap largest; the better of the two is what docs/PERFORMANCE.md reports);
   - nothing is unmapped while under the line.
 
 Options: --unmap largest (largest holes first); --fit first|worst (the lowest or the largest hole
@@ -25,7 +25,7 @@ request while under the line, in the same call, as accalloc maps up to 20 MiB ah
 
 Its choices (best fit, fewest new bytes, smallest holes unmapped first) are good heuristics, not
 proven optimal, so its figures are estimates, not bounds: on varying_sizes accalloc's
-expandable_trim does better than it (README.md, Performance).
+expandable_trim does better than it (docs/PERFORMANCE.md).
 
 Sizes are rounded as the allocator rounds them (512 bytes). Usage:
 

@@ -12,11 +12,14 @@ accelerator under its device type; an index alone means accalloc's current accel
 integration is in accalloc.torch.
 """
 import ctypes
+import importlib.metadata
 import json
 
-from ._library import DEVICE_CUDA, DEVICE_HOST, AccallocError, DeviceStats, check, library, library_path
+from ._library import (ABI_VERSION, DEVICE_CUDA, DEVICE_HOST, AccallocError, DeviceStats, check, library,
+                       library_path)
 
-__version__ = "0.1.0"
+# One place for the version: the workspace Cargo.toml, which setup.py gave the installed package.
+__version__ = importlib.metadata.version("accalloc")
 __all__ = [
     "AccallocError", "memory_stats", "memory_allocated", "max_memory_allocated", "memory_reserved",
     "max_memory_reserved", "empty_cache", "reset_peak_memory_stats", "reset_accumulated_memory_stats",
@@ -177,5 +180,6 @@ def current_accelerator():
     return lib.accalloc_device_type_name(lib.accalloc_current_accelerator()).decode()
 
 
-# The ABI these ctypes declarations follow: a library of another ABI is refused at import, with both numbers.
-check(library().accalloc_check_abi(2))
+# The ABI of the header installed with the package (the one these declarations follow): a library of
+# another ABI is refused at import, with both numbers.
+check(library().accalloc_check_abi(ABI_VERSION))

@@ -1,9 +1,23 @@
 """Loading libaccalloc and calling its C ABI: signatures, statuses, errors."""
 import ctypes
 import os
+import re
 from pathlib import Path
 
 _PACKAGE = Path(__file__).resolve().parent
+
+
+def _header_abi_version():
+    """ACCALLOC_ABI_VERSION of the accalloc.h installed with the package (setup.py copies it from the
+    checkout's include/): the C header is the one owner of the number."""
+    header = _PACKAGE / "include" / "accalloc.h"
+    match = re.search(r"^#define ACCALLOC_ABI_VERSION (\d+)$", header.read_text(), flags=re.M)
+    if not match:
+        raise ImportError(f"{header} has no ACCALLOC_ABI_VERSION: reinstall accalloc")
+    return int(match.group(1))
+
+
+ABI_VERSION = _header_abi_version()
 _LIBRARY = None
 
 ACCALLOC_OK = 0

@@ -131,3 +131,15 @@ def test_a_left_out_extension_says_why_when_its_feature_is_called():
     """)
     assert code != 0
     assert "built without CUDA support: building accalloc._torch_cuda failed: no compiler" in out, out
+
+
+def test_the_version_and_abi_are_the_headers():
+    import re
+    from pathlib import Path
+
+    header = (Path(accalloc.__file__).parent / "include" / "accalloc.h").read_text()
+    version = ".".join(re.search(rf"^#define ACCALLOC_VERSION_{part} (\d+)$", header, flags=re.M).group(1)
+                       for part in ("MAJOR", "MINOR", "PATCH"))
+    assert accalloc.__version__ == version
+    abi = int(re.search(r"^#define ACCALLOC_ABI_VERSION (\d+)$", header, flags=re.M).group(1))
+    assert accalloc._library.ABI_VERSION == abi == accalloc._library.library().accalloc_abi_version()

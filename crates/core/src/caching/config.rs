@@ -3,7 +3,7 @@
 /// Number of size intervals for roundup_power2_divisions (1 MiB .. 64 GiB, one per power of two).
 pub const ROUNDUP_POWER2_INTERVALS: usize = 16;
 
-/// expandable_trim_slack's default (see README, Performance: the frontier of the real traces).
+/// expandable_trim_slack's default (see docs/PERFORMANCE.md: the frontier of the real traces).
 pub const DEFAULT_TRIM_SLACK: f64 = 0.05;
 
 /// Policy settings of one caching allocator.
