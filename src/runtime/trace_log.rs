@@ -1,6 +1,6 @@
 //! ACCALLOC_TRACE=path.jsonl: every malloc, free, empty_cache and record_stream of the process written
-//! to a file as accalloc's trace (see replay::trace), so any program on accalloc can be replayed and
-//! tuned. Off, each hook is one relaxed load and a branch.
+//! to a file as accalloc's trace (the format is the core's: accalloc_core::trace), so any program on
+//! accalloc can be replayed and tuned. Off, each hook is one relaxed load and a branch.
 //!
 //! Lines are buffered and written every FLUSH_EVERY operations and at exit, so a crash loses at most
 //! that many. "%p" in the path becomes the process id (for programs that fork). The file is created
@@ -10,6 +10,7 @@
 //! be handed the same address before the free is in the file.
 
 use crate::error::{Error, Result};
+use crate::trace::TraceOp;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -141,16 +142,19 @@ pub fn malloc(device: usize, size: usize, stream: usize, ptr: Option<usize>) {
         let id = log.next_id;
         log.next_id += 1;
         let stream = log.stream(stream);
-        writeln!(
-            log.out,
-            "{{\"op\":\"alloc\",\"id\":{id},\"size\":{size},\"stream\":{stream},\"device\":{device}}}"
-        )?;
+        let alloc = TraceOp::Alloc {
+            id,
+            size,
+            stream,
+            device,
+        };
+        writeln!(log.out, "{alloc}")?;
         match ptr {
             Some(ptr) => {
                 log.ids.insert(ptr, id);
                 Ok(())
             }
-            None => writeln!(log.out, "{{\"op\":\"free\",\"id\":{id}}}"),
+            None => writeln!(log.out, "{}", TraceOp::Free { id }),
         }
     });
 }
@@ -162,7 +166,7 @@ pub fn free(ptr: usize) {
         return;
     }
     with_log(|log| match log.ids.remove(&ptr) {
-        Some(id) => writeln!(log.out, "{{\"op\":\"free\",\"id\":{id}}}"),
+        Some(id) => writeln!(log.out, "{}", TraceOp::Free { id }),
         None => Ok(()),
     });
 }
@@ -176,10 +180,7 @@ pub fn record_stream(ptr: usize, stream: usize) {
     with_log(|log| match log.ids.get(&ptr).copied() {
         Some(id) => {
             let stream = log.stream(stream);
-            writeln!(
-                log.out,
-                "{{\"op\":\"record_stream\",\"id\":{id},\"stream\":{stream}}}"
-            )
+            writeln!(log.out, "{}", TraceOp::RecordStream { id, stream })
         }
         None => Ok(()),
     });
@@ -191,5 +192,5 @@ pub fn empty_cache() {
     if !enabled() {
         return;
     }
-    with_log(|log| writeln!(log.out, "{{\"op\":\"empty_cache\"}}"));
+    with_log(|log| writeln!(log.out, "{}", TraceOp::EmptyCache));
 }

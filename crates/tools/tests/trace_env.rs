@@ -102,9 +102,7 @@ fn a_recorded_program_replays_with_its_figures() {
     assert_eq!(count(|op| matches!(op, TraceOp::Alloc { .. })), 101);
     assert_eq!(count(|op| matches!(op, TraceOp::Free { .. })), 60 + 1 + 20);
     assert_eq!(count(|op| *op == TraceOp::EmptyCache), 1);
-    assert!(
-        text.starts_with("{\"op\":\"alloc\",\"id\":0,\"size\":512,\"stream\":0,\"device\":0}\n")
-    );
+    assert!(text.starts_with("{\"op\":\"alloc\",\"id\":0,\"size\":512,\"stream\":0}\n"));
 
     let settings = HostSettings {
         capacity: 1 << 30,

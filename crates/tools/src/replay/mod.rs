@@ -2,7 +2,7 @@
 //! snapshot, replay it through fresh caching allocators, search the settings, compare two of them,
 //! and draw the memory timeline; the benchmark times the hot path against the C library's malloc.
 //!
-//! - `trace`: accalloc's JSON-lines trace format, read and written
+//! - `trace`: accalloc's JSON-lines trace format, read and written (the core's, re-exported)
 //! - `snapshot`: PyTorch snapshots (torch.cuda.memory._snapshot) as traces, and back
 //! - `input`: which of those a file holds (by content), pickles included
 //! - `session`: the replay itself and what it measures
@@ -17,8 +17,10 @@ pub mod input;
 pub mod session;
 pub mod snapshot;
 pub mod timeline;
-pub mod trace;
 pub mod tune;
+
+/// accalloc's trace format, whose one owner is the core (accalloc_core::trace).
+pub use accalloc_core::trace;
 
 pub use input::{read_workload, InputFormat, Workload};
 pub use session::{replay, replay_with, ReplayOptions, ReplayReport, TimelinePoint};

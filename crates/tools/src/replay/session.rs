@@ -52,6 +52,21 @@ pub struct ReplayReport {
 }
 
 impl ReplayReport {
+    /// The figures every tool's JSON gives for one replay, under one set of names: peaks,
+    /// utilization, out-of-memory errors and retries, device calls, time per operation.
+    pub fn figures_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "peak_allocated_bytes": self.peak_allocated(),
+            "peak_reserved_bytes": self.peak_reserved(),
+            "utilization": self.utilization(),
+            "ooms": self.ooms,
+            "alloc_retries": self.alloc_retries(),
+            "device_allocs": self.device_allocs(),
+            "device_frees": self.device_frees(),
+            "ns_per_op": self.ns_per_op(),
+        })
+    }
+
     fn sum(&self, f: impl Fn(&DeviceStats) -> i64) -> i64 {
         self.device_stats.iter().map(f).sum()
     }

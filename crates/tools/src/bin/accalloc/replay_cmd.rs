@@ -161,26 +161,22 @@ fn report_json(path: &str, workload: &Workload, backend: &str, r: &ReplayReport)
     let flat = |s: &accalloc::caching::DeviceStats| {
         serde_json::Value::Object(s.flat().into_iter().map(|(k, v)| (k, v.into())).collect())
     };
-    let mut object = serde_json::json!({
+    let mut object = r.figures_json();
+    let more = serde_json::json!({
         "trace": path,
         "input_format": workload.format.name(),
         "backend": backend,
         "operations": r.operations,
         "allocs": r.allocs,
         "frees": r.frees,
-        "peak_allocated_bytes": r.peak_allocated(),
-        "peak_reserved_bytes": r.peak_reserved(),
-        "utilization": r.utilization(),
-        "ooms": r.ooms,
-        "alloc_retries": r.alloc_retries(),
-        "device_allocs": r.device_allocs(),
-        "device_frees": r.device_frees(),
-        "ns_per_op": r.ns_per_op(),
         "ns_per_malloc": r.ns_per_malloc(),
         "ns_per_free": r.ns_per_free(),
         "devices": r.device_stats.len(),
         "stats": flat(&r.device_stats[0]),
     });
+    if let (Some(object), serde_json::Value::Object(more)) = (object.as_object_mut(), more) {
+        object.extend(more);
+    }
     if let Some(import) = &workload.import {
         object["snapshot"] = snapshot_json(import);
     }

@@ -368,17 +368,9 @@ pub fn compare_command(args: &[String]) -> Result<(), String> {
             .iter()
             .zip(&reports)
             .map(|(text, r)| {
-                json!({
-                    "config": text,
-                    "peak_allocated_bytes": r.peak_allocated(),
-                    "peak_reserved_bytes": r.peak_reserved(),
-                    "utilization": r.utilization(),
-                    "ooms": r.ooms,
-                    "alloc_retries": r.alloc_retries(),
-                    "device_allocs": r.device_allocs(),
-                    "device_frees": r.device_frees(),
-                    "ns_per_op": r.ns_per_op(),
-                })
+                let mut run = r.figures_json();
+                run["config"] = json!(text);
+                run
             })
             .collect();
         println!(

@@ -1,4 +1,6 @@
-//! accalloc's own trace format: one JSON object a line.
+//! accalloc's own trace format, its one owner: one JSON object a line, written by the library's
+//! ACCALLOC_TRACE log (the `accalloc` crate's runtime/trace_log.rs) and by the tools, read by the
+//! tools' replay.
 //!
 //! `{"op":"alloc","id":7,"size":4096,"stream":0}` (optional "device"), `{"op":"free","id":7}`,
 //! `{"op":"empty_cache"}`, `{"op":"record_stream","id":7,"stream":2}`. Blank lines are skipped.
@@ -26,30 +28,40 @@ pub enum TraceOp {
     RecordStream { id: u64, stream: usize },
 }
 
-impl TraceOp {
-    /// The op as one line of the trace format (no newline).
-    pub fn to_json_line(&self) -> String {
+/// The op as one line of the trace format (no newline): the one writer of the format, used by the
+/// tools (`convert`, snapshots as traces) and by the library's ACCALLOC_TRACE log alike. Device 0 is
+/// left out, as readers default to it.
+impl std::fmt::Display for TraceOp {
+    fn fmt(&self, out: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match *self {
             TraceOp::Alloc {
                 id,
                 size,
                 stream,
                 device: 0,
-            } => format!("{{\"op\":\"alloc\",\"id\":{id},\"size\":{size},\"stream\":{stream}}}"),
+            } => write!(out, "{{\"op\":\"alloc\",\"id\":{id},\"size\":{size},\"stream\":{stream}}}"),
             TraceOp::Alloc {
                 id,
                 size,
                 stream,
                 device,
-            } => format!(
+            } => write!(
+                out,
                 "{{\"op\":\"alloc\",\"id\":{id},\"size\":{size},\"stream\":{stream},\"device\":{device}}}"
             ),
-            TraceOp::Free { id } => format!("{{\"op\":\"free\",\"id\":{id}}}"),
-            TraceOp::EmptyCache => "{\"op\":\"empty_cache\"}".to_string(),
+            TraceOp::Free { id } => write!(out, "{{\"op\":\"free\",\"id\":{id}}}"),
+            TraceOp::EmptyCache => out.write_str("{\"op\":\"empty_cache\"}"),
             TraceOp::RecordStream { id, stream } => {
-                format!("{{\"op\":\"record_stream\",\"id\":{id},\"stream\":{stream}}}")
+                write!(out, "{{\"op\":\"record_stream\",\"id\":{id},\"stream\":{stream}}}")
             }
         }
+    }
+}
+
+impl TraceOp {
+    /// The op as one line of the trace format (no newline).
+    pub fn to_json_line(&self) -> String {
+        self.to_string()
     }
 }
 
@@ -114,7 +126,8 @@ pub fn parse_trace(text: &str) -> Result<Vec<TraceOp>> {
     Ok(ops)
 }
 
-pub(crate) fn abbreviate(line: &str) -> String {
+/// A line of input as error messages quote it: whole up to 80 characters, else its first 77 and "...".
+pub fn abbreviate(line: &str) -> String {
     if line.len() <= 80 {
         line.to_string()
     } else {
