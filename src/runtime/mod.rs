@@ -15,6 +15,7 @@
 pub mod accelerator;
 pub mod current_device;
 pub mod device_lock;
+pub mod environment;
 mod fork;
 mod owner_guess;
 /// The one-device shortcut's switches, for the benchmark (`accalloc bench` times both paths): the
@@ -28,19 +29,15 @@ pub mod trace_log;
 
 pub use accelerator::Accelerator;
 
-use crate::backend::host::{HostBackend, HostSettings};
+use crate::backend::host::HostBackend;
 use crate::backend::{Backend, StreamId};
-use crate::caching::settings::parse_settings;
 use crate::caching::{CachingAllocator, CachingConfig};
 use crate::error::{Error, ErrorKind, Result};
 use ownership::SegmentIndex;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// Environment variable with the allocator settings, in PYTORCH_ALLOC_CONF's syntax.
-pub const ALLOC_CONF_VAR: &str = "ACCALLOC_CONF";
-/// Environment variable forcing the accelerator: "host" or "cuda" (default: CUDA when a GPU answers).
-pub const DEVICE_VAR: &str = "ACCALLOC_DEVICE";
+pub use environment::{Environment, ALLOC_CONF_VAR, DEVICE_VAR};
 
 /// A kind of accelerator, as the C ABI numbers them.
 pub type DeviceType = i32;
@@ -109,24 +106,12 @@ fn not_ours(ptr: usize) -> Error {
 
 impl Runtime {
     fn from_env() -> Result<Runtime> {
-        let settings = HostSettings::from_env()?;
-        trace_log::init_from_env()?;
-        let initial_config = match std::env::var(ALLOC_CONF_VAR) {
-            Ok(text) => parse_settings(&text, &CachingConfig::default())
-                .map_err(|e| Error::config(format!("{ALLOC_CONF_VAR}: {}", e.message)))?,
-            Err(_) => CachingConfig::default(),
-        };
-        let forced = match std::env::var(DEVICE_VAR) {
-            Err(_) => None,
-            Ok(value) if value == "host" || value == "cuda" => Some(value),
-            Ok(value) => {
-                return Err(Error::config(format!(
-                    "{DEVICE_VAR}={} is not a valid accelerator: give host or cuda (or leave it \
-                     unset to use CUDA when a GPU is present)",
-                    crate::error::quote(&value)
-                )))
-            }
-        };
+        // The environment is read here, once, and nowhere else in the library.
+        let env = Environment::read();
+        let settings = env.host_settings()?;
+        trace_log::start_if(env.trace_path())?;
+        let initial_config = env.initial_config()?;
+        let forced = env.forced_device()?.map(str::to_string);
         let mut runtime = Runtime {
             accelerators: std::array::from_fn(|_| spin::Once::new()),
             current: AtomicI32::new(DEVICE_TYPE_HOST),

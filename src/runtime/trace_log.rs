@@ -17,8 +17,7 @@ use std::io::{BufWriter, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, Once};
 
-/// Environment variable naming the trace file.
-pub const TRACE_VAR: &str = "ACCALLOC_TRACE";
+pub use super::environment::TRACE_VAR;
 /// Operations buffered before they are written out.
 pub const FLUSH_EVERY: usize = 32;
 
@@ -41,13 +40,12 @@ fn log() -> MutexGuard<'static, Option<TraceLog>> {
     LOG.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// Start recording when ACCALLOC_TRACE is set (called once, when the runtime starts).
-pub fn init_from_env() -> Result<()> {
-    match std::env::var(TRACE_VAR) {
-        Ok(path) if !path.is_empty() => {
-            start(&path).map_err(|e| Error::config(format!("{TRACE_VAR}: {}", e.message)))
-        }
-        _ => Ok(()),
+/// Start recording when ACCALLOC_TRACE names a file (called once, when the runtime starts, with
+/// environment::Environment's value).
+pub fn start_if(path: Option<&str>) -> Result<()> {
+    match path {
+        Some(path) => start(path).map_err(|e| Error::config(format!("{TRACE_VAR}: {}", e.message))),
+        None => Ok(()),
     }
 }
 

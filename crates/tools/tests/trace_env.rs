@@ -106,7 +106,9 @@ fn a_recorded_program_replays_with_its_figures() {
 
     let settings = HostSettings {
         capacity: 1 << 30,
-        ..HostSettings::from_env().unwrap()
+        ..accalloc::runtime::Environment::read()
+            .host_settings()
+            .unwrap()
     };
     let report = replay(
         &ops,

@@ -101,20 +101,10 @@ pub struct HostSettings {
 }
 
 impl HostSettings {
-    /// Read ACCALLOC_HOST_CAPACITY and ACCALLOC_HOST_DEVICES; unset means the machine's physical memory and 1.
-    pub fn from_env() -> Result<Self> {
-        let mut settings = Self::from_values(
-            std::env::var(CAPACITY_VAR).ok().as_deref(),
-            std::env::var(DEVICES_VAR).ok().as_deref(),
-        )?;
-        if let Ok(rules) = std::env::var(FAIL_VAR) {
-            (settings.fail, settings.event_fail) = FailRule::parse_rules(&rules)?;
-        }
-        Ok(settings)
-    }
-
-    /// Build settings from the two variables' values (None when unset); a bad value is an error that
-    /// names the variable.
+    /// Build settings from ACCALLOC_HOST_CAPACITY's and ACCALLOC_HOST_DEVICES's values (None when
+    /// unset: the machine's physical memory and one device); a bad value is an error that names the
+    /// variable. The core reads no environment: the C library's runtime::environment does, and
+    /// adds ACCALLOC_HOST_FAIL's rules.
     pub fn from_values(capacity: Option<&str>, devices: Option<&str>) -> Result<Self> {
         let capacity = match capacity {
             None => physical_memory(),

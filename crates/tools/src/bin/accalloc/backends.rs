@@ -4,18 +4,15 @@
 use accalloc::backend::Backend;
 use accalloc::caching::settings::parse_settings;
 use accalloc::caching::CachingConfig;
-use accalloc::runtime::{ALLOC_CONF_VAR, DEVICE_VAR};
+use accalloc::runtime::{Environment, ALLOC_CONF_VAR};
 use std::sync::Arc;
 
 /// The replay's settings: ACCALLOC_CONF as every entry point reads it, then `--config` on top, whose
 /// keys override the same keys of the environment (the others keep the environment's values).
 pub fn replay_config(cli: Option<&str>) -> Result<CachingConfig, String> {
-    let env = std::env::var(ALLOC_CONF_VAR).ok();
-    let env_config = match &env {
-        Some(text) => parse_settings(text, &CachingConfig::default())
-            .map_err(|e| format!("{ALLOC_CONF_VAR}: {}", e.message))?,
-        None => CachingConfig::default(),
-    };
+    let environment = Environment::read();
+    let env_config = environment.initial_config().map_err(|e| e.message)?;
+    let env = environment.alloc_conf;
     let Some(cli) = cli else {
         return Ok(env_config);
     };
@@ -33,13 +30,10 @@ pub fn replay_config(cli: Option<&str>) -> Result<CachingConfig, String> {
 
 /// Which backend a replay uses when no flag chooses: ACCALLOC_DEVICE, as the library reads it.
 pub fn forced_device() -> Result<Option<String>, String> {
-    match std::env::var(DEVICE_VAR) {
-        Err(_) => Ok(None),
-        Ok(value) if value == "host" || value == "cuda" => Ok(Some(value)),
-        Ok(value) => Err(format!(
-            "{DEVICE_VAR}='{value}' is not a valid accelerator: give host or cuda (or leave it unset)"
-        )),
-    }
+    Environment::read()
+        .forced_device()
+        .map(|device| device.map(str::to_string))
+        .map_err(|e| e.message)
 }
 
 /// Name of the function a backend library exports for `--backend` unless LIB:SYMBOL names another:

@@ -1,6 +1,7 @@
 //! The environment, checked in one place before any command starts: every ACCALLOC_ variable the
-//! library or the tool reads, with the library's own rules (and the stricter size rule of
-//! `accalloc::units`), so that no command runs with a value another command would refuse.
+//! library reads (accalloc::runtime::environment, the one owner of the names and the rules), with
+//! the library's own rules (and the stricter size rule of `accalloc::units`), so that no command
+//! runs with a value another command would refuse.
 
 use crate::backends::forced_device;
 use accalloc::backend::host::{FailRule, HostSettings, CAPACITY_VAR, DEVICES_VAR, FAIL_VAR};
@@ -11,15 +12,8 @@ use accalloc::runtime::{ALLOC_CONF_VAR, DEVICE_VAR};
 use accalloc::units::{format_size, parse_size};
 use std::ffi::OsString;
 
-/// Every variable the library and the tool read.
-pub const READ: [&str; 6] = [
-    ALLOC_CONF_VAR,
-    DEVICE_VAR,
-    CAPACITY_VAR,
-    DEVICES_VAR,
-    FAIL_VAR,
-    TRACE_VAR,
-];
+/// Every variable the library and the tool read: the library's one list.
+use accalloc::runtime::environment::VARIABLES as READ;
 
 /// What the check found: errors (the command must not start) and notes for standard error.
 #[derive(Default)]

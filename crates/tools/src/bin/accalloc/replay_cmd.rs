@@ -3,7 +3,7 @@
 use crate::args::Args;
 use crate::backends::{cuda_backend, forced_device, load_backend, replay_config};
 use crate::input::{load, snapshot_json};
-use accalloc::backend::host::{HostBackend, HostSettings, CAPACITY_VAR};
+use accalloc::backend::host::{HostBackend, CAPACITY_VAR};
 use accalloc::backend::testing::TestBackend;
 use accalloc::backend::Backend;
 use accalloc::caching::summary::memory_summary;
@@ -30,12 +30,13 @@ pub fn replay_command(args: &[String]) -> Result<(), String> {
     let config = replay_config(config_text)?;
     let forced = forced_device()?;
     let workload = load(path, &args)?;
-    let settings = HostSettings::from_env().map_err(|e| e.message)?;
+    let environment = accalloc::runtime::Environment::read();
+    let settings = environment.host_settings().map_err(|e| e.message)?;
     // The devices as the user set them: which capacity was understood, and from where.
     let devices = |kind: &str| {
-        let source = match std::env::var(CAPACITY_VAR) {
-            Ok(text) => format!("{CAPACITY_VAR}={}", text.trim()),
-            Err(_) => "the machine's physical memory".to_string(),
+        let source = match &environment.host_capacity {
+            Some(text) => format!("{CAPACITY_VAR}={}", text.trim()),
+            None => "the machine's physical memory".to_string(),
         };
         format!(
             "{kind}, {} device(s) of {} ({} bytes; {source})",
