@@ -3,7 +3,7 @@
 //! an event that cannot be synchronized or destroyed stays pending until a later call succeeds. The
 //! books are recounted after every operation (debug builds), and each test ends with nothing held.
 
-use accalloc::backend::testing::TestBackend;
+use accalloc::backend::simulated::SimulatedBackend;
 use accalloc::caching::{CachingAllocator, CachingConfig, StatType};
 use accalloc::error::ErrorKind;
 use std::sync::Arc;
@@ -11,7 +11,7 @@ use std::sync::Arc;
 const ALL: usize = StatType::All as usize;
 const MIB: usize = 1 << 20;
 
-fn allocator(backend: TestBackend) -> (CachingAllocator, Arc<TestBackend>) {
+fn allocator(backend: SimulatedBackend) -> (CachingAllocator, Arc<SimulatedBackend>) {
     let backend = Arc::new(backend);
     let a = CachingAllocator::new(backend.clone(), 0, CachingConfig::default()).unwrap();
     (a, backend)
@@ -28,7 +28,7 @@ fn figures(a: &CachingAllocator) -> (i64, i64, i64) {
 }
 
 /// Nothing allocated, nothing reserved, nothing left at the backend.
-fn assert_nothing_held(a: &mut CachingAllocator, backend: &TestBackend) {
+fn assert_nothing_held(a: &mut CachingAllocator, backend: &SimulatedBackend) {
     a.empty_cache().unwrap();
     assert_eq!(figures(a), (0, 0, 0));
     assert_eq!(backend.live_segments(0), vec![]);
@@ -37,7 +37,7 @@ fn assert_nothing_held(a: &mut CachingAllocator, backend: &TestBackend) {
 
 #[test]
 fn a_free_whose_event_cannot_be_created_leaves_the_block_allocated() {
-    let (mut a, backend) = allocator(TestBackend::new(1, 1 << 30));
+    let (mut a, backend) = allocator(SimulatedBackend::new(1, 1 << 30));
     let p = a.malloc(1000, 0).unwrap();
     a.record_stream(p, 1).unwrap();
     backend.fail_calls("create_event", 1);
@@ -65,7 +65,7 @@ fn a_free_whose_event_cannot_be_created_leaves_the_block_allocated() {
 
 #[test]
 fn a_free_whose_event_cannot_be_recorded_destroys_the_events_it_made() {
-    let (mut a, backend) = allocator(TestBackend::new(1, 1 << 30));
+    let (mut a, backend) = allocator(SimulatedBackend::new(1, 1 << 30));
     let p = a.malloc(5 * MIB, 0).unwrap();
     a.record_stream(p, 1).unwrap();
     a.record_stream(p, 2).unwrap();
@@ -91,7 +91,7 @@ fn a_free_whose_event_cannot_be_recorded_destroys_the_events_it_made() {
 
 #[test]
 fn a_free_whose_stream_cannot_be_synchronized_leaves_the_block_allocated() {
-    let (mut a, backend) = allocator(TestBackend::without_events(1, 1 << 30));
+    let (mut a, backend) = allocator(SimulatedBackend::without_events(1, 1 << 30));
     let p = a.malloc(1000, 0).unwrap();
     a.record_stream(p, 3).unwrap();
     backend.fail_calls("stream_synchronize", 1);
@@ -115,7 +115,7 @@ fn a_free_whose_stream_cannot_be_synchronized_leaves_the_block_allocated() {
 #[test]
 fn pending_events_survive_a_failed_synchronization_in_empty_cache() {
     for failing in ["synchronize_event", "destroy_event"] {
-        let (mut a, backend) = allocator(TestBackend::new(1, 1 << 30));
+        let (mut a, backend) = allocator(SimulatedBackend::new(1, 1 << 30));
         let p = a.malloc(1000, 0).unwrap();
         let q = a.malloc(1000, 0).unwrap();
         a.record_stream(p, 1).unwrap();
@@ -144,7 +144,7 @@ fn pending_events_survive_a_failed_synchronization_in_empty_cache() {
 #[test]
 fn an_event_that_cannot_be_queried_or_destroyed_stays_pending_for_the_next_malloc() {
     for failing in ["query_event", "destroy_event"] {
-        let (mut a, backend) = allocator(TestBackend::new(1, 1 << 30));
+        let (mut a, backend) = allocator(SimulatedBackend::new(1, 1 << 30));
         let p = a.malloc(1000, 0).unwrap();
         a.record_stream(p, 1).unwrap();
         a.free(p).unwrap();

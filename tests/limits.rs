@@ -4,7 +4,7 @@
 //! later settings string. Each answers with a status or falls back; none panics (debug builds check
 //! for overflow and recount the books after every operation).
 
-use accalloc::backend::testing::TestBackend;
+use accalloc::backend::simulated::SimulatedBackend;
 use accalloc::caching::settings::parse_settings;
 use accalloc::caching::{CachingAllocator, CachingConfig, StatType};
 use accalloc::error::ErrorKind;
@@ -21,7 +21,7 @@ fn config(text: &str) -> CachingConfig {
 
 #[test]
 fn empty_cache_releases_the_reservations_of_streams_no_longer_used() {
-    let backend = Arc::new(TestBackend::new(1, 1 << 30));
+    let backend = Arc::new(SimulatedBackend::new(1, 1 << 30));
     let mut a =
         CachingAllocator::new(backend.clone(), 0, config("expandable_segments:True")).unwrap();
     for stream in 1..=50 {
@@ -64,7 +64,7 @@ fn empty_cache_releases_the_reservations_of_streams_no_longer_used() {
 #[test]
 fn a_capacity_too_large_to_reserve_falls_back_to_ordinary_segments() {
     for capacity in [1usize << 62, usize::MAX] {
-        let backend = Arc::new(TestBackend::new(1, capacity));
+        let backend = Arc::new(SimulatedBackend::new(1, capacity));
         let mut a =
             CachingAllocator::new(backend.clone(), 0, config("expandable_segments:True")).unwrap();
         let p = a.malloc(MIB, 0).unwrap();
@@ -85,7 +85,7 @@ fn a_capacity_too_large_to_reserve_falls_back_to_ordinary_segments() {
 #[test]
 fn sizes_near_the_top_of_the_address_space_are_out_of_memory_not_overflows() {
     // A device that reports usize::MAX bytes, with a memory fraction: the sums are checked.
-    let backend = Arc::new(TestBackend::new(1, usize::MAX));
+    let backend = Arc::new(SimulatedBackend::new(1, usize::MAX));
     let mut a = CachingAllocator::new(backend.clone(), 0, CachingConfig::default()).unwrap();
     a.set_memory_fraction(0.5).unwrap();
     let p = a.malloc(1000, 0).unwrap();
@@ -125,7 +125,7 @@ fn rounding_divisions_set_past_the_parser_do_not_overflow() {
         "{}",
         error.message
     );
-    let backend = Arc::new(TestBackend::new(1, 1 << 30));
+    let backend = Arc::new(SimulatedBackend::new(1, 1 << 30));
     let config = CachingConfig {
         roundup_power2_divisions: [1 << 63; 16],
         ..CachingConfig::default()
@@ -141,7 +141,7 @@ fn rounding_divisions_set_past_the_parser_do_not_overflow() {
 fn a_settings_string_keeps_a_fraction_set_by_call_unless_it_names_the_key() {
     let accelerator = Accelerator::new(
         9,
-        Arc::new(TestBackend::new(1, 64 * MIB)),
+        Arc::new(SimulatedBackend::new(1, 64 * MIB)),
         Arc::new(SegmentIndex::default()),
         config("per_process_memory_fraction:0.5"),
     );

@@ -10,7 +10,7 @@
 //!
 //! A failing case is shrunk to a minimal sequence by proptest.
 
-use accalloc::backend::testing::TestBackend;
+use accalloc::backend::simulated::SimulatedBackend;
 use accalloc::backend::Backend;
 use accalloc::caching::settings::parse_settings;
 use accalloc::caching::{CachingAllocator, CachingConfig, StatType};
@@ -66,7 +66,7 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 fn run(ops: &[Op]) -> Result<(), TestCaseError> {
-    let backend = Arc::new(TestBackend::new(1, CAPACITY));
+    let backend = Arc::new(SimulatedBackend::new(1, CAPACITY));
     let mut a = CachingAllocator::new(backend.clone(), 0, CachingConfig::default()).unwrap();
     // The model: live allocations as (address, size asked for).
     let mut live: Vec<(usize, usize)> = Vec::new();

@@ -2,14 +2,14 @@
 //! and the table of types fills up with a clear error.
 
 use accalloc::backend::renamed::Renamed;
-use accalloc::backend::testing::TestBackend;
+use accalloc::backend::simulated::SimulatedBackend;
 use accalloc::backend::Backend;
 use accalloc::runtime::{runtime, MAX_DEVICE_TYPES};
 use std::collections::HashSet;
 use std::sync::Arc;
 
 fn named(name: &str) -> Arc<dyn Backend> {
-    Arc::new(Renamed::new(name, TestBackend::new(1, 64 << 20)))
+    Arc::new(Renamed::new(name, SimulatedBackend::new(1, 64 << 20)))
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! release_lock_on_malloc: while one thread waits on a slow device allocation, others keep
 //! allocating from the cache of the same device.
 
-use accalloc::backend::testing::TestBackend;
+use accalloc::backend::simulated::SimulatedBackend;
 use accalloc::backend::{Backend, BackendError, StreamId};
 use accalloc::caching::settings::parse_settings;
 use accalloc::caching::CachingConfig;
@@ -13,14 +13,14 @@ use std::time::Duration;
 
 /// A backend whose raw allocations of `slow_size` bytes wait until the test opens the gate.
 struct GatedBackend {
-    inner: TestBackend,
+    inner: SimulatedBackend,
     slow_size: usize,
     open: Mutex<bool>,
     opened: Condvar,
     entered: Mutex<Option<mpsc::Sender<()>>>,
 }
 
-/// The TestBackend in all but its name and the gate.
+/// The SimulatedBackend in all but its name and the gate.
 impl accalloc::backend::Wrapper for GatedBackend {
     fn inner(&self) -> &dyn Backend {
         &self.inner
@@ -49,7 +49,7 @@ impl accalloc::backend::Wrapper for GatedBackend {
 fn cached_allocations_proceed_while_a_device_allocation_waits() {
     let (entered_tx, entered_rx) = mpsc::channel();
     let backend = Arc::new(GatedBackend {
-        inner: TestBackend::new(1, 1 << 30),
+        inner: SimulatedBackend::new(1, 1 << 30),
         slow_size: 64 << 20,
         open: Mutex::new(false),
         opened: Condvar::new(),
@@ -103,7 +103,7 @@ fn cached_allocations_proceed_while_a_device_allocation_waits() {
 fn the_memory_fraction_holds_while_segments_are_asked_for_without_the_lock() {
     let (entered_tx, entered_rx) = mpsc::channel();
     let backend = Arc::new(GatedBackend {
-        inner: TestBackend::new(1, 64 << 20),
+        inner: SimulatedBackend::new(1, 64 << 20),
         slow_size: 20 << 20,
         open: Mutex::new(false),
         opened: Condvar::new(),

@@ -6,7 +6,7 @@
 
 mod common;
 
-use accalloc::backend::testing::TestBackend;
+use accalloc::backend::simulated::SimulatedBackend;
 use accalloc::capi::device::accalloc_set_accelerator;
 use accalloc::capi::AccallocStatus;
 use accalloc::runtime::{runtime, DEVICE_TYPE_HOST};
@@ -78,7 +78,7 @@ fn the_one_device_shortcut_answers_as_the_general_path_and_gives_way() {
             .unwrap()
             .register(Arc::new(FarBackend {
                 name: "distant",
-                inner: TestBackend::new(1, 64 << 20),
+                inner: SimulatedBackend::new(1, 64 << 20),
                 before_alloc: || {},
             }))
             .unwrap();

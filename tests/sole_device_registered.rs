@@ -6,7 +6,7 @@
 
 mod common;
 
-use accalloc::backend::testing::TestBackend;
+use accalloc::backend::simulated::SimulatedBackend;
 use accalloc::capi::AccallocStatus;
 use accalloc::runtime::runtime;
 use common::{free, try_malloc, FarBackend};
@@ -39,7 +39,7 @@ fn a_callback_calling_back_gets_the_error_not_a_deadlock() {
     let t = runtime
         .register(Arc::new(FarBackend {
             name: "reentrant",
-            inner: TestBackend::new(1, 1 << 30),
+            inner: SimulatedBackend::new(1, 1 << 30),
             before_alloc: call_back,
         }))
         .unwrap();

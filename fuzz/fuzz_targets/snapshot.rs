@@ -4,7 +4,7 @@
 //! all their memory back.
 #![no_main]
 
-use accalloc::backend::testing::TestBackend;
+use accalloc::backend::simulated::SimulatedBackend;
 use accalloc::backend::Backend;
 use accalloc::caching::CachingConfig;
 use accalloc_tools::replay::{read_workload, replay, SnapshotOptions, TraceOp};
@@ -26,7 +26,7 @@ fuzz_target!(|data: &[u8]| {
     if ops.len() > 2000 || too_big {
         return;
     }
-    let backend = Arc::new(TestBackend::new(2, 256 << 20));
+    let backend = Arc::new(SimulatedBackend::new(2, 256 << 20));
     let report = replay(&ops, backend.clone(), &CachingConfig::default()).expect("a snapshot read replays");
     assert!(report.ooms <= report.allocs);
     for device in 0..2 {

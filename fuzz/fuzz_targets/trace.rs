@@ -3,7 +3,7 @@
 //! line; nothing panics and the simulated device gets all its memory back.
 #![no_main]
 
-use accalloc::backend::testing::TestBackend;
+use accalloc::backend::simulated::SimulatedBackend;
 use accalloc::backend::Backend;
 use accalloc::caching::CachingConfig;
 use accalloc_tools::replay::{parse_trace, replay, TraceOp};
@@ -16,7 +16,7 @@ fuzz_target!(|data: &[u8]| {
     if ops.len() > 2000 || ops.iter().any(|op| matches!(op, TraceOp::Alloc { device, .. } if *device > 1)) {
         return;
     }
-    let backend = Arc::new(TestBackend::new(2, 256 << 20));
+    let backend = Arc::new(SimulatedBackend::new(2, 256 << 20));
     let report = replay(&ops, backend.clone(), &CachingConfig::default()).expect("a parsed trace replays");
     assert!(report.ooms <= report.allocs);
     for device in 0..2 {

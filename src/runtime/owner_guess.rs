@@ -81,12 +81,12 @@ pub fn remember(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::testing::TestBackend;
+    use crate::backend::simulated::SimulatedBackend;
     use crate::caching::CachingConfig;
     use std::sync::Arc;
 
     fn device_lock() -> &'static DeviceLock<CachingAllocator> {
-        let backend = Arc::new(TestBackend::new(1, 1 << 30));
+        let backend = Arc::new(SimulatedBackend::new(1, 1 << 30));
         let allocator = CachingAllocator::new(backend, 0, CachingConfig::default()).unwrap();
         Box::leak(Box::new(DeviceLock::new(allocator)))
     }

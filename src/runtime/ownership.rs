@@ -205,7 +205,7 @@ fn refused_range(call: &str, ptr: usize, size: usize, why: &str) -> BackendError
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::testing::TestBackend;
+    use crate::backend::simulated::SimulatedBackend;
     use crate::backend::MemInfo;
     use crate::runtime::FIRST_REGISTERED_TYPE;
     use std::sync::Mutex;
@@ -221,10 +221,10 @@ mod tests {
 
     #[test]
     fn keeps_the_inner_backends_events_and_virtual_memory() {
-        let makers: [fn(usize, usize) -> TestBackend; 3] = [
-            TestBackend::new,
-            TestBackend::without_events,
-            TestBackend::without_virtual_memory,
+        let makers: [fn(usize, usize) -> SimulatedBackend; 3] = [
+            SimulatedBackend::new,
+            SimulatedBackend::without_events,
+            SimulatedBackend::without_virtual_memory,
         ];
         for make in makers {
             let inner = Arc::new(make(1, 1 << 30));
@@ -233,7 +233,7 @@ mod tests {
         }
 
         // An event recorded through the index is pending for as long as the inner backend says.
-        let inner = Arc::new(TestBackend::new(1, 1 << 30));
+        let inner = Arc::new(SimulatedBackend::new(1, 1 << 30));
         let backend = IndexedBackend::new(inner.clone(), 7, Arc::default());
         let event = backend.create_event(0).unwrap();
         backend.record_event(0, event, 3).unwrap();
@@ -244,10 +244,10 @@ mod tests {
         assert_eq!(inner.live_events(), 0);
     }
 
-    /// A TestBackend that notes, for every call reaching it, whether the thread was inside a
+    /// A SimulatedBackend that notes, for every call reaching it, whether the thread was inside a
     /// callback of device type FIRST_REGISTERED_TYPE.
     struct Probe {
-        inner: TestBackend,
+        inner: SimulatedBackend,
         calls: Mutex<Vec<(&'static str, bool)>>,
     }
 
@@ -265,7 +265,7 @@ mod tests {
     #[test]
     fn every_call_reaching_the_backend_runs_inside_its_callback_scope() {
         let probe = Arc::new(Probe {
-            inner: TestBackend::new(1, 1 << 30),
+            inner: SimulatedBackend::new(1, 1 << 30),
             calls: Mutex::default(),
         });
         let backend = IndexedBackend::new(probe.clone(), FIRST_REGISTERED_TYPE, Arc::default());
@@ -310,7 +310,11 @@ mod tests {
     #[test]
     fn finds_the_owner_of_interior_addresses_only() {
         let index = Arc::new(SegmentIndex::default());
-        let backend = IndexedBackend::new(Arc::new(TestBackend::new(2, 1 << 30)), 7, index.clone());
+        let backend = IndexedBackend::new(
+            Arc::new(SimulatedBackend::new(2, 1 << 30)),
+            7,
+            index.clone(),
+        );
         let a = backend.raw_alloc(0, 2 << 20, 0).unwrap();
         let b = backend.raw_alloc(1, 4 << 20, 0).unwrap();
         assert_eq!(index.owner_of(a), Some((7, 0)));
@@ -325,7 +329,7 @@ mod tests {
     #[test]
     fn a_range_leaves_the_index_before_release_and_returns_if_release_fails() {
         let index = Arc::new(SegmentIndex::default());
-        let inner = Arc::new(TestBackend::new(1, 1 << 30));
+        let inner = Arc::new(SimulatedBackend::new(1, 1 << 30));
         let backend = IndexedBackend::new(inner.clone(), 7, index.clone());
         let reserved = backend.vm_reserve(0, 8 << 20).unwrap();
         inner.fail_calls("vm_release", 1);

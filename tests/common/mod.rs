@@ -69,12 +69,12 @@ pub fn free(ptr: usize) -> AccallocStatus {
 /// segments never meet the host's.
 pub const FAR: usize = 1 << 47;
 
-/// A one-device TestBackend (fake addresses, no memory touched) moved up by FAR, running
+/// A one-device SimulatedBackend (fake addresses, no memory touched) moved up by FAR, running
 /// `before_alloc` at the start of every raw_alloc. Its events and stream synchronization are the
-/// TestBackend's; it has no virtual memory (reservations would not be moved up).
+/// SimulatedBackend's; it has no virtual memory (reservations would not be moved up).
 pub struct FarBackend {
     pub name: &'static str,
-    pub inner: accalloc::backend::testing::TestBackend,
+    pub inner: accalloc::backend::simulated::SimulatedBackend,
     pub before_alloc: fn(),
 }
 

@@ -3,7 +3,7 @@
 //! pickled by Python; pickles of every protocol PyTorch may write are read; a wrapped history is
 //! completed and counted.
 
-use accalloc::backend::testing::TestBackend;
+use accalloc::backend::simulated::SimulatedBackend;
 use accalloc::caching::settings::parse_settings;
 use accalloc::caching::CachingConfig;
 use accalloc_tools::replay::input::{json_to_pickle, pickle_to_json};
@@ -24,7 +24,7 @@ fn trace(path: &str) -> Vec<TraceOp> {
 }
 
 fn run(ops: &[TraceOp], config: &CachingConfig) -> ReplayReport {
-    replay(ops, Arc::new(TestBackend::new(1, CAPACITY)), config).unwrap()
+    replay(ops, Arc::new(SimulatedBackend::new(1, CAPACITY)), config).unwrap()
 }
 
 fn with_empty_cache() -> SnapshotOptions {
@@ -71,7 +71,7 @@ fn a_snapshot_of_a_trace_replays_with_its_figures() {
             let original = run(&ops, &config);
             let snapshot = snapshot_of_trace(
                 &ops,
-                Arc::new(TestBackend::new(1, CAPACITY)),
+                Arc::new(SimulatedBackend::new(1, CAPACITY)),
                 &CachingConfig::default(),
             )
             .unwrap();

@@ -3,7 +3,7 @@
 //! 20 MiB floor the line had before lost on two real traces (the CNN's and GPT-2's); a test with
 //! that floor shows it, so this one can tell the difference.
 
-use accalloc::backend::testing::TestBackend;
+use accalloc::backend::simulated::SimulatedBackend;
 use accalloc::caching::settings::parse_settings;
 use accalloc::caching::CachingConfig;
 use accalloc_tools::replay::{parse_trace, replay, TraceOp};
@@ -31,7 +31,7 @@ fn traces() -> Vec<PathBuf> {
 
 fn peak_reserved(ops: &[TraceOp], settings: &str) -> i64 {
     let config = parse_settings(settings, &CachingConfig::default()).unwrap();
-    let report = replay(ops, Arc::new(TestBackend::new(1, 1 << 40)), &config).unwrap();
+    let report = replay(ops, Arc::new(SimulatedBackend::new(1, 1 << 40)), &config).unwrap();
     assert_eq!(report.ooms, 0);
     report.peak_reserved()
 }

@@ -7,7 +7,7 @@ pub mod cuda;
 pub mod custom;
 pub mod host;
 pub mod renamed;
-pub mod testing;
+pub mod simulated;
 pub mod wrapper;
 
 pub use wrapper::Wrapper;

@@ -180,7 +180,7 @@ impl<W: Wrapper> Backend for W {
 mod tests {
     // Wrapper by path only: with it in scope too, a call on a wrapper would name two methods.
     use crate::backend::renamed::Renamed;
-    use crate::backend::testing::TestBackend;
+    use crate::backend::simulated::SimulatedBackend;
     use crate::backend::{Backend, BackendError, MemInfo, StreamId};
     use crate::caching::settings::parse_settings;
     use crate::caching::{CachingAllocator, CachingConfig};
@@ -236,10 +236,10 @@ mod tests {
 
     #[test]
     fn wrappers_keep_the_inner_backends_capabilities() {
-        let makers: [fn(usize, usize) -> TestBackend; 3] = [
-            TestBackend::new,
-            TestBackend::without_events,
-            TestBackend::without_virtual_memory,
+        let makers: [fn(usize, usize) -> SimulatedBackend; 3] = [
+            SimulatedBackend::new,
+            SimulatedBackend::without_events,
+            SimulatedBackend::without_virtual_memory,
         ];
         let mut seen = Vec::new();
         for make in makers {
@@ -267,7 +267,7 @@ mod tests {
 
     #[test]
     fn an_event_recorded_through_a_wrapper_is_pending_until_the_inner_backend_completes_it() {
-        let inner = Arc::new(TestBackend::new(1, 1 << 30));
+        let inner = Arc::new(SimulatedBackend::new(1, 1 << 30));
         let outer = Renamed::new("outer", Bare(inner.clone()));
         let event = outer.create_event(0).unwrap();
         outer.record_event(0, event, 5).unwrap();
@@ -316,7 +316,7 @@ mod tests {
 
     #[test]
     fn the_caching_layer_under_a_wrapper_waits_for_the_inner_backends_events() {
-        let inner = Arc::new(TestBackend::new(1, 1 << 30));
+        let inner = Arc::new(SimulatedBackend::new(1, 1 << 30));
         let mut a =
             CachingAllocator::new(Arc::new(Bare(inner.clone())), 0, CachingConfig::default())
                 .unwrap();
@@ -339,7 +339,7 @@ mod tests {
 
     #[test]
     fn expandable_segments_under_a_wrapper_use_the_inner_backends_virtual_memory() {
-        let inner = Arc::new(TestBackend::new(1, 1 << 30));
+        let inner = Arc::new(SimulatedBackend::new(1, 1 << 30));
         let config = parse_settings("expandable_segments:True", &CachingConfig::default()).unwrap();
         let mut a = CachingAllocator::new(Arc::new(Bare(inner.clone())), 0, config).unwrap();
         let p = a.malloc(4 << 20, 0).unwrap();

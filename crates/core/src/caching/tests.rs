@@ -1,7 +1,7 @@
 //! The default policy's statistics, worked out by hand from REFERENCE.md's precise rules.
 
 use super::*;
-use crate::backend::testing::TestBackend;
+use crate::backend::simulated::SimulatedBackend;
 use crate::error::ErrorKind;
 use std::sync::Arc;
 
@@ -11,12 +11,15 @@ const ALL: usize = StatType::All as usize;
 const SMALL: usize = StatType::SmallPool as usize;
 const LARGE: usize = StatType::LargePool as usize;
 
-fn allocator(capacity: usize) -> (CachingAllocator, Arc<TestBackend>) {
+fn allocator(capacity: usize) -> (CachingAllocator, Arc<SimulatedBackend>) {
     allocator_with(capacity, CachingConfig::default())
 }
 
-fn allocator_with(capacity: usize, config: CachingConfig) -> (CachingAllocator, Arc<TestBackend>) {
-    let backend = Arc::new(TestBackend::new(1, capacity));
+fn allocator_with(
+    capacity: usize,
+    config: CachingConfig,
+) -> (CachingAllocator, Arc<SimulatedBackend>) {
+    let backend = Arc::new(SimulatedBackend::new(1, capacity));
     let allocator = CachingAllocator::new(backend.clone(), 0, config).unwrap();
     (allocator, backend)
 }
@@ -774,7 +777,7 @@ fn expandable_out_of_memory_unmaps_wholly_free_pages_before_the_retry() {
 
 #[test]
 fn expandable_segments_fall_back_without_virtual_memory() {
-    let backend = Arc::new(TestBackend::without_virtual_memory(1, 1 << 30));
+    let backend = Arc::new(SimulatedBackend::without_virtual_memory(1, 1 << 30));
     let mut a = CachingAllocator::new(backend.clone(), 0, expandable()).unwrap();
     a.malloc(5 << 20, 0).unwrap();
     let s = a.stats();

@@ -2,7 +2,7 @@
 
 use super::session::{replay_with, ReplayOptions, ReplayReport};
 use super::trace::{devices_used, TraceOp};
-use crate::backend::testing::TestBackend;
+use crate::backend::simulated::SimulatedBackend;
 use crate::caching::CachingConfig;
 use crate::error::Result;
 use crate::units::format_size;
@@ -26,7 +26,7 @@ pub fn compare(
         .map(|config| {
             replay_with(
                 ops,
-                Arc::new(TestBackend::new(devices, capacity)),
+                Arc::new(SimulatedBackend::new(devices, capacity)),
                 config,
                 options,
             )

@@ -317,7 +317,7 @@ pub fn replay_with(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::testing::TestBackend;
+    use crate::backend::simulated::SimulatedBackend;
     use crate::replay::trace::parse_trace;
 
     #[test]
@@ -325,7 +325,7 @@ mod tests {
         let trace = "{\"op\":\"alloc\",\"id\":1,\"size\":1000}\n{\"op\":\"alloc\",\"id\":2,\"size\":5242880}\n\
                      {\"op\":\"free\",\"id\":1}\n{\"op\":\"empty_cache\"}\n{\"op\":\"free\",\"id\":2}\n";
         let ops = parse_trace(trace).unwrap();
-        let backend = Arc::new(TestBackend::new(1, 1 << 30));
+        let backend = Arc::new(SimulatedBackend::new(1, 1 << 30));
         let report = replay(&ops, backend.clone(), &CachingConfig::default()).unwrap();
         assert_eq!((report.allocs, report.frees, report.ooms), (2, 2, 0));
         assert_eq!(report.peak_allocated(), 1024 + (5 << 20));
@@ -347,7 +347,7 @@ mod tests {
         let trace = "{\"op\":\"alloc\",\"id\":1,\"size\":104857600}\n{\"op\":\"free\",\"id\":1}\n";
         let report = replay(
             &parse_trace(trace).unwrap(),
-            Arc::new(TestBackend::new(1, 64 << 20)),
+            Arc::new(SimulatedBackend::new(1, 64 << 20)),
             &CachingConfig::default(),
         )
         .unwrap();
@@ -363,7 +363,7 @@ mod tests {
         let ops = parse_trace(trace).unwrap();
         let simulated = replay(
             &ops,
-            Arc::new(TestBackend::new(1, 1 << 30)),
+            Arc::new(SimulatedBackend::new(1, 1 << 30)),
             &CachingConfig::default(),
         )
         .unwrap();
@@ -429,7 +429,7 @@ mod tests {
                 ..ReplayOptions::default()
             },
         ] {
-            let backend = Arc::new(crate::backend::testing::TestBackend::new(1, 1 << 30));
+            let backend = Arc::new(crate::backend::simulated::SimulatedBackend::new(1, 1 << 30));
             let report = replay_with(&ops, backend, &CachingConfig::default(), options).unwrap();
             let traces = &report.snapshot.unwrap()["device_traces"][0];
             assert_eq!(traces.as_array().unwrap().len(), SNAPSHOT_HISTORY_ENTRIES);

@@ -1,13 +1,13 @@
 //! `accalloc tune`: replay one trace under many settings, on all cores, and rank them.
 //!
-//! Each candidate replays on its own simulated device (TestBackend: rising fake addresses, no
+//! Each candidate replays on its own simulated device (SimulatedBackend: rising fake addresses, no
 //! memory touched), so the figures are the same on every run and every machine. A candidate fits
 //! when it has no OOM on a device of the given capacity; those that do not fit rank last. Then the
 //! lowest peak reserved memory wins; fewer device calls, fewer retries, then fewer keys break ties.
 
 use super::session::{replay, ReplayReport};
 use super::trace::{devices_used, TraceOp};
-use crate::backend::testing::TestBackend;
+use crate::backend::simulated::SimulatedBackend;
 use crate::caching::settings::parse_settings;
 use crate::caching::CachingConfig;
 use crate::error::Result;
@@ -255,7 +255,7 @@ pub fn tune(
                 if index >= candidates.len() {
                     break;
                 }
-                let backend = Arc::new(TestBackend::new(devices, capacity));
+                let backend = Arc::new(SimulatedBackend::new(devices, capacity));
                 let outcome = replay(ops, backend, &configs[index])
                     .map(|report| Outcome::new(candidates[index], &report));
                 if sender.send((index, outcome)).is_err() {

@@ -4,7 +4,7 @@ use crate::args::Args;
 use crate::backends::{cuda_backend, forced_device, load_backend, replay_config};
 use crate::input::{load, snapshot_json};
 use accalloc::backend::host::{HostBackend, CAPACITY_VAR};
-use accalloc::backend::testing::TestBackend;
+use accalloc::backend::simulated::SimulatedBackend;
 use accalloc::backend::Backend;
 use accalloc::caching::summary::memory_summary;
 use accalloc::runtime::DEVICE_VAR;
@@ -51,7 +51,7 @@ pub fn replay_command(args: &[String]) -> Result<(), String> {
             let name = format!("{} (--backend {spec})", backend.name());
             (backend, name)
         } else if args.has("--simulate") {
-            let backend = TestBackend::new(settings.devices, settings.capacity);
+            let backend = SimulatedBackend::new(settings.devices, settings.capacity);
             (Arc::new(backend), devices("simulated"))
         } else if args.has("--cuda") {
             (cuda_backend("--cuda")?, "cuda".to_string())

@@ -3,7 +3,7 @@
 use crate::args::Args;
 use crate::environment::describe_capacity;
 use crate::input::{load, EMPTY_CACHE_FLAG};
-use accalloc::backend::testing::TestBackend;
+use accalloc::backend::simulated::SimulatedBackend;
 use accalloc::caching::settings::parse_settings;
 use accalloc::caching::CachingConfig;
 use accalloc::units::format_size;
@@ -419,7 +419,7 @@ pub fn convert_command(args: &[String]) -> Result<(), String> {
                 .map_err(|e| format!("--config: {}", e.message))?,
             None => CachingConfig::default(),
         };
-        let backend = Arc::new(TestBackend::new(devices_used(ops), UNLIMITED_CAPACITY));
+        let backend = Arc::new(SimulatedBackend::new(devices_used(ops), UNLIMITED_CAPACITY));
         let snapshot = snapshot_of_trace(ops, backend, &config).map_err(|e| e.message)?;
         if output.ends_with(".json") {
             snapshot.to_string().into_bytes()

@@ -1,6 +1,7 @@
-//! A backend for tests: fake addresses handed out in rising order, a fixed capacity, counts of every
-//! call, and events that complete only when the test says so. No memory is touched, so tests can model
-//! devices of any size.
+//! The simulated device: fake addresses handed out in rising order, a fixed capacity, counts of every
+//! call, and events that complete only when the caller says so. No memory is touched, so it models
+//! devices of any size: the tests' backend, and the device the tools replay on (`replay --simulate`,
+//! `tune`, `compare`), where figures must not depend on the machine.
 
 use super::{Backend, BackendError, EventId, MemInfo, StreamId};
 use std::collections::{BTreeMap, HashMap};
@@ -49,7 +50,7 @@ struct EventState {
 }
 
 /// A deterministic in-memory backend.
-pub struct TestBackend {
+pub struct SimulatedBackend {
     devices: usize,
     capacity: usize,
     /// Virtual-memory granularity; None: no virtual memory.
@@ -64,10 +65,10 @@ pub struct TestBackend {
     events_on: bool,
 }
 
-impl TestBackend {
+impl SimulatedBackend {
     /// `devices` devices of `capacity` bytes each.
     pub fn new(devices: usize, capacity: usize) -> Self {
-        TestBackend {
+        SimulatedBackend {
             devices,
             capacity,
             granularity: Some(2 << 20),
@@ -81,7 +82,7 @@ impl TestBackend {
 
     /// The same without events: blocks used by other streams are handled by stream_synchronize.
     pub fn without_events(devices: usize, capacity: usize) -> Self {
-        TestBackend {
+        SimulatedBackend {
             events_on: false,
             ..Self::new(devices, capacity)
         }
@@ -140,7 +141,7 @@ impl TestBackend {
 
     /// The same without virtual memory (expandable segments fall back to ordinary ones).
     pub fn without_virtual_memory(devices: usize, capacity: usize) -> Self {
-        TestBackend {
+        SimulatedBackend {
             granularity: None,
             ..Self::new(devices, capacity)
         }
@@ -176,7 +177,7 @@ impl TestBackend {
     }
 }
 
-impl Backend for TestBackend {
+impl Backend for SimulatedBackend {
     fn name(&self) -> &str {
         "test"
     }
