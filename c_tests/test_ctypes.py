@@ -31,15 +31,18 @@ STATUS_NAMES = [
 ]
 GIB = 1 << 30
 
+# The statistics as accalloc.h declares them, spelled here on purpose (a ctypes user's own mirror);
+# tests/stats_table.rs checks these lists against accalloc's table of statistics.
 FAMILIES = ["allocation", "segment", "active", "inactive_split", "allocated_bytes", "reserved_bytes",
             "active_bytes", "inactive_split_bytes", "requested_bytes"]
+SINGLES = ["oversize_allocations", "oversize_segments"]
 POOLS = ["all", "small_pool", "large_pool"]  # ACCALLOC_STAT_ALL, ACCALLOC_STAT_SMALL_POOL, ACCALLOC_STAT_LARGE_POOL
 FIELDS = ["current", "peak", "allocated", "freed"]
 SCALARS = ["num_alloc_retries", "num_ooms", "num_sync_all_streams", "num_device_alloc", "num_device_free",
            "max_split_size"]
 EXPECTED_KEYS = sorted(
     [f"{fam}.{pool}.{field}" for fam in FAMILIES for pool in POOLS for field in FIELDS]
-    + [f"{fam}.{field}" for fam in ("oversize_allocations", "oversize_segments") for field in FIELDS]
+    + [f"{fam}.{field}" for fam in SINGLES for field in FIELDS]
     + SCALARS)
 
 
@@ -50,7 +53,7 @@ class AccallocStat(ctypes.Structure):
 class AccallocDeviceStats(ctypes.Structure):
     _fields_ = ([("struct_size", ctypes.c_size_t)]
                 + [(fam, AccallocStat * 3) for fam in FAMILIES]
-                + [("oversize_allocations", AccallocStat), ("oversize_segments", AccallocStat)]
+                + [(fam, AccallocStat) for fam in SINGLES]
                 + [(name, ctypes.c_int64) for name in SCALARS])
 
     def flat(self):
@@ -59,7 +62,7 @@ class AccallocDeviceStats(ctypes.Structure):
             for i, pool in enumerate(POOLS):
                 for field in FIELDS:
                     out[f"{fam}.{pool}.{field}"] = getattr(getattr(self, fam)[i], field)
-        for fam in ("oversize_allocations", "oversize_segments"):
+        for fam in SINGLES:
             for field in FIELDS:
                 out[f"{fam}.{field}"] = getattr(getattr(self, fam), field)
         for name in SCALARS:
@@ -100,7 +103,8 @@ def load(path, mode=ctypes.DEFAULT_MODE):
         "accalloc_memory_stat": (S, [ctypes.c_int32, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int64)]),
         "accalloc_memory_stats_json": (S, [ctypes.c_int32, ctypes.c_char_p, ctypes.c_size_t,
                                       ctypes.POINTER(ctypes.c_size_t)]),
-        "accalloc_mem_get_info": (S, [ctypes.c_int32, ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint64)]),
+        "accalloc_mem_get_info": (S, [ctypes.c_int32, ctypes.POINTER(ctypes.c_uint64),
+                                      ctypes.POINTER(ctypes.c_uint64)]),
         "accalloc_set_memory_fraction": (S, [ctypes.c_double, ctypes.c_int32]),
         "accalloc_device_count": (S, [ctypes.POINTER(ctypes.c_int32)]),
         "accalloc_current_device": (S, [ctypes.POINTER(ctypes.c_int32)]),
@@ -178,7 +182,8 @@ def main():
     def device_stats(device):
         s = AccallocDeviceStats()
         s.struct_size = ctypes.sizeof(AccallocDeviceStats)
-        check_eq(lib.accalloc_get_device_stats(device, ctypes.byref(s)), ACCALLOC_OK, f"accalloc_get_device_stats({device})")
+        check_eq(lib.accalloc_get_device_stats(device, ctypes.byref(s)), ACCALLOC_OK,
+                 f"accalloc_get_device_stats({device})")
         return s.flat()
 
     def stats_json(device):
@@ -257,14 +262,16 @@ def main():
         check_eq(getattr(lib, fn)(0, ctypes.byref(v)), ACCALLOC_OK, fn)
         check_eq(v.value, want, fn)
     free_b, total_b = ctypes.c_uint64(), ctypes.c_uint64()
-    check_eq(lib.accalloc_mem_get_info(0, ctypes.byref(free_b), ctypes.byref(total_b)), ACCALLOC_OK, "accalloc_mem_get_info")
+    check_eq(lib.accalloc_mem_get_info(0, ctypes.byref(free_b), ctypes.byref(total_b)), ACCALLOC_OK,
+             "accalloc_mem_get_info")
     check_eq(total_b.value, GIB, "total = ACCALLOC_HOST_CAPACITY")
     check_eq(free_b.value, GIB - 2097152, "free = total - reserved")
 
     # --- free, errors on that pointer ---
     check_eq(lib.accalloc_record_stream(p, None), ACCALLOC_OK, "record_stream on its own stream (ignored)")
     check_eq(lib.accalloc_free(p), ACCALLOC_OK, "accalloc_free")
-    check_eq(lib.accalloc_record_stream(p, ctypes.c_void_p(0x3000)), ACCALLOC_ERROR_INVALID_POINTER, "record_stream, freed")
+    check_eq(lib.accalloc_record_stream(p, ctypes.c_void_p(0x3000)), ACCALLOC_ERROR_INVALID_POINTER,
+             "record_stream, freed")
     check_eq(lib.accalloc_free(p), ACCALLOC_ERROR_INVALID_POINTER, "double free")
     check(len(last_error()) > 0, "double free has a message")
     check_eq(lib.accalloc_free(ctypes.c_void_p(p.value + 512)), ACCALLOC_ERROR_INVALID_POINTER, "interior pointer")
@@ -298,7 +305,8 @@ def main():
              "a request larger than the device changes nothing but num_ooms")
     # 300 MiB is within the device, but not within a 0.25 fraction (256 MiB): a counted OOM
     check_eq(lib.accalloc_set_memory_fraction(0.25, 0), ACCALLOC_OK, "fraction 0.25")
-    check_eq(lib.accalloc_malloc(ctypes.byref(q), 300 << 20, 0, None), ACCALLOC_ERROR_OUT_OF_MEMORY, "300 MiB over 0.25")
+    check_eq(lib.accalloc_malloc(ctypes.byref(q), 300 << 20, 0, None), ACCALLOC_ERROR_OUT_OF_MEMORY,
+             "300 MiB over 0.25")
     check("Tried to allocate 300.00 MiB" in last_error(), f"OOM message: {last_error()!r}")
     check_eq(stat(0, "num_ooms"), 2, "num_ooms (with the 1 TiB request)")
     check_eq(stat(0, "num_alloc_retries"), 1, "num_alloc_retries")
@@ -323,7 +331,8 @@ def main():
     check_eq(lib.accalloc_set_memory_fraction(0.5, 9), ACCALLOC_ERROR_INVALID_DEVICE, "fraction device 9")
     check_eq(lib.accalloc_set_device(2), ACCALLOC_ERROR_INVALID_DEVICE, "set_device(2)")
     check_eq(lib.accalloc_device_count(None), ACCALLOC_ERROR_INVALID_ARGUMENT, "device_count NULL")
-    check_eq(lib.accalloc_mem_get_info(0, None, ctypes.byref(total_b)), ACCALLOC_ERROR_INVALID_ARGUMENT, "mem_get_info NULL")
+    check_eq(lib.accalloc_mem_get_info(0, None, ctypes.byref(total_b)), ACCALLOC_ERROR_INVALID_ARGUMENT,
+             "mem_get_info NULL")
     check_eq(lib.accalloc_reset_peak_memory_stats(-5), ACCALLOC_ERROR_INVALID_DEVICE, "reset peak device -5")
     check_eq(stat(0, "allocation.all.allocated"), 0, "the failures allocated nothing")
     check_eq(stat(0, "num_ooms"), 2, "argument errors are not OOMs")

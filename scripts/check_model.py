@@ -634,6 +634,11 @@ def check(name: str, trace: Path, capacity: str, expect: dict[str, object] | Non
     problems = []
     if len(want) != 122:
         problems.append(f"  model printed {len(want)} keys, not 122")
+    # accalloc's keys are its table of statistics (crates/core/src/caching/stats.rs): the model's
+    # must be the same names.
+    for side, keys in (("the model", set(want) - set(got)), ("accalloc", set(got) - set(want))):
+        if keys:
+            problems.append(f"  only {side} has the keys {sorted(keys)}")
     differing = [key for key in sorted(set(got) | set(want)) if got.get(key) != want.get(key)]
     diff_lines = [f"  {key}: accalloc={got.get(key)} model={want.get(key)}" for key in differing]
     for key, value in (expect or {}).items():

@@ -90,6 +90,8 @@ SIM_ADDRESS_ALIGN = 2 * MiB
 SIM_ADDRESS_GAP = 2 * MiB
 SIM_RESERVE_BASE = SIM_BASE_ADDRESS + (1 << 39)  # where expandable ranges are reserved
 
+# The statistics' names (tests/stats_table.rs checks them, and the scalars memory_stats() writes,
+# against accalloc's table of statistics, DeviceStats in crates/core/src/caching/stats.rs).
 POOLS = ("all", "small_pool", "large_pool")
 FIELDS = ("current", "peak", "allocated", "freed")
 # StatType arrays (allocation, segment, active, inactive_split, *_bytes) and plain Stats.

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Every test of accalloc: formatting, lints, the Rust tests (including the header check), the release
-# build, then the C, C++, dlopen and Python ctypes tests under ctest, and a replay of the sample trace.
+# Every test of accalloc: formatting, lints (clippy; ruff on the Python), the Rust tests (including the
+# header check), the release build, then the C, C++, dlopen and Python ctypes tests under ctest, and a
+# replay of the sample trace. The environments' default folders are set in scripts/lib/env.sh.
 # Usage: scripts/test-all.sh            (from anywhere; needs cargo, a C/C++ compiler, cmake, python3)
 #        ACCALLOC_ASAN=ON scripts/test-all.sh   also builds and runs the C tests under AddressSanitizer
 #        ACCALLOC_VALGRIND=ON ...              also runs the C tests under valgrind
 #        ACCALLOC_FUZZ_SECONDS=20 ...          also fuzzes each target that long (scripts/fuzz.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib/env.sh
 
 # What a fresh machine may lack is set up here, in the first seconds, or the run stops saying how.
 scripts/setup-tools.sh
@@ -65,7 +67,7 @@ LD_LIBRARY_PATH=$ACCALLOC_CUDA_MODEL_DIR ACCALLOC_DEVICE=cuda ACCALLOC_CUDA_MODE
   tee build/logs/ctest-cuda-model.log
 
 echo "== the README's C quick start, as written"
-scripts/readme_quickstart.sh
+scripts/readme-quickstart.sh
 
 echo "== examples/quickstart.c"
 mkdir -p build
@@ -79,12 +81,14 @@ c++ -std=c++17 -Wall -Wextra -Werror -Iinclude examples/framework_backend.cpp -L
 
 echo "== the Python package inside PyTorch (scripts/test-python.sh)"
 scripts/test-python.sh 2>&1 | tee build/logs/pytest.log
+echo "== ruff check (the Python of python/, scripts/, examples/, c_tests/, tests/; ruff.toml)"
+"$ACCALLOC_TORCH_VENV/bin/ruff" check .
 echo "== the Python package in an environment made only by the README's steps (scripts/test-readme-python.sh)"
 scripts/test-readme-python.sh 2>&1 | tee build/logs/readme-python.log
 echo "== ONNX Runtime allocating through accalloc (scripts/test-ort.sh)"
 scripts/test-ort.sh 2>&1 | tee build/logs/ort.log
 echo "== examples/torch_host_device.py"
-ACCALLOC_DEVICE=host "${ACCALLOC_TORCH_VENV:-$HOME/.cache/accalloc/torch-2.15}/bin/python" examples/torch_host_device.py
+ACCALLOC_DEVICE=host "$ACCALLOC_TORCH_VENV/bin/python" examples/torch_host_device.py
 
 if [ -n "${ACCALLOC_FUZZ_SECONDS:-}" ]; then
   echo "== fuzzing (${ACCALLOC_FUZZ_SECONDS}s a target)"

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # ONNX Runtime allocating through accalloc: tests/ort.rs against the real ORT of the Python test
-# environment (ACCALLOC_TORCH_VENV, default ~/.cache/accalloc/torch-2.15, with the onnxruntime and onnx
-# packages of python/requirements-test.txt; scripts/test-python.sh installs them). The models come from
-# python/tests/make_ort_models.py, written to build/ort-models. Fails when ORT or the models cannot be
-# found, or when any test of tests/ort.rs did not run against ORT (a plain `cargo test` reports the
-# ones that need ORT as ignored; here they run with --include-ignored).
+# environment (ACCALLOC_TORCH_VENV, its default set in scripts/lib/env.sh, with the onnxruntime and
+# onnx packages of python/requirements-test.txt; scripts/test-python.sh installs them). The models
+# come from python/tests/make_ort_models.py, written to build/ort-models. Fails when ORT or the
+# models cannot be found, or when any test of tests/ort.rs did not run against ORT (a plain
+# `cargo test` reports the ones that need ORT as ignored; here they run with --include-ignored).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-venv=${ACCALLOC_TORCH_VENV:-$HOME/.cache/accalloc/torch-2.15}
+. "$root/scripts/lib/env.sh"
+venv=$ACCALLOC_TORCH_VENV
 python=$venv/bin/python
 
 if [ ! -x "$python" ]; then

@@ -3,13 +3,15 @@
 # with torch 2.15, then pytest on python/tests inside real PyTorch.
 #
 # The environment lives outside the clone, so every clone (and every CI run) reuses it:
-# ACCALLOC_TORCH_VENV, default ~/.cache/accalloc/torch-2.15. Made once when missing; every run installs
-# python/requirements-test.txt into it (torch 2.15.0 from the package registry is about 5.4 GB, about
-# 80 s to install here, once) and checks the whole list. Nothing outside that list is added: the
-# package must build in any environment with torch (use_for_cuda's extension needs no CUDA headers).
+# ACCALLOC_TORCH_VENV, its default set in scripts/lib/env.sh. Made once when missing; every run
+# installs python/requirements-test.txt into it (torch 2.15.0 from the package registry is about
+# 5.4 GB, about 80 s to install here, once) and checks the whole list. Nothing outside that list is
+# added: the package must build in any environment with torch (use_for_cuda's extension needs no
+# CUDA headers).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-venv=${ACCALLOC_TORCH_VENV:-$HOME/.cache/accalloc/torch-2.15}
+. "$root/scripts/lib/env.sh"
+venv=$ACCALLOC_TORCH_VENV
 torch_version=2.15.0
 python=$venv/bin/python
 
@@ -25,23 +27,7 @@ echo "== pip install -r python/requirements-test.txt"
 "$python" -m pip install --quiet -r "$requirements"
 # Then the whole list is checked by name (and torch's version), so that a missing package stops the
 # run here, named, and not at pytest's collection minutes later.
-"$python" - "$requirements" "$torch_version" <<'PY'
-import importlib.metadata, re, sys
-missing = []
-for line in open(sys.argv[1]):
-    name = re.split(r"[\s<>=!~\[;#]", line.strip(), maxsplit=1)[0]
-    if not name:
-        continue
-    try:
-        version = importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        missing.append(name)
-        continue
-    if name == "torch" and version.split("+")[0] != sys.argv[2]:
-        missing.append(f"torch=={sys.argv[2]} (found {version})")
-if missing:
-    sys.exit(f"test-python: the test environment lacks {', '.join(missing)} from {sys.argv[1]}")
-PY
+"$python" "$root/scripts/lib/check_requirements.py" "$requirements" "$torch_version"
 # The environment's ninja (from the package list) builds the extensions' sources in parallel.
 export PATH="$venv/bin:$PATH"
 echo "== python3 -m pip install --no-build-isolation ./python (libaccalloc and accalloc.torch's C++ extensions)"

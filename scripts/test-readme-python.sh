@@ -5,11 +5,12 @@
 # environment, what a user tries first. So the README's steps and a stock environment cannot drift
 # apart from what the project's own test environment (scripts/test-python.sh) hides.
 #
-# The work folder outside the clone is reused (ACCALLOC_README_ENV, default
-# ~/.cache/accalloc/readme-env): the steps run every time, and pip does nothing for what is there.
+# The work folder outside the clone is reused (ACCALLOC_README_ENV, its default set in
+# scripts/lib/env.sh): the steps run every time, and pip does nothing for what is there.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-work=${ACCALLOC_README_ENV:-$HOME/.cache/accalloc/readme-env}
+. "$root/scripts/lib/env.sh"
+work=$ACCALLOC_README_ENV
 mkdir -p "$work"
 ln -sfn "$root/python" "$work/python"
 steps=$work/readme-steps.sh

@@ -222,7 +222,7 @@ fn checked_files(root: &Path) -> Vec<(PathBuf, Kind)> {
             .iter()
             .map(|f| (PathBuf::from(f), Kind::Document))
             .collect();
-    for (dir, recursive) in [("docs", true), ("scripts", false), ("python", true)] {
+    for (dir, recursive) in [("docs", true), ("scripts", true), ("python", true)] {
         for file in files_under(root, dir, &[".md"], recursive) {
             files.push((file, Kind::Document));
         }
@@ -235,7 +235,7 @@ fn checked_files(root: &Path) -> Vec<(PathBuf, Kind)> {
             }
         }
     }
-    for file in files_under(root, "scripts", &[".sh", ".py"], false) {
+    for file in files_under(root, "scripts", &[".sh", ".py"], true) {
         files.push((file, Kind::WholeScript));
     }
     for file in files_under(root, "c_tests", &[".c", ".cpp", ".h"], false) {

@@ -5,16 +5,29 @@ import re
 from pathlib import Path
 
 _PACKAGE = Path(__file__).resolve().parent
+_HEADER = _PACKAGE / "include" / "accalloc.h"
 
 
 def _header_abi_version():
     """ACCALLOC_ABI_VERSION of the accalloc.h installed with the package (setup.py copies it from the
     checkout's include/): the C header is the one owner of the number."""
-    header = _PACKAGE / "include" / "accalloc.h"
-    match = re.search(r"^#define ACCALLOC_ABI_VERSION (\d+)$", header.read_text(), flags=re.M)
+    match = re.search(r"^#define ACCALLOC_ABI_VERSION (\d+)$", _HEADER.read_text(), flags=re.M)
     if not match:
-        raise ImportError(f"{header} has no ACCALLOC_ABI_VERSION: reinstall accalloc")
+        raise ImportError(f"{_HEADER} has no ACCALLOC_ABI_VERSION: reinstall accalloc")
     return int(match.group(1))
+
+
+def _header_struct(name):
+    """The members of accalloc.h's `typedef struct NAME {...} NAME;`, in order, as (C type, member,
+    array length or None): the ctypes mirrors below are built from the installed header, whose
+    statistics are accalloc's table of them (crates/core/src/caching/stats.rs)."""
+    text = _HEADER.read_text()
+    match = re.search(rf"^typedef struct {name} {{\n(.*?)^}} {name};$", text, flags=re.M | re.S)
+    if not match:
+        raise ImportError(f"{_HEADER} declares no struct {name}: reinstall accalloc")
+    body = re.sub(r"/\*.*?\*/", "", match.group(1), flags=re.S)
+    return [(ctype, member, int(length) if length else None)
+            for ctype, member, length in re.findall(r"^\s*(\S.*?)\s+(\w+)(?:\[(\d+)\])?;$", body, flags=re.M)]
 
 
 ABI_VERSION = _header_abi_version()
@@ -34,22 +47,33 @@ class AccallocError(RuntimeError):
         self.status = status
 
 
+def _ctype(ctype, length):
+    """The ctypes type of a member of a header struct."""
+    types = {"int64_t": ctypes.c_int64, "size_t": ctypes.c_size_t}
+    if ctype == "struct AccallocStat":
+        found = Stat
+    elif ctype in types:
+        found = types[ctype]
+    else:
+        raise ImportError(f"{_HEADER}: a struct member of type {ctype}, which accalloc's Python package "
+                          "does not know: reinstall accalloc")
+    return found * length if length else found
+
+
 class Stat(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_int64) for name in ("current", "peak", "allocated", "freed")]
-
-
-FAMILIES = ("allocation", "segment", "active", "inactive_split", "allocated_bytes", "reserved_bytes",
-            "active_bytes", "inactive_split_bytes", "requested_bytes")
-SCALARS = ("num_alloc_retries", "num_ooms", "num_sync_all_streams", "num_device_alloc", "num_device_free",
-           "max_split_size")
+    """AccallocStat, as accalloc.h declares it."""
+    _fields_ = [(member, _ctype(ctype, length)) for ctype, member, length in _header_struct("AccallocStat")]
 
 
 class DeviceStats(ctypes.Structure):
     """AccallocDeviceStats, as accalloc.h declares it."""
-    _fields_ = ([("struct_size", ctypes.c_size_t)]
-                + [(family, Stat * 3) for family in FAMILIES]
-                + [("oversize_allocations", Stat), ("oversize_segments", Stat)]
-                + [(name, ctypes.c_int64) for name in SCALARS])
+    _fields_ = [(member, _ctype(ctype, length)) for ctype, member, length in _header_struct("AccallocDeviceStats")]
+
+
+# The statistics by kind, in the header's order: kept per pool (Stat * 3), as one Stat, as one int64.
+FAMILIES = tuple(name for name, kind in DeviceStats._fields_ if kind is Stat * 3)
+SINGLE_FAMILIES = tuple(name for name, kind in DeviceStats._fields_ if kind is Stat)
+SCALARS = tuple(name for name, kind in DeviceStats._fields_ if kind is ctypes.c_int64)
 
 
 def library_path():

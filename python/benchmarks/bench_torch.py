@@ -108,9 +108,9 @@ def rows(quick):
                                     ("t5", "T5, 4 + 4 x 256", 8), ("llama", "Llama, 4 x 256", 8),
                                     ("cnn", "CNN with batch norm", 8), ("cnn", "CNN with batch norm", 32)):
         shape = f"batch {batch_size} x 3 x 32 x 32" if name == "cnn" else f"batch {batch_size} x 64 tokens"
-        yield f"training step, {label}, {shape}", \
-            {"device": model_zoo.trainer(name, DEVICE, batch_size), "cpu": model_zoo.trainer(name, "cpu", batch_size)}, \
-            1, step_rounds
+        trainers = {"device": model_zoo.trainer(name, DEVICE, batch_size),
+                    "cpu": model_zoo.trainer(name, "cpu", batch_size)}
+        yield f"training step, {label}, {shape}", trainers, 1, step_rounds
     yield "Llama generate, 2 x 16 prompt + 16 tokens (KV cache)", \
         {"device": generation(DEVICE), "cpu": generation("cpu")}, 1, step_rounds
 

@@ -229,3 +229,43 @@ pub unsafe extern "C" fn accalloc_memory_stats_json_on(
         write_text(&json, buf, cap, len)
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::caching::stats::FLAT_KEY_COUNT;
+    use std::mem::{offset_of, size_of};
+
+    /// The C struct is struct_size followed by every statistic of the table, in the table's field
+    /// order, and the conversion puts each value in its place: the i64s after struct_size, read in
+    /// memory order, are DeviceStats::entries().
+    #[test]
+    fn the_c_struct_holds_the_table_in_order() {
+        let mut stats = DeviceStats::default();
+        for (i, (_, value)) in stats.entries_mut().into_iter().enumerate() {
+            *value = 1000 + i as i64;
+        }
+        let c = AccallocDeviceStats::from(&stats);
+        assert_eq!(c.struct_size, size_of::<AccallocDeviceStats>());
+        let first = offset_of!(AccallocDeviceStats, allocation);
+        assert_eq!(
+            size_of::<AccallocDeviceStats>() - first,
+            FLAT_KEY_COUNT * size_of::<i64>(),
+            "AccallocDeviceStats holds other than the table's {FLAT_KEY_COUNT} statistics"
+        );
+        // SAFETY: AccallocDeviceStats is repr(C): `first` is the first i64 (aligned) and
+        // FLAT_KEY_COUNT i64s follow it to the end of the struct (checked above).
+        let values = unsafe {
+            std::slice::from_raw_parts(
+                (&c as *const AccallocDeviceStats as *const u8).add(first) as *const i64,
+                FLAT_KEY_COUNT,
+            )
+        };
+        for (i, (key, want)) in stats.entries().into_iter().enumerate() {
+            assert_eq!(
+                values[i], want,
+                "AccallocDeviceStats's statistic number {i} should be {key}"
+            );
+        }
+    }
+}

@@ -58,27 +58,110 @@ pub const STAT_TYPE_NAMES: [&str; 3] = ["all", "small_pool", "large_pool"];
 /// A statistic kept for all / small pool / large pool.
 pub type StatArray = [Stat; 3];
 
-/// Every statistic PyTorch's caching allocator keeps for one device.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct DeviceStats {
-    pub allocation: StatArray,
-    pub segment: StatArray,
-    pub active: StatArray,
-    pub inactive_split: StatArray,
-    pub allocated_bytes: StatArray,
-    pub reserved_bytes: StatArray,
-    pub active_bytes: StatArray,
-    pub inactive_split_bytes: StatArray,
-    pub requested_bytes: StatArray,
-    pub oversize_allocations: Stat,
-    pub oversize_segments: Stat,
-    pub num_alloc_retries: i64,
-    pub num_ooms: i64,
-    pub num_sync_all_streams: i64,
-    pub num_device_alloc: i64,
-    pub num_device_free: i64,
-    /// The configured max_split_size in bytes; -1 when unset (PyTorch stores SIZE_MAX in an int64).
-    pub max_split_size: i64,
+/// Defines DeviceStats from the one table of its statistics (below), and with it the lists of their
+/// names (POOLED_FAMILIES, SINGLE_FAMILIES, SCALARS), so that the struct and the names cannot differ.
+macro_rules! device_stats_table {
+    (
+        $(#[$meta:meta])*
+        pub struct DeviceStats {
+            pooled { $( $(#[$pooled_meta:meta])* $pooled:ident, )* }
+            single { $( $(#[$single_meta:meta])* $single:ident, )* }
+            scalars { $( $(#[$scalar_meta:meta])* $scalar:ident, )* }
+        }
+    ) => {
+        $(#[$meta])*
+        pub struct DeviceStats {
+            $( $(#[$pooled_meta])* pub $pooled: StatArray, )*
+            $( $(#[$single_meta])* pub $single: Stat, )*
+            $( $(#[$scalar_meta])* pub $scalar: i64, )*
+        }
+
+        /// The families kept for each pool slot (all, small pool, large pool), in field order.
+        pub const POOLED_FAMILIES: &[&str] = &[$(stringify!($pooled)),*];
+        /// The families kept as one Stat, in field order (after the pooled ones).
+        pub const SINGLE_FAMILIES: &[&str] = &[$(stringify!($single)),*];
+        /// The plain counters and settings, one i64 each, in field order (after the single families).
+        pub const SCALARS: &[&str] = &[$(stringify!($scalar)),*];
+
+        impl DeviceStats {
+            fn pooled(&self, family: &str) -> Option<&StatArray> {
+                match family {
+                    $( stringify!($pooled) => Some(&self.$pooled), )*
+                    _ => None,
+                }
+            }
+
+            fn single(&self, family: &str) -> Option<&Stat> {
+                match family {
+                    $( stringify!($single) => Some(&self.$single), )*
+                    _ => None,
+                }
+            }
+
+            fn scalar(&self, name: &str) -> Option<i64> {
+                match name {
+                    $( stringify!($scalar) => Some(self.$scalar), )*
+                    _ => None,
+                }
+            }
+
+            /// Every statistic with its flat key, in field order (pooled families slot by slot, then
+            /// the single families, then the scalars; each Stat as current, peak, allocated, freed):
+            /// the order of the values in memory of a C struct laid out like this one.
+            pub fn entries_mut(&mut self) -> Vec<(String, &mut i64)> {
+                let mut out: Vec<(String, &mut i64)> = Vec::with_capacity(FLAT_KEY_COUNT);
+                $(
+                    for (pool, stat) in STAT_TYPE_NAMES.iter().zip(self.$pooled.iter_mut()) {
+                        for (field, value) in stat.fields_mut() {
+                            out.push((format!("{}.{pool}.{field}", stringify!($pooled)), value));
+                        }
+                    }
+                )*
+                $(
+                    for (field, value) in self.$single.fields_mut() {
+                        out.push((format!("{}.{field}", stringify!($single)), value));
+                    }
+                )*
+                $( out.push((stringify!($scalar).to_string(), &mut self.$scalar)); )*
+                out
+            }
+        }
+    };
+}
+
+device_stats_table! {
+    /// Every statistic PyTorch's caching allocator keeps for one device. This table is the one list
+    /// of the statistics: the C struct AccallocDeviceStats, the Python package's ctypes mirror (read
+    /// from the header), and the lists of the tests and of scripts/pytorch_model.py are checked
+    /// against it (tests/stats_table.rs).
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct DeviceStats {
+        pooled {
+            allocation,
+            segment,
+            active,
+            inactive_split,
+            allocated_bytes,
+            reserved_bytes,
+            active_bytes,
+            inactive_split_bytes,
+            requested_bytes,
+        }
+        single {
+            oversize_allocations,
+            oversize_segments,
+        }
+        scalars {
+            num_alloc_retries,
+            num_ooms,
+            num_sync_all_streams,
+            num_device_alloc,
+            num_device_free,
+            /// The configured max_split_size in bytes; -1 when unset (PyTorch stores SIZE_MAX in an
+            /// int64).
+            max_split_size,
+        }
+    }
 }
 
 /// One statistic of the allocator's books, kept per pool: the "all" slot is the sum of the small- and
@@ -252,7 +335,7 @@ impl LiveStats {
         self.oversize_segments.reset_peak();
     }
 
-    fn pooled_mut(&mut self) -> [&mut PooledStat; 9] {
+    fn pooled_mut(&mut self) -> [&mut PooledStat; POOLED_FAMILIES.len()] {
         [
             &mut self.allocation,
             &mut self.segment,
@@ -267,59 +350,39 @@ impl LiveStats {
     }
 }
 
-/// The nine families that have all three pool slots, with their flat-key names.
-const POOLED_FAMILIES: [&str; 9] = [
-    "active",
-    "active_bytes",
-    "allocated_bytes",
-    "allocation",
-    "inactive_split",
-    "inactive_split_bytes",
-    "requested_bytes",
-    "reserved_bytes",
-    "segment",
-];
-const FIELD_NAMES: [&str; 4] = ["allocated", "current", "freed", "peak"];
-const SCALAR_NAMES: [&str; 6] = [
-    "max_split_size",
-    "num_alloc_retries",
-    "num_device_alloc",
-    "num_device_free",
-    "num_ooms",
-    "num_sync_all_streams",
-];
+/// The fields of a Stat, in field order.
+pub const STAT_FIELDS: [&str; 4] = ["current", "peak", "allocated", "freed"];
 
-/// How many flat keys memory_stats() has.
-pub const FLAT_KEY_COUNT: usize = 122;
+/// How many flat keys memory_stats() has (PyTorch's 122).
+pub const FLAT_KEY_COUNT: usize = POOLED_FAMILIES.len() * STAT_TYPE_NAMES.len() * STAT_FIELDS.len()
+    + SINGLE_FAMILIES.len() * STAT_FIELDS.len()
+    + SCALARS.len();
+
+impl Stat {
+    /// The four fields with their names, in field order (STAT_FIELDS).
+    pub fn fields(&self) -> [(&'static str, i64); 4] {
+        let [current, peak, allocated, freed] = STAT_FIELDS;
+        [
+            (current, self.current),
+            (peak, self.peak),
+            (allocated, self.allocated),
+            (freed, self.freed),
+        ]
+    }
+
+    /// The four fields with their names, in field order (STAT_FIELDS), to write.
+    pub fn fields_mut(&mut self) -> [(&'static str, &mut i64); 4] {
+        let [current, peak, allocated, freed] = STAT_FIELDS;
+        [
+            (current, &mut self.current),
+            (peak, &mut self.peak),
+            (allocated, &mut self.allocated),
+            (freed, &mut self.freed),
+        ]
+    }
+}
 
 impl DeviceStats {
-    fn pooled(&self, family: &str) -> Option<&StatArray> {
-        Some(match family {
-            "active" => &self.active,
-            "active_bytes" => &self.active_bytes,
-            "allocated_bytes" => &self.allocated_bytes,
-            "allocation" => &self.allocation,
-            "inactive_split" => &self.inactive_split,
-            "inactive_split_bytes" => &self.inactive_split_bytes,
-            "requested_bytes" => &self.requested_bytes,
-            "reserved_bytes" => &self.reserved_bytes,
-            "segment" => &self.segment,
-            _ => return None,
-        })
-    }
-
-    fn scalar(&self, name: &str) -> Option<i64> {
-        Some(match name {
-            "max_split_size" => self.max_split_size,
-            "num_alloc_retries" => self.num_alloc_retries,
-            "num_device_alloc" => self.num_device_alloc,
-            "num_device_free" => self.num_device_free,
-            "num_ooms" => self.num_ooms,
-            "num_sync_all_streams" => self.num_sync_all_streams,
-            _ => return None,
-        })
-    }
-
     /// Look up one flat key of memory_stats(), e.g. "allocated_bytes.all.current".
     pub fn get(&self, key: &str) -> Option<i64> {
         let mut parts = key.split('.');
@@ -329,14 +392,7 @@ impl DeviceStats {
         }
         match (second, third) {
             (None, None) => self.scalar(first),
-            (Some(field), None) => {
-                let stat = match first {
-                    "oversize_allocations" => &self.oversize_allocations,
-                    "oversize_segments" => &self.oversize_segments,
-                    _ => return None,
-                };
-                field_of(stat, field)
-            }
+            (Some(field), None) => field_of(self.single(first)?, field),
             (Some(pool), Some(field)) => {
                 let slot = STAT_TYPE_NAMES.iter().position(|&n| n == pool)?;
                 field_of(&self.pooled(first)?[slot], field)
@@ -345,32 +401,18 @@ impl DeviceStats {
         }
     }
 
+    /// Every statistic with its flat key, in field order (see entries_mut).
+    pub fn entries(&self) -> Vec<(String, i64)> {
+        let mut copy = *self;
+        copy.entries_mut()
+            .into_iter()
+            .map(|(key, value)| (key, *value))
+            .collect()
+    }
+
     /// Every flat key with its value, sorted by key, as PyTorch's memory_stats() returns them.
     pub fn flat(&self) -> Vec<(String, i64)> {
-        let mut out = Vec::with_capacity(FLAT_KEY_COUNT);
-        for family in POOLED_FAMILIES {
-            let array = self.pooled(family).expect("known family");
-            for (slot, pool) in STAT_TYPE_NAMES.iter().enumerate() {
-                for field in FIELD_NAMES {
-                    let value = field_of(&array[slot], field).expect("known field");
-                    out.push((format!("{family}.{pool}.{field}"), value));
-                }
-            }
-        }
-        for (name, stat) in [
-            ("oversize_allocations", &self.oversize_allocations),
-            ("oversize_segments", &self.oversize_segments),
-        ] {
-            for field in FIELD_NAMES {
-                out.push((
-                    format!("{name}.{field}"),
-                    field_of(stat, field).expect("known field"),
-                ));
-            }
-        }
-        for name in SCALAR_NAMES {
-            out.push((name.to_string(), self.scalar(name).expect("known scalar")));
-        }
+        let mut out = self.entries();
         out.sort();
         out
     }
@@ -391,13 +433,10 @@ impl DeviceStats {
 }
 
 fn field_of(stat: &Stat, field: &str) -> Option<i64> {
-    Some(match field {
-        "current" => stat.current,
-        "peak" => stat.peak,
-        "allocated" => stat.allocated,
-        "freed" => stat.freed,
-        _ => return None,
-    })
+    stat.fields()
+        .into_iter()
+        .find(|&(name, _)| name == field)
+        .map(|(_, value)| value)
 }
 
 #[cfg(test)]
@@ -490,6 +529,38 @@ mod tests {
         assert_eq!(small.peak, 5120);
         assert_eq!(small.allocated, 1024);
         assert_eq!(small.freed, 5120);
+    }
+
+    /// Every statistic a different value (its place in field order, plus one).
+    fn numbered() -> DeviceStats {
+        let mut stats = DeviceStats::default();
+        for (i, (_, value)) in stats.entries_mut().into_iter().enumerate() {
+            *value = i as i64 + 1;
+        }
+        stats
+    }
+
+    #[test]
+    fn the_table_reaches_every_field_once() {
+        let stats = numbered();
+        let entries = stats.entries();
+        assert_eq!(entries.len(), 122, "PyTorch's memory_stats() has 122 keys");
+        assert_eq!(FLAT_KEY_COUNT, 122);
+        // Each field written once: every value 1..=122 is there, so none was written twice.
+        let values: Vec<i64> = entries.iter().map(|&(_, v)| v).collect();
+        assert_eq!(values, (1..=122).collect::<Vec<_>>());
+        assert_eq!(stats.allocation[0].current, 1);
+        assert_eq!(stats.allocation[2].freed, 12);
+        assert_eq!(stats.oversize_allocations.current, 109);
+        assert_eq!(stats.max_split_size, 122);
+        for (key, value) in &entries {
+            assert_eq!(stats.get(key), Some(*value), "{key}");
+        }
+        let [first, .., last] = &entries[..] else {
+            unreachable!()
+        };
+        assert_eq!(first.0, "allocation.all.current");
+        assert_eq!(last.0, "max_split_size");
     }
 
     #[test]

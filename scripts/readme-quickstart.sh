@@ -4,7 +4,7 @@
 # from a folder that sees the repository's include/ and target/ (so the two cannot drift apart).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-work=$root/build/readme_quickstart
+work=$root/build/readme-quickstart
 rm -rf "$work" && mkdir -p "$work"
 ln -s "$root/include" "$work/include"
 ln -s "$root/target" "$work/target"

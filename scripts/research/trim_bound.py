@@ -29,7 +29,7 @@ expandable_trim does better than it (docs/PERFORMANCE.md).
 
 Sizes are rounded as the allocator rounds them (512 bytes). Usage:
 
-    python3 scripts/trim_bound.py examples/traces/random_rmm.jsonl [--unmap largest] [--online]
+    python3 scripts/research/trim_bound.py examples/traces/random_rmm.jsonl [--unmap largest] [--online]
 
 prints, for utilization targets from 0.80 to 0.99, the peak reserved and the calls (maps, unmaps);
 at 0.95, how many requests fit no free hole and what was free then; and the best utilization
@@ -122,12 +122,12 @@ class Space:
         """The free hole a request of `size` bytes takes: the smallest (best), the lowest (first) or
         the largest (worst) that holds it; None when none does."""
         chosen = None
-        for s, l, k in self.segs:
-            if k == FREE and l >= size:
+        for s, length, k in self.segs:
+            if k == FREE and length >= size:
                 if fit == "first":
-                    return (s, l)
-                if chosen is None or (l < chosen[1] if fit == "best" else l > chosen[1]):
-                    chosen = (s, l)
+                    return (s, length)
+                if chosen is None or (length < chosen[1] if fit == "best" else length > chosen[1]):
+                    chosen = (s, length)
         return chosen
 
     def cheapest_window(self, size):
@@ -147,15 +147,15 @@ class Space:
             if hi - lo >= size:
                 # Unmapped bytes before each boundary, to count a window's new bytes.
                 bounds, unmapped_before = [lo], [0]
-                for s, l, k in run:
-                    bounds.append(s + l)
-                    unmapped_before.append(unmapped_before[-1] + (l if k == UNMAPPED else 0))
+                for s, length, k in run:
+                    bounds.append(s + length)
+                    unmapped_before.append(unmapped_before[-1] + (length if k == UNMAPPED else 0))
 
                 def unmapped_upto(x):
                     m = bisect.bisect_right(bounds, x) - 1
                     if m >= len(run):
                         return unmapped_before[-1]
-                    s, l, k = run[m]
+                    s, _, k = run[m]
                     return unmapped_before[m] + ((x - s) if k == UNMAPPED else 0)
 
                 for b in bounds:
@@ -176,20 +176,20 @@ class Space:
     def unmap(self, excess, keep_lo, keep_hi, order):
         """Unmap `excess` bytes of free holes outside [keep_lo, keep_hi)."""
         holes = []
-        for s, l, k in self.segs:
+        for s, length, k in self.segs:
             if k != FREE:
                 continue
             # The parts of the hole outside the window.
-            for lo, hi in ((s, min(s + l, keep_lo)), (max(s, keep_hi), s + l)):
+            for lo, hi in ((s, min(s + length, keep_lo)), (max(s, keep_hi), s + length)):
                 if lo < hi:
                     holes.append((hi - lo, lo))
         holes.sort(reverse=(order == "largest"))
-        for l, s in holes:
+        for length, s in holes:
             if excess == 0:
                 break
-            take = min(l, excess)
+            take = min(length, excess)
             # Unmap the end of the hole; the rest stays mapped.
-            self.set_kind(s + l - take, take, UNMAPPED)
+            self.set_kind(s + length - take, take, UNMAPPED)
             self.reserved -= take
             excess -= take
         assert excess == 0, "the line is never below allocated memory"
@@ -223,7 +223,7 @@ def simulate(events, u, peak, order, ahead, online, fit="best"):
         if hole is not None:
             start = hole[0]
         else:
-            holes = [l for _, l, k in space.segs if k == FREE]
+            holes = [length for _, length, k in space.segs if k == FREE]
             misses.append((size, sum(holes), len(holes), max(holes, default=0)))
             new, start = space.cheapest_window(size)
             excess = space.reserved + new - line
@@ -256,7 +256,8 @@ def main():
     args.ahead = args.ahead_mib << 20
     events = read_trace(args.trace)
     peak = peak_allocated(events)
-    print(f"{args.trace}: peak allocated {peak / 2**20:.0f} MiB, unmap {args.unmap} holes first, map ahead up to {args.ahead_mib} MiB"
+    print(f"{args.trace}: peak allocated {peak / 2**20:.0f} MiB, unmap {args.unmap} holes first, "
+          f"map ahead up to {args.ahead_mib} MiB"
           + (", line from the peak so far" if args.online else ", line from the final peak"))
     print("| target utilization | peak reserved | utilization | calls (maps + unmaps) |")
     print("|---:|---:|---:|---:|")
@@ -266,7 +267,10 @@ def main():
     simulate(events, 0.95, peak, args.unmap, args.ahead, args.online, args.fit)
     mallocs = sum(1 for op, _, _ in events if op == "alloc")
     n = len(misses)
-    mean = lambda i: sum(m[i] for m in misses) / n / 2**20
+
+    def mean(i):
+        return sum(m[i] for m in misses) / n / 2**20
+
     print(f"at 0.95: {n} of {mallocs} requests ({n / mallocs:.0%}) fit no free hole; at those, "
           f"{mean(1):.0f} MiB were free in {sum(m[2] for m in misses) / n:.1f} holes, the largest "
           f"{mean(3):.0f} MiB, for a request of {mean(0):.0f} MiB")
