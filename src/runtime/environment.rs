@@ -26,8 +26,8 @@ pub const VARIABLES: [&str; 6] = [
     TRACE_VAR,
 ];
 
-/// The values of the variables (None: unset). A value that is not UTF-8 is kept, lossily
-/// converted, so that its check refuses it rather than taking it as unset.
+/// The values of the variables (None: unset; an empty ACCALLOC_TRACE too). A value that is not
+/// UTF-8 is kept, lossily converted, so that its check refuses it rather than taking it as unset.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Environment {
     pub alloc_conf: Option<String>,
@@ -41,8 +41,10 @@ pub struct Environment {
 impl Environment {
     /// The process's environment now.
     pub fn read() -> Self {
-        Self::from_lookup(|name| {
-            std::env::var_os(name).map(|value| value.to_string_lossy().into_owned())
+        Self::from_lookup(|name| match std::env::var(name) {
+            Ok(value) => Some(value),
+            Err(std::env::VarError::NotPresent) => None,
+            Err(std::env::VarError::NotUnicode(raw)) => Some(raw.to_string_lossy().into_owned()),
         })
     }
 
@@ -54,7 +56,8 @@ impl Environment {
             host_capacity: lookup(CAPACITY_VAR),
             host_devices: lookup(DEVICES_VAR),
             host_fail: lookup(FAIL_VAR),
-            trace: lookup(TRACE_VAR),
+            // An empty path records nothing: taken as unset here, once.
+            trace: lookup(TRACE_VAR).filter(|path| !path.is_empty()),
         }
     }
 
@@ -93,7 +96,7 @@ impl Environment {
 
     /// ACCALLOC_TRACE's path, when set and not empty.
     pub fn trace_path(&self) -> Option<&str> {
-        self.trace.as_deref().filter(|path| !path.is_empty())
+        self.trace.as_deref()
     }
 }
 
