@@ -25,10 +25,14 @@ fn accalloc(args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
 
 /// One 25 MiB block, allocated and freed: oversize (counted in oversize_allocations) only when
 /// max_split_size_mb is 25 or less.
+/// A trace file of one 25 MiB block, a file of its own per call: tests run in parallel, and one
+/// rewriting a shared file while another reads it would hand that one an empty trace.
 fn trace() -> String {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let dir = std::env::temp_dir().join(format!("accalloc-cli-env-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("t.jsonl");
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = dir.join(format!("t{n}.jsonl"));
     std::fs::write(
         &path,
         "{\"op\":\"alloc\",\"id\":1,\"size\":26214400,\"stream\":0}\n{\"op\":\"free\",\"id\":1}\n",
