@@ -17,6 +17,7 @@ pub mod current_device;
 pub mod device_lock;
 pub mod environment;
 mod fork;
+pub(crate) mod last_error;
 mod owner_guess;
 /// The one-device shortcut's switches, for the benchmark (`accalloc bench` times both paths): the
 /// `bench-internals` feature, which the tools crate turns on; not part of the library's API.

@@ -1,26 +1,9 @@
-//! accalloc as ONNX Runtime's allocator: an `OrtAllocator` (ORT's C struct of callbacks) whose memory
-//! comes from one accalloc device, so that ORT's tensors are cached, counted and inspected like
-//! PyTorch's (memory_stats, memory_summary, snapshots, ACCALLOC_TRACE, `accalloc tune`).
-//!
-//! ORT is not linked: the caller hands over the `OrtApi` table it obtained from its ORT
-//! (`OrtGetApiBase()->GetApi(version)`) and the version it asked for; this module uses that table to
-//! build the `OrtMemoryInfo` and statistics ORT expects. Register the allocator with
-//! `OrtApi::RegisterAllocator(env, allocator.as_ort_allocator())` and set the session config entry
-//! `session.use_env_allocators` to "1": the sessions of that environment then allocate through it.
-//!
-//! Every callback catches panics (nothing of Rust's unwinds into ORT). A failed allocation is reported
-//! the way ORT's own allocators report one: by throwing a C++ exception, a `std::runtime_error` carrying
-//! accalloc's message (PyTorch's "Tried to allocate" form), which ORT turns into the error status of
-//! the call that allocated (Run, CreateSession). ORT does not check what Alloc returns: with ORT 1.32 a
-//! NULL is written through by the kernel and the process crashes. The exception is built with the
-//! C++ runtime already loaded in the process (ORT's libstdc++ or libc++, found with RTLD_NOLOAD, so
-//! accalloc links none; a build with panic=abort aborts instead, as a foreign exception cannot cross
-//! its frames); where none is loaded, Alloc returns NULL. The message is also kept on the
-//! failing thread's last error (accalloc_last_error_message), which for ORT's sequential executor is
-//! the thread that called Run.
+//! The `Allocator`: ORT's `OrtAllocator` struct of callbacks over one accalloc device, its
+//! `OrtMemoryInfo` and its statistics.
 
-use crate::capi::guard::set_last_error;
+use super::cxx_exception;
 use crate::error::{Error, ErrorKind, Result};
+use crate::runtime::last_error::set_last_error;
 use crate::runtime::{runtime, DeviceType, DEVICE_TYPE_CUDA};
 use ort_sys::{
     OrtAllocator, OrtAllocatorType, OrtApi, OrtErrorCode, OrtKeyValuePairs, OrtMemType,
@@ -508,71 +491,6 @@ unsafe extern "system" fn get_stats(
             // SAFETY: a valid table; ORT copies the message.
             unsafe { (allocator.table().CreateStatus)(code, message.as_ptr()) }
         }
-    }
-}
-
-/// Throwing a C++ `std::runtime_error` without linking a C++ runtime: the Itanium C++ ABI's entry
-/// points (`__cxa_allocate_exception`, `__cxa_throw`) and the class's constructor, destructor and
-/// type_info, from the C++ runtime ORT loaded (libstdc++ or libc++, both exporting these names).
-mod cxx_exception {
-    use std::ffi::{c_char, c_void, CStr, CString};
-
-    /// Room for the exception object: std::runtime_error is 16 bytes in libstdc++ and libc++.
-    const EXCEPTION_SIZE: usize = 64;
-
-    /// The C++ runtimes that may already be loaded, first the one ORT's Linux wheels use.
-    const RUNTIMES: [&CStr; 3] = [c"libstdc++.so.6", c"libc++.so.1", c"libc++.1.dylib"];
-
-    /// Throw `std::runtime_error(message)` into the C++ caller; returns only when no C++ runtime is
-    /// loaded (or it lacks a symbol), having thrown nothing.
-    ///
-    /// # Safety
-    /// The caller's frames up to a C++ handler all allow unwinding ("-unwind" ABIs, or C++).
-    pub(super) unsafe fn throw_runtime_error(message: &str) {
-        type Allocate = unsafe extern "C" fn(usize) -> *mut c_void;
-        type Construct = unsafe extern "C" fn(*mut c_void, *const c_char);
-        type Destroy = unsafe extern "C" fn(*mut c_void);
-        type Throw = unsafe extern "C-unwind" fn(*mut c_void, *mut c_void, Destroy) -> !;
-        let Some(runtime) = loaded_runtime() else {
-            return;
-        };
-        let names = [
-            c"__cxa_allocate_exception",
-            c"__cxa_throw",
-            c"_ZNSt13runtime_errorC1EPKc",
-            c"_ZNSt13runtime_errorD1Ev",
-            c"_ZTISt13runtime_error",
-        ];
-        // SAFETY: dlsym on a live handle with NUL-terminated names.
-        let symbols = names.map(|name| unsafe { libc::dlsym(runtime, name.as_ptr()) });
-        if symbols.iter().any(|p| p.is_null()) {
-            return;
-        }
-        let [allocate, throw, construct, destroy, type_info] = symbols;
-        let text = CString::new(message.replace('\0', " ")).unwrap_or_default();
-        // SAFETY: the symbols are the Itanium ABI's and std::runtime_error's, with these
-        // signatures; the object is constructed in the runtime's own exception storage (the
-        // constructor copies the text), and __cxa_throw takes it over and unwinds to ORT's handler.
-        unsafe {
-            let allocate: Allocate = std::mem::transmute(allocate);
-            let construct: Construct = std::mem::transmute(construct);
-            let destroy: Destroy = std::mem::transmute(destroy);
-            let throw: Throw = std::mem::transmute(throw);
-            let exception = allocate(EXCEPTION_SIZE);
-            construct(exception, text.as_ptr());
-            drop(text);
-            throw(exception, type_info, destroy)
-        }
-    }
-
-    /// A handle of a C++ runtime already in the process, never loading one.
-    fn loaded_runtime() -> Option<*mut c_void> {
-        RUNTIMES.iter().find_map(|name| {
-            // SAFETY: RTLD_NOLOAD only looks the library up. The reference it takes is kept: the
-            // runtime stays loaded for the process anyway while ORT is.
-            let handle = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
-            (!handle.is_null()).then_some(handle)
-        })
     }
 }
 
