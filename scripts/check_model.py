@@ -39,6 +39,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+import trace_format
+from trace_format import TraceOp
+
 ROOT = Path(__file__).resolve().parent.parent
 ACCALLOC = ROOT / "target" / "release" / "accalloc"
 MODEL = ROOT / "scripts" / "pytorch_model.py"
@@ -52,20 +55,14 @@ BIG_CAPACITY = "80GiB"
 
 # ---- crafted traces ---------------------------------------------------------------------------
 
-def A(ident: int, size: int, stream: int = 0) -> dict:
-    return {"op": "alloc", "id": ident, "size": size, "stream": stream}
-
-
-def F(ident: int) -> dict:
-    return {"op": "free", "id": ident}
-
-
-def E() -> dict:
-    return {"op": "empty_cache"}
+# Short names, as the crafted traces below are long lists of them.
+A = trace_format.alloc
+F = trace_format.free
+E = trace_format.empty_cache
 
 
 # name -> (capacity, ops, expected values in the model's output)
-CRAFTED: dict[str, tuple[str, list[dict], dict[str, int]]] = {
+CRAFTED: dict[str, tuple[str, list[TraceOp], dict[str, int]]] = {
     # Small pool: rounding to 512 (1 B, 511 B, 513 B), splits of a 2 MiB segment down to a 512 B
     # remainder, 1 MiB exactly is still small, a second segment once the first is full, and an
     # exact fit of an already split block (no split: inactive_split -1).
@@ -169,9 +166,9 @@ class AtLeast:
         return f">= {self.n}"
 
 
-def cycle(stream: int, size: int, first_id: int, n: int) -> list[dict]:
+def cycle(stream: int, size: int, first_id: int, n: int) -> list[TraceOp]:
     """n allocate-and-free pairs: n lookups in the request's pool (the garbage-collection clock)."""
-    ops: list[dict] = []
+    ops: list[TraceOp] = []
     for i in range(first_id, first_id + n):
         ops += [A(i, size, stream), F(i)]
     return ops
@@ -183,7 +180,7 @@ GC = "garbage_collection_threshold:0.5,per_process_memory_fraction:0.5"
 ES = "expandable_segments:True"
 
 # name -> (capacity, allocator settings, ops, expected values in the model's output)
-CRAFTED_SETTINGS: dict[str, tuple[str, str, list[dict], dict[str, object]]] = {
+CRAFTED_SETTINGS: dict[str, tuple[str, str, list[TraceOp], dict[str, object]]] = {
     # max_split_size 40 MiB. A request below it never takes a cached block >= 40 MiB (30 MiB gets a
     # segment of its own); requests >= 40 MiB take one less than 20 MiB larger, whole (45 MiB gets
     # the 50 MiB block: allocated_bytes counts 50 MiB). 39 MiB gets a 40 MiB segment (oversize) with
@@ -377,7 +374,7 @@ CRAFTED_SETTINGS: dict[str, tuple[str, str, list[dict], dict[str, object]]] = {
 # reserved_bytes but no segment, and no block of an expandable segment counts in inactive_split.
 # Layouts below are in MiB from the start of the range: A = allocated, F = free (mapped, cached),
 # U = unmapped.
-CRAFTED_EXPANDABLE: dict[str, tuple[str, str, list[dict], dict[str, object]]] = {
+CRAFTED_EXPANDABLE: dict[str, tuple[str, str, list[TraceOp], dict[str, object]]] = {
     # Growth in place: 5 MiB maps one page [A 0-5][F 5-20][U]; 30 MiB takes the free 15 MiB plus
     # the unmapped block after it, mapping one more page (15 MiB needed), and splits the merged
     # 35 MiB block (30 + 5). Freeing both merges [F 0-40] (never with the unmapped rest); 40 MiB
@@ -529,7 +526,7 @@ CRAFTED_EXPANDABLE: dict[str, tuple[str, str, list[dict], dict[str, object]]] = 
 
 # Cases where the model follows PyTorch and accalloc does not: name -> (capacity, settings, ops,
 # expected values in the model's output, the keys expected to differ, the explanation).
-KNOWN_DIFFERENCES: dict[str, tuple[str, str, list[dict], dict[str, object], set[str], str]] = {
+KNOWN_DIFFERENCES: dict[str, tuple[str, str, list[TraceOp], dict[str, object], set[str], str]] = {
 }
 
 # The sample traces again under settings: (trace file, capacity, settings, expected values).
@@ -591,12 +588,6 @@ TRACE_RUNS: list[tuple[str, str, str, dict[str, object]]] = [
     ("varying_sizes.jsonl", BIG_CAPACITY, ES + ",roundup_power2_divisions:[1:4,64:8,>:2]",
      {"allocated_bytes.all.allocated": 135_741_835_264}),
 ]
-
-
-def write_trace(path: Path, ops: list[dict]) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        for op in ops:
-            f.write(json.dumps(op, separators=(",", ":")) + "\n")
 
 
 # ---- running both sides -----------------------------------------------------------------------
@@ -694,16 +685,16 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="accalloc-model-") as tmp:
         for name, (capacity, ops, expect) in CRAFTED.items():
             path = Path(tmp) / f"{name}.jsonl"
-            write_trace(path, ops)
+            trace_format.write_trace(path, ops)
             results.append(check(name, path, capacity, expect))
         for name, (capacity, settings, ops, expect) in (*CRAFTED_SETTINGS.items(),
                                                         *CRAFTED_EXPANDABLE.items()):
             path = Path(tmp) / f"{name}.jsonl"
-            write_trace(path, ops)
+            trace_format.write_trace(path, ops)
             results.append(check(name, path, capacity, expect, settings))
         for name, (capacity, settings, ops, expect, keys, note) in KNOWN_DIFFERENCES.items():
             path = Path(tmp) / f"{name}.jsonl"
-            write_trace(path, ops)
+            trace_format.write_trace(path, ops)
             results.append(check(name, path, capacity, expect, settings, known=(keys, note)))
     passed = sum(results)
     print(f"{passed} passed, {len(results) - passed} failed")

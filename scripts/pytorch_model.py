@@ -67,6 +67,8 @@ import os
 import re
 import sys
 
+from trace_format import TraceOp, format_op, iter_trace
+
 KiB = 1024
 MiB = 1024 * KiB
 GiB = 1024 * MiB
@@ -955,36 +957,33 @@ class PyTorchModel:
 
     # ---- trace replay ---------------------------------------------------------------------------
 
-    def replay_op(self, op: dict) -> None:
-        kind = op.get("op")
-        if op.get("device", 0) != 0:
-            raise ValueError(f"only device 0 is modelled: {op}")
-        if kind == "alloc":
-            ident, size, stream = op["id"], op["size"], op.get("stream", 0)
-            if ident in self.live or ident in self.failed_ids:
-                raise ValueError(f"id {ident} reused")
-            if size == 0:
+    def replay_op(self, op: TraceOp) -> None:
+        if op.device != 0:
+            raise ValueError(f"only device 0 is modelled: {format_op(op)}")
+        if op.op == "alloc":
+            if op.id in self.live or op.id in self.failed_ids:
+                raise ValueError(f"id {op.id} reused")
+            if op.size == 0:
                 # CUDACachingAllocator::allocate / raw_alloc: a 0-byte request never reaches malloc.
-                self.live[ident] = None
+                self.live[op.id] = None
                 return
             try:
-                self.live[ident] = self.malloc(size, stream)
+                self.live[op.id] = self.malloc(op.size, op.stream)
             except OutOfMemory:
                 self.failed_allocs += 1
-                self.failed_ids.add(ident)
-        elif kind == "free":
-            ident = op["id"]
-            if ident in self.failed_ids:
+                self.failed_ids.add(op.id)
+        elif op.op == "free":
+            if op.id in self.failed_ids:
                 return  # its allocation failed: nothing to free
-            if ident not in self.live:
-                raise ValueError(f"free of unknown id {ident}")
-            block = self.live.pop(ident)
+            if op.id not in self.live:
+                raise ValueError(f"free of unknown id {op.id}")
+            block = self.live.pop(op.id)
             if block is not None:
                 self.free(block)
-        elif kind == "empty_cache":
+        elif op.op == "empty_cache":
             self.empty_cache()
         else:
-            raise ValueError(f"unknown op {op!r}")
+            raise ValueError(f"{op.op} is not modelled: {format_op(op)}")
 
     def memory_stats(self) -> dict[str, int]:
         # torch.cuda.memory_stats(): the nested dict of memoryStats flattened with "." and sorted.
@@ -1029,14 +1028,13 @@ def capacity_from_env() -> int:
 
 def run_trace(path: str, capacity: int, settings: Settings | None = None) -> PyTorchModel:
     model = PyTorchModel(capacity, settings)
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                model.replay_op(json.loads(line))
-            except (ValueError, KeyError) as e:
-                raise SystemExit(f"{path}:{lineno}: {e}") from None
+    count = 0
+    try:
+        for count, op in enumerate(iter_trace(path), 1):
+            model.replay_op(op)
+    except ValueError as e:
+        where = "" if str(e).startswith("trace line") else f"op {count}: "
+        raise SystemExit(f"{path}: {where}{e}") from None
     return model
 
 

@@ -9,12 +9,17 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # scripts/, for trace_format
+import trace_format  # noqa: E402
+
 trace, tool = sys.argv[1], sys.argv[2]
-with open(trace) as f:
-    ops = [json.loads(line) for line in f if line.strip()]
+ops = trace_format.read_trace(trace)
+if any(op.op == "record_stream" for op in ops):
+    sys.exit(f"{trace}: record_stream has no counterpart in torch.cuda.caching_allocator_alloc's API")
 torch.cuda.init()
 torch.cuda.empty_cache()
 torch.cuda.reset_accumulated_memory_stats()
@@ -23,19 +28,19 @@ streams = {0: torch.cuda.current_stream()}
 live = {}
 t = time.perf_counter()
 for op in ops:
-    if op["op"] == "alloc":
-        if op["size"] == 0:
+    if op.op == "alloc":
+        if op.size == 0:
             continue
-        stream = streams.setdefault(op.get("stream", 0), torch.cuda.Stream())
+        stream = streams.setdefault(op.stream, torch.cuda.Stream())
         try:
-            live[op["id"]] = torch.cuda.caching_allocator_alloc(op["size"], stream=stream)
+            live[op.id] = torch.cuda.caching_allocator_alloc(op.size, stream=stream)
         except torch.cuda.OutOfMemoryError:
             pass
-    elif op["op"] == "free":
-        ptr = live.pop(op["id"], None)
+    elif op.op == "free":
+        ptr = live.pop(op.id, None)
         if ptr is not None:
             torch.cuda.caching_allocator_delete(ptr)
-    else:
+    elif op.op == "empty_cache":
         torch.cuda.empty_cache()
 torch_ns = (time.perf_counter() - t) * 1e9 / len(ops)
 torch_stats = torch.cuda.memory_stats()

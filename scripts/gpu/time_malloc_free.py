@@ -12,22 +12,22 @@ allocator, each in its own process:
                    PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync, which PyTorch reads at start)
 """
 import ctypes
-import json
 import sys
 import time
+from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # scripts/, for trace_format
+import trace_format  # noqa: E402
+
 trace, which = sys.argv[1], sys.argv[2]
 ops = []
-with open(trace) as f:
-    for line in f:
-        if line.strip():
-            op = json.loads(line)
-            if op["op"] == "alloc" and op["size"] > 0:
-                ops.append((True, op["id"], op["size"], op.get("stream", 0)))
-            elif op["op"] == "free":
-                ops.append((False, op["id"], 0, 0))
+for op in trace_format.iter_trace(trace):
+    if op.op == "alloc" and op.size > 0:
+        ops.append((True, op.id, op.size, op.stream))
+    elif op.op == "free":
+        ops.append((False, op.id, 0, 0))
 torch.cuda.init()
 torch_streams = {0: torch.cuda.current_stream()}
 for _, _, _, s in ops:

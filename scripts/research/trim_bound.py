@@ -38,8 +38,11 @@ within 150 calls (lines 0.700 to 0.990 tried). Standard library only.
 
 import argparse
 import bisect
-import json
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # scripts/, for trace_format
+import trace_format  # noqa: E402
 
 UNMAPPED, FREE, LIVE = 0, 1, 2
 INFINITE = 1 << 62
@@ -50,15 +53,9 @@ def round_size(size):
 
 
 def read_trace(path):
-    events = []
-    with open(path) as f:
-        for line in f:
-            e = json.loads(line)
-            if e["op"] == "alloc":
-                events.append(("alloc", e["id"], round_size(e["size"])))
-            elif e["op"] == "free":
-                events.append(("free", e["id"], 0))
-    return events
+    """(op, id, rounded size) of the trace's allocs and frees."""
+    return [(op.op, op.id, round_size(op.size) if op.op == "alloc" else 0)
+            for op in trace_format.iter_trace(path) if op.op in ("alloc", "free")]
 
 
 def peak_allocated(events):
