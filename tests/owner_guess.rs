@@ -55,6 +55,10 @@ impl Backend for SharedAddresses {
     fn stream_synchronize_supported(&self) -> bool {
         false
     }
+    fn pinned_host_supported(&self) -> bool {
+        false
+    }
+
     fn vm_granularity(&self, _: usize) -> Option<usize> {
         None
     }

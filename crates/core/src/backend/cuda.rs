@@ -312,6 +312,10 @@ impl Backend for CudaBackend {
         })
     }
 
+    fn pinned_host_supported(&self) -> bool {
+        false
+    }
+
     fn vm_granularity(&self, device: usize) -> Option<usize> {
         let granularity = self.gpus[device].granularity;
         (granularity > 0).then_some(granularity)

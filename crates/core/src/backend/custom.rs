@@ -313,6 +313,10 @@ impl Backend for CustomBackend {
         )
     }
 
+    fn pinned_host_supported(&self) -> bool {
+        false
+    }
+
     fn vm_granularity(&self, device: usize) -> Option<usize> {
         let mut out = 0usize;
         let granularity = self.virtual_memory().map(|v| v.granularity);

@@ -5,7 +5,7 @@
 //! Always available; the default accelerator when no GPU is found.
 
 use super::address_window::{self, page_size, AddressWindow};
-use super::{Backend, BackendError, EventId, MemInfo, StreamId};
+use super::{Backend, BackendError, EventId, MemInfo, PinnedHostAllocation, StreamId};
 use crate::error::{Error, Result};
 use crate::units::parse_byte_size;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -415,6 +415,44 @@ impl Backend for HostBackend {
         // SAFETY: the whole reservation is given back; nothing in it is mapped any more.
         if unsafe { libc::munmap(ptr as *mut libc::c_void, size) } != 0 {
             return Err(os_error("munmap (release)", size, ptr));
+        }
+        Ok(())
+    }
+
+    // Pinned host memory: a mapping of its own, page-locked with mlock where the system allows it
+    // (RLIMIT_MEMLOCK is often small for unprivileged processes); where it refuses, the memory stays
+    // ordinary and says so. It is the host's memory, not a device's: no device's capacity counts it.
+
+    fn pinned_host_supported(&self) -> bool {
+        true
+    }
+
+    fn pinned_host_alloc(
+        &self,
+        size: usize,
+    ) -> std::result::Result<PinnedHostAllocation, BackendError> {
+        if let Some(rule) = self.settings.fail {
+            let call = self.allocations.fetch_add(1, Ordering::AcqRel) + 1;
+            if rule.fails(call) {
+                return Err(BackendError::OutOfMemory);
+            }
+        }
+        // SAFETY: a fresh anonymous mapping anywhere.
+        let Some(ptr) = (unsafe {
+            address_window::map_anonymous(None, size, libc::PROT_READ | libc::PROT_WRITE)
+        }) else {
+            return Err(BackendError::OutOfMemory);
+        };
+        // SAFETY: the range was just mapped.
+        let page_locked = unsafe { libc::mlock(ptr as *const libc::c_void, size) } == 0;
+        Ok(PinnedHostAllocation { ptr, page_locked })
+    }
+
+    fn pinned_host_free(&self, ptr: usize, size: usize) -> std::result::Result<(), BackendError> {
+        // SAFETY: the host cache frees only what pinned_host_alloc mapped, with its size; munmap
+        // also unlocks the pages.
+        if unsafe { libc::munmap(ptr as *mut libc::c_void, size) } != 0 {
+            return Err(os_error("munmap (pinned host memory)", size, ptr));
         }
         Ok(())
     }

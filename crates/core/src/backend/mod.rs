@@ -54,9 +54,10 @@ pub struct MemInfo {
 /// Calls may come from any thread; a backend guards its own state. `device` is always a valid index
 /// below `device_count()` (the caching layer checks it).
 ///
-/// Beyond the five memory calls, a backend has three optional groups: events, stream
-/// synchronization and virtual memory. Each backend states which it has: `events_supported`,
-/// `stream_synchronize_supported` and `vm_granularity` have no default, so no implementation can
+/// Beyond the five memory calls, a backend has four optional groups: events, stream
+/// synchronization, virtual memory and pinned host memory. Each backend states which it has:
+/// `events_supported`, `stream_synchronize_supported`, `vm_granularity` and
+/// `pinned_host_supported` have no default, so no implementation can
 /// claim a group, or lose one, by omission. The calls of a group default to failing with "not
 /// provided", never to succeeding: a backend that forgets one gets an error, not an event that
 /// reads as complete while its stream still uses the memory. A backend that wraps another one
@@ -144,6 +145,29 @@ pub trait Backend: Send + Sync {
     fn vm_release(&self, _device: usize, _ptr: usize, _size: usize) -> Result<(), BackendError> {
         Err(not_provided("vm_release"))
     }
+
+    // Pinned host memory, for the host caching allocator (crate::pinned): host memory the device
+    // copies from and to without staging, so that a copy can run asynchronously on a stream.
+
+    /// Whether `pinned_host_alloc` and `pinned_host_free` work. No default: every backend states it.
+    fn pinned_host_supported(&self) -> bool;
+    /// Allocate `size` bytes of pinned host memory, usable with every device of this backend.
+    fn pinned_host_alloc(&self, _size: usize) -> Result<PinnedHostAllocation, BackendError> {
+        Err(not_provided("pinned_host_alloc"))
+    }
+    /// Give back what `pinned_host_alloc` returned, with the size it was asked for.
+    fn pinned_host_free(&self, _ptr: usize, _size: usize) -> Result<(), BackendError> {
+        Err(not_provided("pinned_host_free"))
+    }
+}
+
+/// What `pinned_host_alloc` handed out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PinnedHostAllocation {
+    pub ptr: usize,
+    /// The memory is page-locked (false: ordinary pageable memory, where the system refused to
+    /// lock it; copies from it work but are staged, as with any pageable memory).
+    pub page_locked: bool,
 }
 
 /// What an optional call a backend lacks answers.

@@ -3,7 +3,7 @@
 //! devices of any size: the tests' backend, and the device the tools replay on (`replay --simulate`,
 //! `tune`, `compare`), where figures must not depend on the machine.
 
-use super::{Backend, BackendError, EventId, MemInfo, StreamId};
+use super::{Backend, BackendError, EventId, MemInfo, PinnedHostAllocation, StreamId};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
@@ -39,6 +39,9 @@ impl State {
     }
 }
 
+/// Where pinned host memory starts, apart from every device's segments and reservations.
+const PINNED_HOST_BASE: usize = 0x7000_0000_0000;
+
 /// Where reservations start, far above segments.
 const RESERVATION_OFFSET: usize = 1 << 39;
 
@@ -63,6 +66,8 @@ pub struct SimulatedBackend {
     stream_sync: bool,
     /// Whether the event functions are provided.
     events_on: bool,
+    /// Pinned host memory handed out and not yet freed: address -> size; and the next address.
+    pinned: Mutex<(usize, BTreeMap<usize, usize>)>,
 }
 
 impl SimulatedBackend {
@@ -77,6 +82,7 @@ impl SimulatedBackend {
             failing_calls: Mutex::new(HashMap::new()),
             stream_sync: true,
             events_on: true,
+            pinned: Mutex::new((PINNED_HOST_BASE, BTreeMap::new())),
         }
     }
 
@@ -89,7 +95,8 @@ impl SimulatedBackend {
     }
 
     /// Make the next `times` calls of `call` fail with an error: "create_event", "record_event",
-    /// "query_event", "synchronize_event", "destroy_event", "stream_synchronize" or "vm_release".
+    /// "query_event", "synchronize_event", "destroy_event", "stream_synchronize", "vm_release",
+    /// "pinned_host_alloc" (which then fails as out of memory) or "pinned_host_free".
     pub fn fail_calls(&self, call: &'static str, times: usize) {
         self.fail_calls_after(call, 0, times);
     }
@@ -100,6 +107,11 @@ impl SimulatedBackend {
             .lock()
             .unwrap()
             .insert(call, (successes, times));
+    }
+
+    /// Pinned host allocations held (pinned_host_alloc'd and not freed): address -> size.
+    pub fn live_pinned_host(&self) -> Vec<(usize, usize)> {
+        self.pinned.lock().unwrap().1.iter().map(|(&a, &s)| (a, s)).collect()
     }
 
     /// Reservations held on `device` (vm_reserve'd and not released).
@@ -299,6 +311,38 @@ impl Backend for SimulatedBackend {
                 message: format!("release of an unknown reservation {ptr:#x}+{size}"),
             });
         }
+        Ok(())
+    }
+
+    fn pinned_host_supported(&self) -> bool {
+        true
+    }
+
+    fn pinned_host_alloc(&self, size: usize) -> Result<PinnedHostAllocation, BackendError> {
+        if self.injected("pinned_host_alloc").is_err() {
+            return Err(BackendError::OutOfMemory);
+        }
+        let mut pinned = self.pinned.lock().unwrap();
+        let ptr = pinned.0;
+        // Rounded to pages, with a page between allocations, so none ever looks contiguous.
+        pinned.0 += size.next_multiple_of(4096) + 4096;
+        pinned.1.insert(ptr, size);
+        Ok(PinnedHostAllocation {
+            ptr,
+            page_locked: true,
+        })
+    }
+
+    fn pinned_host_free(&self, ptr: usize, size: usize) -> Result<(), BackendError> {
+        self.injected("pinned_host_free")?;
+        let mut pinned = self.pinned.lock().unwrap();
+        if pinned.1.get(&ptr) != Some(&size) {
+            return Err(BackendError::Failed {
+                code: 7,
+                message: format!("pinned_host_free of an unknown allocation {ptr:#x}+{size}"),
+            });
+        }
+        pinned.1.remove(&ptr);
         Ok(())
     }
 

@@ -7,7 +7,7 @@
 //! denied on the blanket impl, so a call added to `Backend` with a default cannot fall through to
 //! that default, "not provided", under a wrapper whose inner backend provides it).
 
-use super::{Backend, BackendError, EventId, MemInfo, StreamId};
+use super::{Backend, BackendError, EventId, MemInfo, PinnedHostAllocation, StreamId};
 
 /// A backend made of another one. Implement this instead of [`Backend`] (which every `Wrapper` is)
 /// and override only what the wrapper adds; each default forwards to [`Wrapper::inner`], through
@@ -105,6 +105,16 @@ pub trait Wrapper: Send + Sync {
     fn vm_release(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError> {
         self.around("vm_release", || self.inner().vm_release(device, ptr, size))
     }
+
+    fn pinned_host_supported(&self) -> bool {
+        self.inner().pinned_host_supported()
+    }
+    fn pinned_host_alloc(&self, size: usize) -> Result<PinnedHostAllocation, BackendError> {
+        self.around("pinned_host_alloc", || self.inner().pinned_host_alloc(size))
+    }
+    fn pinned_host_free(&self, ptr: usize, size: usize) -> Result<(), BackendError> {
+        self.around("pinned_host_free", || self.inner().pinned_host_free(ptr, size))
+    }
 }
 
 /// The one forwarding place: every call of [`Backend`] goes to the wrapper's own.
@@ -174,6 +184,15 @@ impl<W: Wrapper> Backend for W {
     fn vm_release(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError> {
         Wrapper::vm_release(self, device, ptr, size)
     }
+    fn pinned_host_supported(&self) -> bool {
+        Wrapper::pinned_host_supported(self)
+    }
+    fn pinned_host_alloc(&self, size: usize) -> Result<PinnedHostAllocation, BackendError> {
+        Wrapper::pinned_host_alloc(self, size)
+    }
+    fn pinned_host_free(&self, ptr: usize, size: usize) -> Result<(), BackendError> {
+        Wrapper::pinned_host_free(self, ptr, size)
+    }
 }
 
 #[cfg(test)]
@@ -223,14 +242,19 @@ mod tests {
         fn vm_granularity(&self, _: usize) -> Option<usize> {
             None
         }
+        fn pinned_host_supported(&self) -> bool {
+            false
+        }
     }
 
-    /// (events, stream synchronization, virtual memory) as `backend` answers them.
-    fn capabilities(backend: &dyn Backend) -> (bool, bool, Option<usize>) {
+    /// (events, stream synchronization, virtual memory, pinned host memory) as `backend` answers
+    /// them.
+    fn capabilities(backend: &dyn Backend) -> (bool, bool, Option<usize>, bool) {
         (
             backend.events_supported(),
             backend.stream_synchronize_supported(),
             backend.vm_granularity(0),
+            backend.pinned_host_supported(),
         )
     }
 
@@ -255,14 +279,14 @@ mod tests {
         assert_eq!(
             seen,
             [
-                (true, true, Some(2 << 20)),
-                (false, true, Some(2 << 20)),
-                (true, true, None)
+                (true, true, Some(2 << 20), true),
+                (false, true, Some(2 << 20), true),
+                (true, true, None, true)
             ],
             "the three test backends differ in one capability each"
         );
         let plain = Bare(Arc::new(Plain));
-        assert_eq!(capabilities(&plain), (false, false, None));
+        assert_eq!(capabilities(&plain), (false, false, None, false));
     }
 
     #[test]
@@ -310,6 +334,11 @@ mod tests {
             assert_eq!(
                 backend.vm_release(0, 1 << 30, 4096),
                 not_provided("vm_release")
+            );
+            assert!(backend.pinned_host_alloc(4096).is_err());
+            assert_eq!(
+                backend.pinned_host_free(1 << 30, 4096),
+                not_provided("pinned_host_free")
             );
         }
     }
