@@ -11,6 +11,7 @@
 pub mod backend;
 pub mod caching;
 pub mod error;
+pub mod pinned;
 pub mod trace;
 pub mod units;
 

@@ -34,12 +34,14 @@ impl Stat {
         self.freed = self.freed.wrapping_add(amount as i64);
     }
 
-    fn reset_accumulated(&mut self) {
+    /// reset_accumulated_memory_stats: the running totals start again from 0.
+    pub fn reset_accumulated(&mut self) {
         self.allocated = 0;
         self.freed = 0;
     }
 
-    fn reset_peak(&mut self) {
+    /// reset_peak_memory_stats: the peak becomes the current value.
+    pub fn reset_peak(&mut self) {
         self.peak = self.current;
     }
 }
