@@ -4,6 +4,7 @@
  * through the `_on` forms of the API, side by side with the host backend. Two host devices are used
  * from two threads at once and their statistics stay separate. */
 #include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,6 +32,8 @@ typedef struct Fake {
     int fail_with_code; /* non-zero: raw_alloc returns it */
     FakeEvent *events[MAX_EVENTS];
     int live_events;
+    int host_allocs; /* pinned host memory handed out and given back */
+    int host_frees;
 } Fake;
 
 static Fake g_fake;
@@ -144,6 +147,26 @@ static void fake_complete_stream(void *stream)
     }
 }
 
+/* Pinned host memory: plain malloc here; a real backend page-locks it (cudaHostAlloc and the like). */
+static int32_t fake_host_alloc(void *ctx, size_t size, void **out)
+{
+    Fake *f = (Fake *)ctx;
+    *out = malloc(size);
+    if (*out == NULL)
+        return ACCALLOC_BACKEND_OUT_OF_MEMORY;
+    f->host_allocs++;
+    return ACCALLOC_BACKEND_OK;
+}
+
+static int32_t fake_host_free(void *ctx, void *ptr, size_t size)
+{
+    Fake *f = (Fake *)ctx;
+    (void)size;
+    free(ptr);
+    f->host_frees++;
+    return ACCALLOC_BACKEND_OK;
+}
+
 static AccallocBackendVTable fake_table(void)
 {
     AccallocBackendVTable table;
@@ -159,6 +182,8 @@ static AccallocBackendVTable fake_table(void)
     table.event_query = fake_event_query;
     table.event_synchronize = fake_event_synchronize;
     table.event_destroy = fake_event_destroy;
+    table.host_alloc = fake_host_alloc;
+    table.host_free = fake_host_free;
     return table;
 }
 
@@ -309,6 +334,57 @@ static void test_stream_deferral(AccallocDeviceType type)
     CHECK_EQ(stat_on(type, 1, "num_sync_all_streams"), 1);
 }
 
+/* The host caching allocator over the fake's host_alloc / host_free, its reuse held back by the fake's
+ * events; a table from an older header (struct_size ending before host_alloc) registers without it. */
+static void test_pinned_host(AccallocDeviceType type)
+{
+    void *stream_b = (void *)0x200;
+    void *p = NULL, *q = NULL, *r = NULL;
+    AccallocBackendVTable old = fake_table();
+    AccallocDeviceType old_type = -1;
+    int64_t value = -1;
+    bool recorded = false;
+    char text[2048];
+    size_t len = 0;
+
+    EXPECT(accalloc_host_malloc_on(type, &p, 3000), ACCALLOC_OK); /* 4,096 */
+    CHECK_EQ(g_fake.host_allocs, 1);
+    EXPECT(accalloc_host_record_stream(p, 1, stream_b, &recorded), ACCALLOC_OK);
+    CHECK(recorded);
+    EXPECT(accalloc_host_free(p), ACCALLOC_OK);
+    CHECK_EQ(g_fake.live_events, 1);
+    EXPECT(accalloc_host_malloc_on(type, &q, 4096), ACCALLOC_OK);
+    CHECK(q != p); /* stream b has not finished: a new block */
+    EXPECT(accalloc_host_free(q), ACCALLOC_OK);
+    fake_complete_stream(stream_b);
+    EXPECT(accalloc_host_malloc_on(type, &r, 4000), ACCALLOC_OK);
+    CHECK(r == p); /* the event completed: p reused (freed before q, it joins the list after it) */
+    CHECK_EQ(g_fake.live_events, 0);
+    EXPECT(accalloc_host_memory_stat_on(type, "active_requests.current", &value), ACCALLOC_OK);
+    CHECK_EQ(value, 1);
+    EXPECT(accalloc_host_memory_stats_json_on(type, text, sizeof text, &len), ACCALLOC_OK);
+    CHECK_CONTAINS(text, "\"allocated_bytes.current\":8192,");
+    CHECK_CONTAINS(text, "\"num_host_alloc\":2,");
+    EXPECT(accalloc_host_free(r), ACCALLOC_OK);
+    EXPECT(accalloc_host_empty_cache_on(type), ACCALLOC_OK);
+    CHECK_EQ(g_fake.host_frees, 2);
+    EXPECT(accalloc_host_reset_peak_memory_stats_on(type), ACCALLOC_OK);
+    EXPECT(accalloc_host_reset_accumulated_memory_stats_on(type), ACCALLOC_OK);
+    EXPECT(accalloc_host_memory_stat_on(type, "num_host_free", &value), ACCALLOC_OK);
+    CHECK_EQ(value, 0);
+    /* The host accelerator's own cache is another one. */
+    EXPECT(accalloc_host_memory_stat_on(ACCALLOC_DEVICE_HOST, "num_host_alloc", &value), ACCALLOC_OK);
+    CHECK_EQ(value, 0);
+
+    old.struct_size = offsetof(AccallocBackendVTable, host_alloc);
+    old.host_alloc = NULL; /* an older caller's struct ends before these */
+    old.host_free = NULL;
+    EXPECT(accalloc_register_backend("oldtable", &old, &old_type), ACCALLOC_OK);
+    EXPECT(accalloc_host_malloc_on(old_type, &p, 64), ACCALLOC_ERROR_NOT_SUPPORTED);
+    CHECK_CONTAINS(accalloc_last_error_message(), "the oldtable backend has no pinned host memory");
+    EXPECT(accalloc_host_memory_stat_on(old_type, "num_host_alloc", &value), ACCALLOC_ERROR_NOT_SUPPORTED);
+}
+
 static void test_out_of_memory_and_errors(AccallocDeviceType type)
 {
     void *big = NULL, *bigger = NULL, *none = NULL;
@@ -415,6 +491,7 @@ int main(void)
     type = test_registration();
     test_caching_and_splitting(type);
     test_stream_deferral(type);
+    test_pinned_host(type);
     test_out_of_memory_and_errors(type);
     test_every_on_form(type);
     test_current_accelerator(type);

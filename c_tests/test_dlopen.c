@@ -41,6 +41,11 @@ typedef AccallocStatus (*history_fn)(int32_t, size_t);
 typedef AccallocStatus (*get_settings_fn)(char *, size_t, size_t *);
 typedef AccallocStatus (*ort_create_fn)(const void *, uint32_t, AccallocDeviceType, int32_t, void **);
 typedef AccallocStatus (*ort_destroy_fn)(void *);
+typedef AccallocStatus (*host_malloc_fn)(void **, size_t);
+typedef AccallocStatus (*host_record_stream_fn)(const void *, int32_t, void *, bool *);
+typedef AccallocStatus (*host_is_pinned_fn)(const void *, bool *);
+typedef AccallocStatus (*host_json_fn)(char *, size_t, size_t *);
+typedef AccallocStatus (*host_stat_fn)(const char *, int64_t *);
 
 #define TYPECHECK(type, fn) (void)sizeof(&fn == (type)0)
 
@@ -112,6 +117,14 @@ int main(int argc, char **argv)
     history_fn p_history;
     ort_create_fn p_ort_create;
     ort_destroy_fn p_ort_destroy;
+    host_malloc_fn p_host_malloc;
+    free_fn p_host_free;
+    host_record_stream_fn p_host_record_stream;
+    host_is_pinned_fn p_host_is_pinned;
+    void_status_fn p_host_empty_cache, p_host_reset_accumulated, p_host_reset_peak;
+    host_json_fn p_host_stats_json;
+    host_stat_fn p_host_stat;
+    bool pinned = false;
     char settings[256];
     AccallocDeviceStats s;
     void *ptr = NULL;
@@ -155,6 +168,15 @@ int main(int argc, char **argv)
     TYPECHECK(history_fn, accalloc_record_memory_history);
     TYPECHECK(ort_create_fn, accalloc_ort_allocator_create);
     TYPECHECK(ort_destroy_fn, accalloc_ort_allocator_destroy);
+    TYPECHECK(host_malloc_fn, accalloc_host_malloc);
+    TYPECHECK(free_fn, accalloc_host_free);
+    TYPECHECK(host_record_stream_fn, accalloc_host_record_stream);
+    TYPECHECK(host_is_pinned_fn, accalloc_host_is_pinned);
+    TYPECHECK(void_status_fn, accalloc_host_empty_cache);
+    TYPECHECK(void_status_fn, accalloc_host_reset_accumulated_memory_stats);
+    TYPECHECK(void_status_fn, accalloc_host_reset_peak_memory_stats);
+    TYPECHECK(host_json_fn, accalloc_host_memory_stats_json);
+    TYPECHECK(host_stat_fn, accalloc_host_memory_stat);
 
     /* Not linked: nothing named accalloc_malloc is in the process before dlopen. */
     CHECK(dlsym(RTLD_DEFAULT, "accalloc_malloc") == NULL);
@@ -196,6 +218,15 @@ int main(int argc, char **argv)
     LOAD(p_history, "accalloc_record_memory_history");
     LOAD(p_ort_create, "accalloc_ort_allocator_create");
     LOAD(p_ort_destroy, "accalloc_ort_allocator_destroy");
+    LOAD(p_host_malloc, "accalloc_host_malloc");
+    LOAD(p_host_free, "accalloc_host_free");
+    LOAD(p_host_record_stream, "accalloc_host_record_stream");
+    LOAD(p_host_is_pinned, "accalloc_host_is_pinned");
+    LOAD(p_host_empty_cache, "accalloc_host_empty_cache");
+    LOAD(p_host_reset_accumulated, "accalloc_host_reset_accumulated_memory_stats");
+    LOAD(p_host_reset_peak, "accalloc_host_reset_peak_memory_stats");
+    LOAD(p_host_stats_json, "accalloc_host_memory_stats_json");
+    LOAD(p_host_stat, "accalloc_host_memory_stat");
     if (g_missing) {
         fprintf(stderr, "FAIL %d functions missing from %s\n", g_missing, path);
         return 1;
@@ -296,6 +327,33 @@ int main(int argc, char **argv)
     CHECK_EQ(v, 0);
     CHECK_STATUS(p_reset_accumulated(0), ACCALLOC_OK);
     CHECK_STATUS(p_memory_stat(0, "allocation.all.allocated", &v), ACCALLOC_OK);
+    CHECK_EQ(v, 0);
+
+    /* Pinned host memory: 1000 bytes round to 1024; reused after a free; given back by empty. */
+    CHECK_STATUS(p_host_malloc(&ptr, 1000), ACCALLOC_OK);
+    CHECK(ptr != NULL);
+    if (ptr != NULL)
+        memset(ptr, 0xAB, 1024);
+    CHECK_STATUS(p_host_is_pinned(ptr, &pinned), ACCALLOC_OK);
+    CHECK(pinned);
+    CHECK_STATUS(p_host_record_stream(ptr, 0, accalloc_test_stream(0, 0x3000), &pinned), ACCALLOC_OK);
+    CHECK(pinned);
+    CHECK_STATUS(p_host_stat("allocated_bytes.current", &v), ACCALLOC_OK);
+    CHECK_EQ(v, 1024);
+    CHECK_STATUS(p_host_free(ptr), ACCALLOC_OK);
+    CHECK_STATUS(p_host_stats_json(NULL, 0, &len), ACCALLOC_OK);
+    json = (char *)malloc(len);
+    if (json != NULL) {
+        CHECK_STATUS(p_host_stats_json(json, len, &len), ACCALLOC_OK);
+        CHECK_CONTAINS(json, "\"active_requests.current\":1,"); /* still waiting for the stream's event */
+        free(json);
+    }
+    CHECK_STATUS(p_host_empty_cache(), ACCALLOC_OK); /* processes the (completed) event first */
+    CHECK_STATUS(p_host_stat("allocations.current", &v), ACCALLOC_OK);
+    CHECK_EQ(v, 0);
+    CHECK_STATUS(p_host_reset_peak(), ACCALLOC_OK);
+    CHECK_STATUS(p_host_reset_accumulated(), ACCALLOC_OK);
+    CHECK_STATUS(p_host_stat("num_host_free", &v), ACCALLOC_OK);
     CHECK_EQ(v, 0);
     CHECK_STATUS(p_memory_stat(0, "num_device_free", &v), ACCALLOC_OK);
     CHECK_EQ(v, 0);

@@ -14,6 +14,7 @@
 
 /* Generated with cbindgen from src/capi by `cargo run -p accalloc-header`: do not edit by hand. */
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 /** The library's version as a string literal ("MAJOR.MINOR.PATCH"), for the preprocessor. */
@@ -131,7 +132,9 @@ typedef int32_t AccallocDeviceType;
  * required; a NULL optional entry turns its feature off: without the five event functions,
  * accalloc_record_stream falls back to stream_synchronize when there is one and is otherwise
  * ACCALLOC_ERROR_NOT_SUPPORTED; without the five virtual-memory functions, expandable segments fall back
- * to ordinary segments. The functions may be called from any thread, and with the same context
+ * to ordinary segments; without host_alloc and host_free, pinned host memory (accalloc_host_malloc) is
+ * ACCALLOC_ERROR_NOT_SUPPORTED. A table from a caller built against an older header, whose
+ * struct_size ends before host_alloc, is read up to its struct_size and has no pinned host memory. The functions may be called from any thread, and with the same context
  * concurrently for different devices. They may call accalloc for other device types (the host,
  * say), but not for their own: such a call returns ACCALLOC_ERROR_NOT_SUPPORTED, since the device is
  * locked or being set up while they run. What they hand back is checked: a segment or reservation
@@ -208,6 +211,15 @@ typedef struct AccallocBackendVTable {
    * Optional: release a whole reservation.
    */
   int32_t (*vm_release)(void *context, int32_t device, void *ptr, size_t size);
+  /**
+   * Optional: allocate `size` bytes of pinned (page-locked) host memory, usable for asynchronous
+   * copies with every device of the backend, into *out.
+   */
+  int32_t (*host_alloc)(void *context, size_t size, void **out);
+  /**
+   * Optional: free what host_alloc returned (`size` as asked for).
+   */
+  int32_t (*host_free)(void *context, void *ptr, size_t size);
 } AccallocBackendVTable;
 
 /**
@@ -597,6 +609,136 @@ enum AccallocStatus accalloc_ort_allocator_create(const void *ort_api,
  * accalloc_ort_allocator_create (nothing is freed).
  */
 enum AccallocStatus accalloc_ort_allocator_destroy(void *allocator);
+
+/**
+ * Allocate at least `size` bytes of pinned host memory from the current accelerator's host caching
+ * allocator and store the address in `*out`: memory its devices copy from and to asynchronously.
+ * The size is rounded up to a power of two; a cached block of that size is reused, the newest first,
+ * once every stream that used it (accalloc_host_record_stream) has finished the work queued before
+ * its free. Size 0 stores NULL and succeeds. The host backend page-locks the memory where the system
+ * allows it (RLIMIT_MEMLOCK) and hands out ordinary memory where not: the statistic
+ * page_locked_bytes tells which.
+ *
+ * Errors: ACCALLOC_ERROR_INVALID_ARGUMENT (out is NULL); ACCALLOC_ERROR_OUT_OF_MEMORY (after giving
+ * the cached blocks back and trying again); ACCALLOC_ERROR_NOT_SUPPORTED where the accelerator's
+ * backend has no pinned host memory (a registered backend without host_alloc and host_free); on
+ * error *out is not touched.
+ */
+enum AccallocStatus accalloc_host_malloc(void **out,
+                                         size_t size);
+
+/**
+ * accalloc_host_malloc from the accelerator of `device_type`.
+ */
+enum AccallocStatus accalloc_host_malloc_on(AccallocDeviceType device_type,
+                                            void **out,
+                                            size_t size);
+
+/**
+ * Give back memory from accalloc_host_malloc (of any accelerator). NULL is a no-op. The block is
+ * reused once the streams recorded on it have finished the work queued until now.
+ *
+ * Errors: ACCALLOC_ERROR_INVALID_POINTER for a pointer that is not from accalloc_host_malloc, an
+ * interior pointer or a double free (nothing changes); ACCALLOC_ERROR_BACKEND where the stream
+ * use could be neither recorded as an event nor waited for: the memory is taken back but never
+ * handed out again (it stays counted as active).
+ */
+enum AccallocStatus accalloc_host_free(void *ptr);
+
+/**
+ * Note that `stream` of `device` (-1: the current device of the accelerator the memory is from)
+ * uses the pinned block that `ptr` lies in (any address inside it), as PyTorch's
+ * CachingHostAllocator_recordEvent does after a non-blocking copy: its reuse after
+ * accalloc_host_free waits for the work queued on `stream` until that free. `*out_recorded`
+ * (may be NULL) is false where `ptr` is not pinned memory from accalloc: nothing to record, not an
+ * error, as PyTorch calls this for every tensor of a non-blocking copy.
+ *
+ * Errors: ACCALLOC_ERROR_INVALID_POINTER (the block is not handed out), ACCALLOC_ERROR_INVALID_DEVICE,
+ * ACCALLOC_ERROR_NOT_SUPPORTED (the backend has neither events nor stream synchronization).
+ */
+enum AccallocStatus accalloc_host_record_stream(const void *ptr,
+                                                int32_t device,
+                                                void *stream,
+                                                bool *out_recorded);
+
+/**
+ * Store in `*out` whether `ptr` lies in pinned host memory from accalloc_host_malloc (of any
+ * accelerator, handed out or cached): PyTorch's isPinnedPtr.
+ *
+ * Errors: ACCALLOC_ERROR_INVALID_ARGUMENT (out is NULL).
+ */
+enum AccallocStatus accalloc_host_is_pinned(const void *ptr, bool *out);
+
+/**
+ * Give every cached pinned block of the current accelerator whose streams have finished back to
+ * the system (torch.accelerator.empty_host_cache). Blocks handed out stay.
+ *
+ * Errors: ACCALLOC_ERROR_BACKEND where the backend refused to free a block (it stays cached and
+ * counted; the others are still given back); ACCALLOC_ERROR_NOT_SUPPORTED as accalloc_host_malloc.
+ */
+enum AccallocStatus accalloc_host_empty_cache(void);
+
+/**
+ * accalloc_host_empty_cache on the accelerator of `device_type`.
+ */
+enum AccallocStatus accalloc_host_empty_cache_on(AccallocDeviceType device_type);
+
+/**
+ * Write the current accelerator's pinned host statistics as one JSON object plus a NUL, with
+ * torch.cuda.host_memory_stats()'s keys, sorted: allocations, allocated_bytes, active_requests and
+ * active_bytes (each .current/.peak/.allocated/.freed; the active peaks summed per power of two, as
+ * PyTorch does), num_host_alloc, num_host_free, host_alloc_time and host_free_time
+ * (.total/.max/.min/.count/.avg, microseconds), and accalloc's page_locked_bytes. `*len` receives
+ * the bytes needed including the NUL; with buf NULL this only sets *len; with cap too small it
+ * returns ACCALLOC_ERROR_BUFFER_TOO_SMALL and leaves buf untouched.
+ */
+enum AccallocStatus accalloc_host_memory_stats_json(char *buf, size_t cap, size_t *len);
+
+/**
+ * accalloc_host_memory_stats_json on the accelerator of `device_type`.
+ */
+enum AccallocStatus accalloc_host_memory_stats_json_on(AccallocDeviceType device_type,
+                                                       char *buf,
+                                                       size_t cap,
+                                                       size_t *len);
+
+/**
+ * Store one pinned host statistic of the current accelerator, by its key in
+ * accalloc_host_memory_stats_json (e.g. "allocated_bytes.current", "num_host_alloc"), in `*out`.
+ *
+ * Errors: ACCALLOC_ERROR_INVALID_ARGUMENT (a NULL argument or an unknown key).
+ */
+enum AccallocStatus accalloc_host_memory_stat(const char *key, int64_t *out);
+
+/**
+ * accalloc_host_memory_stat on the accelerator of `device_type`.
+ */
+enum AccallocStatus accalloc_host_memory_stat_on(AccallocDeviceType device_type,
+                                                 const char *key,
+                                                 int64_t *out);
+
+/**
+ * Set the running totals (.allocated, .freed, num_host_alloc, num_host_free) and the timing sums
+ * of the current accelerator's pinned host statistics to 0
+ * (torch.cuda.reset_accumulated_host_memory_stats).
+ */
+enum AccallocStatus accalloc_host_reset_accumulated_memory_stats(void);
+
+/**
+ * accalloc_host_reset_accumulated_memory_stats on the accelerator of `device_type`.
+ */
+enum AccallocStatus accalloc_host_reset_accumulated_memory_stats_on(AccallocDeviceType device_type);
+
+/**
+ * Set every peak of the current accelerator's pinned host statistics to its current value, and
+ * the timing extremes to 0 (torch.cuda.reset_peak_host_memory_stats).
+ */
+enum AccallocStatus accalloc_host_reset_peak_memory_stats(void);
+
+/**
+ * accalloc_host_reset_peak_memory_stats on the accelerator of `device_type`.
+ */
+enum AccallocStatus accalloc_host_reset_peak_memory_stats_on(AccallocDeviceType device_type);
 
 /**
  * Allocate `size` bytes on `device` for `stream` (a cudaStream_t); NULL on failure, with the

@@ -76,6 +76,8 @@ fn messages_quote_a_bounded_prefix_of_huge_inputs() {
             vm_map: None,
             vm_unmap: None,
             vm_release: None,
+            host_alloc: None,
+            host_free: None,
         };
         let mut device_type = -1;
         check_bounded(

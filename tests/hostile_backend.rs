@@ -218,6 +218,8 @@ fn table(liar: &'static Liar, virtual_memory: bool) -> AccallocBackendVTable {
         vm_map: vm(vm_map as unsafe extern "C" fn(_, _, _, _) -> i32),
         vm_unmap: vm(vm_map as unsafe extern "C" fn(_, _, _, _) -> i32),
         vm_release: vm(vm_release as unsafe extern "C" fn(_, _, _, _) -> i32),
+        host_alloc: None,
+        host_free: None,
     }
 }
 

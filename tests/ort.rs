@@ -709,6 +709,8 @@ fn vendor_device_type() -> AccallocDeviceType {
             vm_map: None,
             vm_unmap: None,
             vm_release: None,
+            host_alloc: None,
+            host_free: None,
         };
         let mut device_type = -1;
         let status =

@@ -124,6 +124,8 @@ fn hostile() -> AccallocDeviceType {
             vm_map: Some(h_free),
             vm_unmap: Some(h_free),
             vm_release: Some(h_free),
+            host_alloc: None,
+            host_free: None,
         };
         let mut device_type = -1;
         let status = unsafe { accalloc_register_backend(c"hostile".as_ptr(), &table, &mut device_type) };

@@ -3,7 +3,9 @@
 //! the device has no room, or any other value as its own error code. The backend layer never sees this
 //! struct: `AccallocBackendVTable::functions` checks it and hands backend/custom.rs its Rust view.
 
-use crate::backend::custom::{self, EventFunctions, Functions, VirtualMemoryFunctions};
+use crate::backend::custom::{
+    self, EventFunctions, Functions, PinnedHostFunctions, VirtualMemoryFunctions,
+};
 use std::ffi::c_void;
 
 /// What a backend function returns on success.
@@ -17,7 +19,9 @@ pub const ACCALLOC_BACKEND_OUT_OF_MEMORY: i32 = 2;
 /// required; a NULL optional entry turns its feature off: without the five event functions,
 /// accalloc_record_stream falls back to stream_synchronize when there is one and is otherwise
 /// ACCALLOC_ERROR_NOT_SUPPORTED; without the five virtual-memory functions, expandable segments fall back
-/// to ordinary segments. The functions may be called from any thread, and with the same context
+/// to ordinary segments; without host_alloc and host_free, pinned host memory (accalloc_host_malloc) is
+/// ACCALLOC_ERROR_NOT_SUPPORTED. A table from a caller built against an older header, whose
+/// struct_size ends before host_alloc, is read up to its struct_size and has no pinned host memory. The functions may be called from any thread, and with the same context
 /// concurrently for different devices. They may call accalloc for other device types (the host,
 /// say), but not for their own: such a call returns ACCALLOC_ERROR_NOT_SUPPORTED, since the device is
 /// locked or being set up while they run. What they hand back is checked: a segment or reservation
@@ -131,20 +135,57 @@ pub struct AccallocBackendVTable {
             size: usize,
         ) -> i32,
     >,
+    /// Optional: allocate `size` bytes of pinned (page-locked) host memory, usable for asynchronous
+    /// copies with every device of the backend, into *out.
+    pub host_alloc: Option<
+        unsafe extern "C" fn(context: *mut c_void, size: usize, out: *mut *mut c_void) -> i32,
+    >,
+    /// Optional: free what host_alloc returned (`size` as asked for).
+    pub host_free:
+        Option<unsafe extern "C" fn(context: *mut c_void, ptr: *mut c_void, size: usize) -> i32>,
 }
+
+/// The struct_size of the first table layout (up to vm_release): the smallest a caller may pass.
+pub const FIRST_TABLE_SIZE: usize = std::mem::offset_of!(AccallocBackendVTable, host_alloc);
 
 // The backend layer reads return codes by its own names for the same values.
 const _: () = assert!(custom::BACKEND_OK == ACCALLOC_BACKEND_OK);
 const _: () = assert!(custom::BACKEND_OUT_OF_MEMORY == ACCALLOC_BACKEND_OUT_OF_MEMORY);
 
 impl AccallocBackendVTable {
+    /// A copy of the caller's table, reading only its struct_size bytes (a table from an older
+    /// header is shorter than this struct); entries past them are NULL.
+    ///
+    /// # Safety
+    /// `table` is NULL or readable for its struct_size bytes (at least the size of its first field).
+    pub unsafe fn read(table: *const AccallocBackendVTable) -> Option<AccallocBackendVTable> {
+        if table.is_null() {
+            return None;
+        }
+        // SAFETY: struct_size is the table's first field, readable by the caller's promise.
+        let declared = unsafe { std::ptr::read_unaligned(table as *const usize) };
+        let mut copy = std::mem::MaybeUninit::<AccallocBackendVTable>::zeroed();
+        let readable = declared.min(std::mem::size_of::<AccallocBackendVTable>());
+        // SAFETY: `readable` bytes of the caller's table are readable; the copy is that large. An
+        // all-zero table is a valid one: a NULL context and every entry None.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                table as *const u8,
+                copy.as_mut_ptr() as *mut u8,
+                readable,
+            );
+            Some(copy.assume_init())
+        }
+    }
+
     /// The table as the backend layer takes it: struct_size and the four required entries checked
     /// (the error says what is wrong with the table), and each optional group present only when all
     /// of its entries are, so that a partial group turns its feature off.
     pub fn functions(&self) -> Result<Functions, String> {
-        if self.struct_size < std::mem::size_of::<AccallocBackendVTable>() {
+        if self.struct_size < FIRST_TABLE_SIZE {
             return Err(format!(
-                "the table's struct_size is {}, expected {} (sizeof(AccallocBackendVTable))",
+                "the table's struct_size is {}, expected {} (sizeof(AccallocBackendVTable)), or at \
+                 least {FIRST_TABLE_SIZE} from an older header",
                 self.struct_size,
                 std::mem::size_of::<AccallocBackendVTable>()
             ));
@@ -190,8 +231,14 @@ impl AccallocBackendVTable {
             }
             _ => None,
         };
+        // Entries past the caller's struct_size were never written by it: read() left them NULL.
+        let pinned_host = match (self.host_alloc, self.host_free) {
+            (Some(alloc), Some(free)) => Some(PinnedHostFunctions { alloc, free }),
+            _ => None,
+        };
         Ok(Functions {
             context: self.context,
+            pinned_host,
             device_count,
             raw_alloc,
             raw_free,

@@ -152,9 +152,9 @@ pub unsafe extern "C" fn accalloc_register_backend(
     guard(|| {
         let name = str_arg(name, "name")?;
         let out = out_ptr(out, "out")?;
-        // SAFETY: a non-NULL table is readable for the size the header declares, as the caller promises.
-        let table =
-            unsafe { vtable.as_ref() }.ok_or_else(|| Error::invalid_argument("vtable is NULL"))?;
+        // SAFETY: a non-NULL table is readable for its struct_size bytes, as the caller promises.
+        let table = unsafe { AccallocBackendVTable::read(vtable) }
+            .ok_or_else(|| Error::invalid_argument("vtable is NULL"))?;
         let backend = table
             .functions()
             // SAFETY: the caller promises valid functions and context for the life of the process.

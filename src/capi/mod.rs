@@ -14,6 +14,7 @@ pub mod info;
 pub mod inspect;
 pub mod memory;
 pub mod ort;
+pub mod pinned_host;
 pub mod pluggable;
 pub mod settings;
 pub mod stats;

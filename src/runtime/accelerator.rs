@@ -18,7 +18,7 @@ pub struct Accelerator {
     device_type: DeviceType,
     /// The name as a C string, for accalloc_device_type_name (lives as long as the accelerator).
     c_name: std::ffi::CString,
-    backend: Arc<dyn Backend>,
+    pub(super) backend: Arc<dyn Backend>,
     /// The settings every device of this accelerator runs with.
     config: Mutex<CachingConfig>,
     /// History recording for devices created from now on: Some(max entries) when on.
@@ -26,6 +26,8 @@ pub struct Accelerator {
     /// One slot per device; a device's allocator is made (and its memory taken) on first use, so
     /// that devices never used cost a few bytes each.
     devices: Vec<spin::Once<Box<DeviceLock<CachingAllocator>>>>,
+    /// The pinned host caching allocator, made on first use (runtime/pinned_host.rs).
+    pub(super) pinned_host: Mutex<Option<accalloc_core::pinned::PinnedHostCache>>,
 }
 
 impl Accelerator {
@@ -45,6 +47,7 @@ impl Accelerator {
             backend: Arc::new(IndexedBackend::new(backend, device_type, index)),
             config: Mutex::new(config),
             history: Mutex::new(None),
+            pinned_host: Mutex::new(None),
             devices: (0..count).map(|_| spin::Once::new()).collect(),
         }
     }

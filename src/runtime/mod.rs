@@ -19,6 +19,7 @@ pub mod environment;
 mod fork;
 pub(crate) mod last_error;
 mod owner_guess;
+pub mod pinned_host;
 /// The one-device shortcut's switches, for the benchmark (`accalloc bench` times both paths): the
 /// `bench-internals` feature, which the tools crate turns on; not part of the library's API.
 #[cfg(feature = "bench-internals")]
@@ -173,6 +174,13 @@ impl Runtime {
         let accelerator = self.lookup(device_type)?;
         reentry::check(device_type, accelerator.name())?;
         Ok(accelerator)
+    }
+
+    /// Every accelerator registered so far.
+    pub fn accelerators(&self) -> impl Iterator<Item = &'static Accelerator> + '_ {
+        self.accelerators
+            .iter()
+            .filter_map(|once| once.get().copied())
     }
 
     #[inline]

@@ -3,7 +3,7 @@
 //! function gets the context first and returns 0 on success, 2 when the device has no room, or any
 //! other value as its own error code.
 
-use super::{Backend, BackendError, EventId, MemInfo, StreamId};
+use super::{Backend, BackendError, EventId, MemInfo, PinnedHostAllocation, StreamId};
 use std::ffi::c_void;
 
 /// What a backend function returns on success (ACCALLOC_BACKEND_OK in the C ABI).
@@ -73,6 +73,21 @@ pub struct Functions {
     pub events: Option<EventFunctions>,
     pub stream_synchronize: Option<HandleFn>,
     pub virtual_memory: Option<VirtualMemoryFunctions>,
+    pub pinned_host: Option<PinnedHostFunctions>,
+}
+
+/// Allocate `size` bytes of pinned host memory into *out.
+pub type HostAllocFn =
+    unsafe extern "C" fn(context: *mut c_void, size: usize, out: *mut *mut c_void) -> i32;
+/// Free pinned host memory from the HostAllocFn.
+pub type HostFreeFn =
+    unsafe extern "C" fn(context: *mut c_void, ptr: *mut c_void, size: usize) -> i32;
+
+/// The two pinned host memory functions.
+#[derive(Clone, Copy)]
+pub struct PinnedHostFunctions {
+    pub alloc: HostAllocFn,
+    pub free: HostFreeFn,
 }
 
 /// The five event functions.
@@ -314,7 +329,35 @@ impl Backend for CustomBackend {
     }
 
     fn pinned_host_supported(&self) -> bool {
-        false
+        self.functions.pinned_host.is_some()
+    }
+
+    fn pinned_host_alloc(&self, size: usize) -> Result<PinnedHostAllocation, BackendError> {
+        let mut out: *mut c_void = std::ptr::null_mut();
+        let alloc = self.functions.pinned_host.map(|f| f.alloc);
+        self.call("host_alloc", alloc, |f, ctx| unsafe {
+            f(ctx, size, &mut out)
+        })?;
+        let ptr = out as usize;
+        // Pinned host memory of the caching layer needs no alignment beyond what a C allocator
+        // gives (16 bytes); NULL or a range past the end of the address space is refused.
+        if let Some(why) = unusable_range(ptr, size, 16) {
+            if ptr != 0 {
+                let _ = self.pinned_host_free(ptr, size);
+            }
+            return Err(refused("host_alloc", ptr, size, &why));
+        }
+        Ok(PinnedHostAllocation {
+            ptr,
+            page_locked: true,
+        })
+    }
+
+    fn pinned_host_free(&self, ptr: usize, size: usize) -> Result<(), BackendError> {
+        let free = self.functions.pinned_host.map(|f| f.free);
+        self.call("host_free", free, |f, ctx| unsafe {
+            f(ctx, ptr as *mut c_void, size)
+        })
     }
 
     fn vm_granularity(&self, device: usize) -> Option<usize> {

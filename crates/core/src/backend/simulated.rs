@@ -111,7 +111,13 @@ impl SimulatedBackend {
 
     /// Pinned host allocations held (pinned_host_alloc'd and not freed): address -> size.
     pub fn live_pinned_host(&self) -> Vec<(usize, usize)> {
-        self.pinned.lock().unwrap().1.iter().map(|(&a, &s)| (a, s)).collect()
+        self.pinned
+            .lock()
+            .unwrap()
+            .1
+            .iter()
+            .map(|(&a, &s)| (a, s))
+            .collect()
     }
 
     /// Reservations held on `device` (vm_reserve'd and not released).

@@ -113,7 +113,9 @@ pub trait Wrapper: Send + Sync {
         self.around("pinned_host_alloc", || self.inner().pinned_host_alloc(size))
     }
     fn pinned_host_free(&self, ptr: usize, size: usize) -> Result<(), BackendError> {
-        self.around("pinned_host_free", || self.inner().pinned_host_free(ptr, size))
+        self.around("pinned_host_free", || {
+            self.inner().pinned_host_free(ptr, size)
+        })
     }
 }
 
