@@ -25,7 +25,8 @@ __all__ = [
     "max_memory_reserved", "empty_cache", "reset_peak_memory_stats", "reset_accumulated_memory_stats",
     "memory_summary", "get_memory_info", "device_count", "current_device", "set_device",
     "set_allocator_settings", "get_allocator_settings", "set_per_process_memory_fraction",
-    "current_accelerator", "library_path",
+    "current_accelerator", "library_path", "host_memory_stats", "reset_accumulated_host_memory_stats",
+    "reset_peak_host_memory_stats", "empty_host_cache", "host_malloc", "host_free", "is_pinned",
 ]
 
 # Device type names and the accalloc device types they mean; accalloc.torch adds the name it registers.
@@ -130,6 +131,50 @@ def memory_summary(device=None, abbreviated=False):
     """PyTorch's memory_summary() table for the device."""
     device_type, index = _device_type_and_index(device)
     return _text(library().accalloc_memory_summary_on, device_type, index, int(bool(abbreviated)))
+
+
+def host_memory_stats(device_type=None):
+    """The pinned host memory statistics of an accelerator's host caching allocator (default: the current
+    accelerator), sorted by key, as torch.cuda.host_memory_stats() gives them: allocations,
+    allocated_bytes, active_requests, active_bytes (.current/.peak/.allocated/.freed), num_host_alloc,
+    num_host_free, host_alloc_time and host_free_time (.total/.max/.min/.count/.avg, microseconds), and
+    accalloc's page_locked_bytes."""
+    return json.loads(_text(library().accalloc_host_memory_stats_json_on, _device_type(device_type)))
+
+
+def reset_accumulated_host_memory_stats(device_type=None):
+    """Zero the running totals of the pinned host statistics (.allocated, .freed, num_host_*, timings)."""
+    check(library().accalloc_host_reset_accumulated_memory_stats_on(_device_type(device_type)))
+
+
+def reset_peak_host_memory_stats(device_type=None):
+    """Set every peak of the pinned host statistics to its current value."""
+    check(library().accalloc_host_reset_peak_memory_stats_on(_device_type(device_type)))
+
+
+def empty_host_cache(device_type=None):
+    """Give the cached pinned host blocks whose streams have finished back to the system."""
+    check(library().accalloc_host_empty_cache_on(_device_type(device_type)))
+
+
+def host_malloc(size, device_type=None):
+    """Pinned host memory of at least `size` bytes (rounded up to a power of two) as an address; give it
+    back with host_free. 0 for size 0."""
+    out = ctypes.c_void_p()
+    check(library().accalloc_host_malloc_on(_device_type(device_type), ctypes.byref(out), size))
+    return out.value or 0
+
+
+def host_free(address):
+    """Give back pinned host memory from host_malloc (of any accelerator)."""
+    check(library().accalloc_host_free(address))
+
+
+def is_pinned(address):
+    """Whether `address` lies in pinned host memory from accalloc (handed out or cached)."""
+    out = ctypes.c_bool()
+    check(library().accalloc_host_is_pinned(address, ctypes.byref(out)))
+    return out.value
 
 
 def _device_type(device_type):

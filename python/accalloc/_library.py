@@ -116,6 +116,14 @@ def _declare(lib):
         "accalloc_version": (ctypes.c_char_p, []),
         "accalloc_abi_version": (ctypes.c_uint32, []),
         "accalloc_check_abi": (S, [ctypes.c_uint32]),
+        "accalloc_host_malloc_on": (S, [i32, ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]),
+        "accalloc_host_free": (S, [ctypes.c_void_p]),
+        "accalloc_host_is_pinned": (S, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_bool)]),
+        "accalloc_host_record_stream": (S, [ctypes.c_void_p, i32, ctypes.c_void_p, ctypes.POINTER(ctypes.c_bool)]),
+        "accalloc_host_empty_cache_on": (S, [i32]),
+        "accalloc_host_memory_stats_json_on": (S, [i32, ctypes.c_char_p, ctypes.c_size_t, size_p]),
+        "accalloc_host_reset_accumulated_memory_stats_on": (S, [i32]),
+        "accalloc_host_reset_peak_memory_stats_on": (S, [i32]),
     }
     for name in ("accalloc_memory_allocated_on", "accalloc_max_memory_allocated_on", "accalloc_memory_reserved_on",
                  "accalloc_max_memory_reserved_on"):

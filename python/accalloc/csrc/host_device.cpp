@@ -33,7 +33,6 @@
 #include "host_device.h"
 
 #include <cstring>
-#include <map>
 #include <mutex>
 
 namespace accalloc_host {
@@ -129,53 +128,12 @@ C10_REGISTER_GUARD_IMPL(PrivateUse1, HostGuardImpl);
 
 // ---- pinned host memory -----------------------------------------------------------------------------
 
-// Page-locked memory is what a real device would copy asynchronously from; here it is host memory
-// the allocator remembers, so that is_pinned() answers for it (a non-blocking copy to the CPU lands
-// in it, as on any accelerator).
-class PinnedAllocator final : public c10::Allocator {
- public:
-  c10::DataPtr allocate(size_t n) override {
-    void* ptr = n == 0 ? nullptr : c10::alloc_cpu(n);
-    if (ptr != nullptr) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      live_.emplace(ptr, n);
-    }
-    return {ptr, ptr, &release, c10::Device(c10::DeviceType::CPU)};
-  }
-  c10::DeleterFnPtr raw_deleter() const override { return &release; }
-  void copy_data(void* dst, const void* src, std::size_t n) const override { std::memcpy(dst, src, n); }
-
-  bool is_pinned(const void* ptr) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto after = live_.upper_bound(const_cast<void*>(ptr));
-    if (after == live_.begin()) {
-      return false;
-    }
-    --after;
-    auto start = static_cast<const char*>(after->first);
-    return static_cast<const char*>(ptr) < start + after->second;
-  }
-
-  static PinnedAllocator& instance() {
-    static auto* pinned = new PinnedAllocator();  // never destroyed, as the device allocator
-    return *pinned;
-  }
-
- private:
-  static void release(void* ptr) {
-    if (ptr == nullptr) {
-      return;
-    }
-    {
-      std::lock_guard<std::mutex> lock(instance().mutex_);
-      instance().live_.erase(ptr);
-    }
-    c10::free_cpu(ptr);
-  }
-
-  std::mutex mutex_;
-  std::map<void*, size_t> live_;
-};
+// accalloc's host caching allocator of the device type: what pin_memory=True, tensor.pin_memory() and
+// torch.accelerator.empty_host_cache() use. Never destroyed, as the device allocator.
+accalloc_torch::HostAllocator& host_allocator() {
+  static auto* instance = new accalloc_torch::HostAllocator(kAccallocType);
+  return *instance;
+}
 
 // ---- hooks ------------------------------------------------------------------------------------------
 
@@ -204,8 +162,8 @@ struct HostHooks final : public at::PrivateUse1HooksInterface {
   // tensors made on it.
   at::Device getDeviceFromPtr(void* /*data*/) const override { return at::Device(kType, current_device()); }
 
-  at::Allocator* getPinnedMemoryAllocator() const override { return &PinnedAllocator::instance(); }
-  bool isPinnedPtr(const void* data) const override { return PinnedAllocator::instance().is_pinned(data); }
+  at::Allocator* getPinnedMemoryAllocator() const override { return &host_allocator(); }
+  bool isPinnedPtr(const void* data) const override { return accalloc_torch::is_pinned(data); }
 
   // Storage.resize_ on this device: a new block of the new size, the old bytes copied over.
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t new_bytes) const override {
@@ -258,9 +216,22 @@ at::Tensor view(const at::Tensor& self, c10::IntArrayRef size) { return at::nati
 
 // Between the CPU and the device, or within the device: the CPU's copy over the same bytes (it
 // broadcasts self to dst's sizes, and resolves the conjugate and negative bits that come along).
-at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_blocking*/) {
-  CpuCall call(dst.device().type() == kType ? dst.device() : self.device());
+// A non-blocking copy with pinned memory on the CPU side records the device's stream on that block,
+// as PyTorch's CUDA copy does: its reuse waits for the copy (here done already: the host's copies are
+// synchronous, and its events complete at once).
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  c10::Device device = dst.device().type() == kType ? dst.device() : self.device();
+  CpuCall call(device);
   call.cpu(dst).copy_(call.cpu(self));
+  if (non_blocking) {
+    for (const at::Tensor* cpu : {&self, &dst}) {
+      if (cpu->device().is_cpu() && cpu->is_pinned()) {
+        auto& storage = cpu->storage();
+        host_allocator().record_event(storage.mutable_data(), storage.data_ptr().get_context(),
+                                      c10::Stream(c10::Stream::DEFAULT, device));
+      }
+    }
+  }
   return dst;
 }
 
@@ -345,6 +316,7 @@ __attribute__((visibility("default"))) int accalloc_torch_register_device(Accall
   }
   kAccallocType = device_type;
   c10::SetAllocator(kType, &allocator());
+  at::setHostAllocator(kType, &host_allocator());
   at::RegisterPrivateUse1HooksInterface(new HostHooks());
   install_cpu_allocator();
   route_cpu_kernels();

@@ -13,6 +13,7 @@
 #include <c10/core/Storage.h>
 
 #include <accalloc/torch_device_allocator.h>
+#include <accalloc/torch_host_allocator.h>
 
 #include <utility>
 #include <vector>

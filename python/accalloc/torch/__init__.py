@@ -5,7 +5,11 @@
 - use_for_cuda(): accalloc becomes PyTorch's CUDA allocator, with torch.cuda.memory_stats() and
   torch.accelerator.memory_stats() reporting accalloc's figures.
 
-Both are explicit: importing this module changes nothing in PyTorch. The C++ allocator both use,
+- host_memory_stats(), reset_peak_host_memory_stats(), reset_accumulated_host_memory_stats(): the
+  pinned host allocator behind pin_memory=True, non-blocking copies and
+  torch.accelerator.empty_host_cache() on the accalloc device.
+
+Both registrations are explicit: importing this module changes nothing in PyTorch. The C++ allocator both use,
 accalloc_torch::DeviceAllocator, is in include/accalloc/torch_device_allocator.h (include_dir()), for a
 vendor's PrivateUse1 backend to adopt.
 """
@@ -81,6 +85,9 @@ def _device_module(accalloc_device_type):
 
     module.is_available = lambda: device_count() > 0
     module.is_initialized = lambda: True
+    # PyTorch marks a PrivateUse1 device initialized only through its module's _lazy_init, and until
+    # then treats it as never used: torch.accelerator.empty_host_cache() would do nothing.
+    module._lazy_init = lambda: None
     module._is_in_bad_fork = lambda: False
     module.device_count = device_count
     module.current_device = current_device
@@ -96,7 +103,34 @@ def _device_module(accalloc_device_type):
                      "memory_summary", "get_memory_info"):
         setattr(module, function, getattr(torch.accelerator, function, getattr(accalloc, function)))
     module.empty_cache = torch.accelerator.empty_cache
+    # torch.cuda's names for the pinned host allocator's figures (torch.<name>.host_memory_stats()).
+    module.host_memory_stats = host_memory_stats
+    module.reset_peak_host_memory_stats = reset_peak_host_memory_stats
+    module.reset_accumulated_host_memory_stats = reset_accumulated_host_memory_stats
     return module
+
+
+def _registered_type_name():
+    # The accelerator PyTorch's PrivateUse1 device is, once registered (its name maps to its accalloc
+    # device type); else None: accalloc's current accelerator.
+    return _host_name
+
+
+def host_memory_stats():
+    """The pinned host allocator's statistics of the accalloc accelerator, as torch.cuda.host_memory_stats()
+    names them (allocations, allocated_bytes, active_requests, active_bytes, num_host_alloc, num_host_free,
+    host_alloc_time, host_free_time; plus accalloc's page_locked_bytes), sorted by key."""
+    return accalloc.host_memory_stats(_registered_type_name())
+
+
+def reset_peak_host_memory_stats():
+    """Set every peak of host_memory_stats() to its current value."""
+    accalloc.reset_peak_host_memory_stats(_registered_type_name())
+
+
+def reset_accumulated_host_memory_stats():
+    """Zero the running totals of host_memory_stats() (.allocated, .freed, num_host_*, the timings)."""
+    accalloc.reset_accumulated_host_memory_stats(_registered_type_name())
 
 
 def register_host_device(name="accalloc"):
@@ -145,6 +179,10 @@ def register_device(name, accalloc_device_type):
         accalloc._DEVICE_TYPES[name] = accalloc_device_type
         sys.modules[f"torch.{name}"] = getattr(torch, name)
         _module_conversion.keep_parameters_on(name)
+        # The device is ready from the start (there is nothing to initialize): a 0-byte tensor, which
+        # takes no memory, has PyTorch run _lazy_init and count the device as initialized, so that
+        # empty_host_cache() works before the first tensor is made on the device.
+        torch.empty(0, device=name)
         _host_name = name
         return name
 
