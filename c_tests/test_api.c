@@ -1599,7 +1599,7 @@ static int64_t host_stat(const char *key)
 static void section_pinned_host(void)
 {
     void *a = NULL, *b = NULL, *c = NULL;
-    void *const stream = accalloc_test_stream(0, 0x5000);
+    void *const stream = accalloc_test_stream(1, 0x5000);
     bool flag = false;
     size_t len = 0;
     char *json;

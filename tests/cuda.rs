@@ -118,3 +118,46 @@ fn out_of_memory_at_the_cards_real_capacity() {
     assert_eq!((s.num_ooms, s.num_alloc_retries), (1, 1));
     a.free(first).unwrap();
 }
+
+#[test]
+#[ignore = "needs a CUDA driver (a GPU, or the model): run by scripts/test-all.sh and scripts/gpu-check.sh"]
+fn pinned_host_memory_round_trips_through_a_gpu() {
+    let gpu = gpu();
+    assert!(gpu.pinned_host_supported());
+    let size = (1 << 20) + 3;
+    let (from, to) = (
+        gpu.pinned_host_alloc(size).unwrap(),
+        gpu.pinned_host_alloc(size).unwrap(),
+    );
+    assert!(from.page_locked && to.page_locked);
+    assert_eq!(from.ptr % 4096, 0, "page-aligned");
+    // SAFETY: two live allocations of `size` bytes each, host memory the host reads and writes.
+    let (source, back) = unsafe {
+        (
+            std::slice::from_raw_parts_mut(from.ptr as *mut u8, size),
+            std::slice::from_raw_parts_mut(to.ptr as *mut u8, size),
+        )
+    };
+    for (i, byte) in source.iter_mut().enumerate() {
+        *byte = (i % 251) as u8;
+    }
+    back.fill(0);
+    let device = gpu.raw_alloc(0, 2 << 20, 0).unwrap();
+    let s = stream();
+    // SAFETY: a device allocation and pinned memory of `size` bytes each, a stream of device 0,
+    // whose context the backend made current on this thread.
+    unsafe {
+        let rc = sys::cuMemcpyHtoDAsync_v2(device as _, from.ptr as _, size, s as _);
+        assert_eq!(rc, sys::CUresult::CUDA_SUCCESS);
+        let rc = sys::cuMemcpyDtoHAsync_v2(to.ptr as _, device as _, size, s as _);
+        assert_eq!(rc, sys::CUresult::CUDA_SUCCESS);
+    }
+    gpu.synchronize_stream(0, s).unwrap();
+    assert!(source == back, "the bytes came back through the device");
+    // SAFETY: the stream this test created, its work done.
+    let rc = unsafe { sys::cuStreamDestroy_v2(s as _) };
+    assert_eq!(rc, sys::CUresult::CUDA_SUCCESS);
+    gpu.pinned_host_free(from.ptr, size).unwrap();
+    gpu.pinned_host_free(to.ptr, size).unwrap();
+    gpu.raw_free(0, device, 2 << 20).unwrap();
+}

@@ -33,6 +33,10 @@ const AT_DETECTION: [&str; 5] = [
     "cuMemGetAllocationGranularity",
 ];
 
+/// The pinned host memory calls, which the caching allocator never makes: tests/cuda_pinned.rs
+/// fails them.
+const PINNED_HOST: [&str; 2] = ["cuMemHostAlloc", "cuMemFreeHost"];
+
 /// Faults are process-wide in the model: one test at a time.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
@@ -145,7 +149,7 @@ fn every_call_kind_failing_leaves_exact_books_and_nothing_in_the_driver() {
     let mut never = Vec::new();
     let calls = REQUIRED_SYMBOLS
         .iter()
-        .filter(|c| !AT_DETECTION.contains(c));
+        .filter(|c| !AT_DETECTION.contains(c) && !PINNED_HOST.contains(c));
     for &call in calls {
         for rule in ["every=3", "after=0", "after=2"] {
             for config in ["", "expandable_segments:True"] {

@@ -4,6 +4,8 @@ pub const DEFAULT_DEVICES: usize = 2;
 pub const MAX_DEVICES: usize = 64;
 /// A 16 GiB card.
 pub const DEFAULT_CAPACITY: usize = 16 << 30;
+/// Page-locked host memory the host lets the driver pin, all contexts together.
+pub const DEFAULT_PINNED_CAPACITY: usize = 4 << 30;
 /// The VMM granularity, minimum and recommended alike: 2 MiB, as on NVIDIA GPUs.
 pub const GRANULARITY: usize = 2 << 20;
 
@@ -12,6 +14,9 @@ pub struct Config {
     pub devices: usize,
     /// ACCALLOC_CUDA_MODEL_CAPACITY: bytes per device, with an optional K, M or G suffix.
     pub capacity: usize,
+    /// ACCALLOC_CUDA_MODEL_PINNED_CAPACITY: bytes of host memory cuMemHostAlloc may pin in all (K,
+    /// M, G); 0 pins nothing.
+    pub pinned_capacity: usize,
     /// ACCALLOC_CUDA_MODEL_ON_VIOLATION: "abort" (the default: the test fails, whoever runs it) or
     /// "count" (a test reads accallocModelViolations). None: unset, the default stands.
     pub abort_on_violation: Option<bool>,
@@ -58,6 +63,17 @@ impl Config {
                 }
             },
         };
+        let pinned_capacity = match var("ACCALLOC_CUDA_MODEL_PINNED_CAPACITY") {
+            None => DEFAULT_PINNED_CAPACITY,
+            Some(v) => match parse_bytes(&v) {
+                Some(n) if n <= 1 << 40 => n,
+                _ => {
+                    return Err(format!(
+                        "ACCALLOC_CUDA_MODEL_PINNED_CAPACITY={v}: bytes (K, M, G), at most 1T"
+                    ))
+                }
+            },
+        };
         let abort_on_violation = match var("ACCALLOC_CUDA_MODEL_ON_VIOLATION").as_deref() {
             None => None,
             Some("abort") => Some(true),
@@ -71,6 +87,7 @@ impl Config {
         Ok(Config {
             devices,
             capacity,
+            pinned_capacity,
             abort_on_violation,
             faults: var("ACCALLOC_CUDA_MODEL_FAIL").unwrap_or_default(),
         })

@@ -2,9 +2,10 @@
 //! optional `:code=NAME` and `:sticky`. ENTRY is a driver entry point's exported name
 //! (cuMemAlloc_v2, cuEventQuery, ...) or `*` for all of them. `after=N` fails the call after the first
 //! N, once; `every=N` fails every Nth; `from=N` fails every call after the first N. The code defaults
-//! to CUDA_ERROR_OUT_OF_MEMORY for the calls that take memory (cuMemAlloc_v2, cuMemCreate) and to
-//! CUDA_ERROR_UNKNOWN otherwise; a `sticky` fault also poisons the calling thread's current context
-//! with CUDA_ERROR_LAUNCH_FAILED unless `code=` names another sticky error, as a failed kernel does.
+//! to CUDA_ERROR_OUT_OF_MEMORY for the calls that take memory (cuMemAlloc_v2, cuMemCreate,
+//! cuMemHostAlloc) and to CUDA_ERROR_UNKNOWN otherwise; a `sticky` fault also poisons the calling
+//! thread's current context with CUDA_ERROR_LAUNCH_FAILED unless `code=` names another sticky error,
+//! as a failed kernel does.
 
 use crate::codes::{self, CuResult};
 
@@ -97,7 +98,8 @@ impl Faults {
                 When::From(n) => rule.calls > n,
             };
             if due && fault.is_none() {
-                let takes_memory = matches!(entry, "cuMemAlloc_v2" | "cuMemCreate");
+                let takes_memory =
+                    matches!(entry, "cuMemAlloc_v2" | "cuMemCreate" | "cuMemHostAlloc");
                 let code = rule.code.unwrap_or(if rule.sticky {
                     codes::LAUNCH_FAILED
                 } else if takes_memory {
@@ -144,6 +146,9 @@ mod tests {
             [None, Some(999), Some(999), Some(999), Some(999), Some(999)]
         );
         assert!(f.check("cuInit").is_none());
+        let mut f = Faults::parse("cuMemHostAlloc:after=0").unwrap();
+        let fault = f.check("cuMemHostAlloc").map(|x| x.code);
+        assert_eq!(fault, Some(codes::OUT_OF_MEMORY), "pinning takes memory");
     }
 
     #[test]

@@ -9,30 +9,36 @@
 //!   for a while, and memory handed out, launched over, freed or unmapped while another stream's
 //!   work still uses it is a violation: the process aborts (or, with
 //!   ACCALLOC_CUDA_MODEL_ON_VIOLATION=count, counts it for `accallocModelViolations`);
+//! - pinned host memory (pinned.rs, host.rs) is host address space of its own, limited in all, and
+//!   freeing it while a stream's queued copy still uses it is a violation like device memory's;
 //! - faults are injected per entry point (faults.rs), sticky ones poisoning the context.
 //!
 //! Knobs: ACCALLOC_CUDA_MODEL_DEVICES (2), ACCALLOC_CUDA_MODEL_CAPACITY (16G a device),
-//! ACCALLOC_CUDA_MODEL_FAIL, ACCALLOC_CUDA_MODEL_ON_VIOLATION. Every entry point catches panics.
+//! ACCALLOC_CUDA_MODEL_PINNED_CAPACITY (4G in all), ACCALLOC_CUDA_MODEL_FAIL,
+//! ACCALLOC_CUDA_MODEL_ON_VIOLATION. Every entry point catches panics.
 
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
 mod codes;
 mod config;
 mod faults;
+mod host;
 mod memory;
+mod pinned;
 mod streams;
 
 use codes::*;
 use config::{Config, GRANULARITY};
 use faults::Faults;
 use memory::{Memory, Range};
+use pinned::Pinned;
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-use streams::Stream;
+use streams::{Stream, Use};
 
 type CUdevice = c_int;
 type CUcontext = *mut c_void;
@@ -85,6 +91,8 @@ struct Model {
     config: Config,
     devices: Mutex<Vec<Device>>,
     memory: Mutex<Memory>,
+    /// Locked after `memory` where both are.
+    pinned: Mutex<Pinned>,
     streams: Mutex<HashMap<usize, Arc<Stream>>>,
     events: Mutex<HashMap<usize, Event>>,
     /// Stream and event handles are never reused, so a stale one is always caught.
@@ -215,14 +223,22 @@ impl Model {
         all
     }
 
-    /// A violation when work on another stream still uses `range`, unless it is work that
-    /// `launching` (the stream of a launch) waited for.
-    fn check_unused(&self, device: usize, range: Range, launching: Option<&Stream>, what: &str) {
+    /// A violation when work on another stream of `device` still uses `range` in a way `access`
+    /// conflicts with, unless it is work that `launching` (the stream of a launch or copy) waited
+    /// for.
+    fn check_unused(
+        &self,
+        device: usize,
+        range: Range,
+        launching: Option<&Stream>,
+        access: Use,
+        what: &str,
+    ) {
         for stream in self.streams_of(device) {
-            if launching.is_some_and(|l| l.handle == stream.handle) {
+            if launching.is_some_and(|l| std::ptr::eq(l, &*stream)) {
                 continue;
             }
-            if let Some(((s, e), seq)) = stream.using(range.0, range.1) {
+            if let Some(((s, e), seq)) = stream.using(range.0, range.1, access) {
                 if launching.is_some_and(|l| l.comes_after(&stream, seq)) {
                     continue;
                 }
@@ -271,6 +287,10 @@ pub unsafe extern "C" fn cuInit(flags: c_uint) -> CuResult {
             eprintln!("accalloc CUDA driver model: {why}");
             OUT_OF_MEMORY
         })?;
+        let pinned = Pinned::new(config.pinned_capacity).map_err(|why| {
+            eprintln!("accalloc CUDA driver model: {why}");
+            OUT_OF_MEMORY
+        })?;
         if let Some(abort) = config.abort_on_violation {
             ABORT_ON_VIOLATION.store(abort, Ordering::Relaxed);
         }
@@ -287,6 +307,7 @@ pub unsafe extern "C" fn cuInit(flags: c_uint) -> CuResult {
             config,
             devices: Mutex::new(devices),
             memory: Mutex::new(memory),
+            pinned: Mutex::new(pinned),
             streams: Mutex::new(HashMap::new()),
             events: Mutex::new(HashMap::new()),
             next_handle: AtomicUsize::new(0x5000),
@@ -463,7 +484,8 @@ pub unsafe extern "C" fn cuMemAlloc_v2(ptr: *mut CUdeviceptr, size: usize) -> Cu
             return Err(INVALID_VALUE);
         }
         let start = lock(&m.memory).alloc(device, size)?;
-        m.check_unused(device, (start, start + size), None, "cuMemAlloc handed out");
+        let range = (start, start + size);
+        m.check_unused(device, range, None, Use::Write, "cuMemAlloc handed out");
         put(ptr, start as CUdeviceptr)
     })
 }
@@ -473,7 +495,7 @@ pub unsafe extern "C" fn cuMemFree_v2(ptr: CUdeviceptr) -> CuResult {
     driver("cuMemFree_v2", |m| {
         let device = m.current()?;
         let range = lock(&m.memory).free(device, ptr as usize)?;
-        m.check_unused(device, range, None, "cuMemFree freed");
+        m.check_unused(device, range, None, Use::Write, "cuMemFree freed");
         Ok(())
     })
 }
@@ -611,7 +633,7 @@ pub unsafe extern "C" fn cuMemUnmap(ptr: CUdeviceptr, size: usize) -> CuResult {
             (memory.unmap(ptr as usize, size)?, device)
         };
         if let Some(device) = device {
-            m.check_unused(device, range, None, "cuMemUnmap unmapped");
+            m.check_unused(device, range, None, Use::Write, "cuMemUnmap unmapped");
         }
         Ok(())
     })
@@ -781,7 +803,7 @@ pub unsafe extern "C" fn accallocModelLaunch(
             return Err(ILLEGAL_ADDRESS);
         }
         let range = (ptr as usize, ptr as usize + bytes);
-        m.check_unused(device, range, Some(&stream), "a launch used");
+        m.check_unused(device, range, Some(&stream), Use::Write, "a launch used");
         stream.launch(microseconds, range);
         Ok(())
     })

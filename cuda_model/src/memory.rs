@@ -2,20 +2,21 @@
 //! PROT_NONE, so the host cannot touch it by accident; only live allocations and mapped ranges granted
 //! access are readable and writable, and freeing or unmapping makes them PROT_NONE again (their pages
 //! dropped). cuMemAlloc takes from one window per device, so devices' pointers are disjoint; the VMM
-//! reservations come from one more window of their own.
+//! reservations come from one more window of their own. Pinned host memory (pinned.rs) takes a
+//! window of the same kind.
 
 use crate::codes::*;
 use crate::config::GRANULARITY;
 use std::collections::{BTreeMap, HashMap};
 
-const PAGE: usize = 4096;
+pub const PAGE: usize = 4096;
 
-fn round_up(n: usize, to: usize) -> Option<usize> {
+pub fn round_up(n: usize, to: usize) -> Option<usize> {
     n.checked_add(to - 1).map(|n| n / to * to)
 }
 
 /// A PROT_NONE span of address space handed out first-fit.
-struct Window {
+pub struct Window {
     base: usize,
     size: usize,
     /// start -> length of each range taken.
@@ -23,7 +24,7 @@ struct Window {
 }
 
 impl Window {
-    fn new(size: usize) -> Result<Window, String> {
+    pub fn new(size: usize) -> Result<Window, String> {
         // SAFETY: a fresh anonymous mapping that nothing else refers to; NORESERVE, so untouched
         // pages cost nothing.
         let base = unsafe {
@@ -50,7 +51,7 @@ impl Window {
     /// Linux places mmap's mappings. The driver's placement is unspecified; this one gives segments
     /// the same relative order as the host backend's (one mmap each), and PyTorch's pools break
     /// ties between equal free blocks by address, so the two backends' figures compare exactly.
-    fn take(&mut self, len: usize, align: usize) -> Option<usize> {
+    pub fn take(&mut self, len: usize, align: usize) -> Option<usize> {
         let mut gap_end = self.base + self.size;
         let mut found = None;
         for (&start, &taken) in self
@@ -74,13 +75,18 @@ impl Window {
         Some(start)
     }
 
-    fn give_back(&mut self, start: usize) -> Option<usize> {
+    pub fn give_back(&mut self, start: usize) -> Option<usize> {
         self.taken.remove(&start)
+    }
+
+    /// Whether [start, end) meets the window.
+    pub fn meets(&self, start: usize, end: usize) -> bool {
+        start < self.base + self.size && self.base < end
     }
 }
 
 /// Make [start, start + len) readable and writable, or inaccessible with its contents dropped.
-fn protect(start: usize, len: usize, accessible: bool) {
+pub fn protect(start: usize, len: usize, accessible: bool) {
     let protection = if accessible {
         libc::PROT_READ | libc::PROT_WRITE
     } else {
@@ -439,6 +445,13 @@ impl Memory {
         (self.handles.len(), self.reservations.taken.len())
     }
 
+    /// Whether [ptr, ptr + bytes) meets address space of the devices' (a device pointer, live or
+    /// not, where a host pointer belongs).
+    pub fn holds(&self, ptr: usize, bytes: usize) -> bool {
+        let end = ptr.saturating_add(bytes);
+        self.reservations.meets(ptr, end) || self.windows.iter().any(|w| w.meets(ptr, end))
+    }
+
     /// The device whose memory is mapped or allocated at ptr, if any.
     pub fn device_of(&self, ptr: usize) -> Option<usize> {
         if let Some((&start, a)) = self.allocations.range(..=ptr).next_back() {
@@ -466,6 +479,8 @@ mod tests {
             "each device has its window of twice its capacity"
         );
         assert_eq!((m.device_of(a), m.device_of(b)), (Some(0), Some(1)));
+        let host = [0u8; 8];
+        assert!(m.holds(a - 4096, 8) && !m.holds(host.as_ptr() as usize, 8));
         assert_eq!(m.free_bytes(0), (64 << 20) - 1000);
         assert!(m.accessible(0, a, 1000) && !m.accessible(0, a, 1001) && !m.accessible(1, a, 8));
         assert_eq!(m.alloc(0, 64 << 20), Err(OUT_OF_MEMORY));

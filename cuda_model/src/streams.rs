@@ -2,17 +2,41 @@
 //! accallocModelLaunch holds its memory range until the worker has slept through it. An event
 //! records how far its stream's queue reached; it completes when the worker gets there. A wait
 //! (cuStreamWaitEvent) holds a stream's worker until another stream reaches an event's place, and
-//! orders what the stream runs afterwards behind the work before that place.
+//! orders what the stream runs afterwards behind the work before that place. A copy
+//! (cuMemcpyHtoDAsync, cuMemcpyDtoHAsync) reads one range and writes another when the worker
+//! reaches it.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
+type Range = (usize, usize);
+
+/// How work uses a range: a read conflicts with writes only, a write with any use.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Use {
+    Read,
+    Write,
+}
+
 enum Task {
-    /// Use [start, end) for so many microseconds.
-    Launch { micros: u64, range: (usize, usize) },
+    /// Use [start, end) for so many microseconds (read and written, as a kernel may).
+    Launch { micros: u64, range: Range },
+    /// Read `src` and write `dst`: `run` copies, once the stream gets there.
+    Copy {
+        dst: Range,
+        src: Range,
+        run: Option<Box<dyn FnOnce() + Send>>,
+    },
     /// Wait until another stream has done its work up to a place in its queue.
     Wait { on: Arc<Stream>, seq: u64 },
+}
+
+/// What the worker does with the task at the front of its queue.
+enum Job {
+    Sleep(u64),
+    Wait(Arc<Stream>, u64),
+    Run(Option<Box<dyn FnOnce() + Send>>),
 }
 
 struct Work {
@@ -59,7 +83,7 @@ impl Stream {
     fn run(&self) {
         let mut queue = self.queue.lock().unwrap();
         loop {
-            let Some(next) = queue.work.front() else {
+            let Some(next) = queue.work.front_mut() else {
                 if queue.closed {
                     return;
                 }
@@ -67,14 +91,16 @@ impl Stream {
                 continue;
             };
             let seq = next.seq;
-            let task = match &next.task {
-                Task::Launch { micros, .. } => Err(*micros),
-                Task::Wait { on, seq } => Ok((on.clone(), *seq)),
+            let job = match &mut next.task {
+                Task::Launch { micros, .. } => Job::Sleep(*micros),
+                Task::Wait { on, seq } => Job::Wait(on.clone(), *seq),
+                Task::Copy { run, .. } => Job::Run(run.take()),
             };
             drop(queue);
-            match task {
-                Err(micros) => std::thread::sleep(Duration::from_micros(micros)),
-                Ok((on, place)) => on.wait_for(place),
+            match job {
+                Job::Sleep(micros) => std::thread::sleep(Duration::from_micros(micros)),
+                Job::Wait(on, place) => on.wait_for(place),
+                Job::Run(run) => run.into_iter().for_each(|f| f()),
             }
             queue = self.queue.lock().unwrap();
             queue.work.pop_front();
@@ -92,6 +118,22 @@ impl Stream {
             seq,
             task: Task::Launch { micros, range },
         });
+        self.changed.notify_all();
+        seq
+    }
+
+    /// A copy that reads `src` and writes `dst`, made by `run` when the stream gets there; its
+    /// place in the queue.
+    pub fn copy(&self, dst: Range, src: Range, run: Box<dyn FnOnce() + Send>) -> u64 {
+        let mut queue = self.queue.lock().unwrap();
+        queue.enqueued += 1;
+        let seq = queue.enqueued;
+        let task = Task::Copy {
+            dst,
+            src,
+            run: Some(run),
+        };
+        queue.work.push_back(Work { seq, task });
         self.changed.notify_all();
         seq
     }
@@ -148,12 +190,20 @@ impl Stream {
         queue.completed == queue.enqueued
     }
 
-    /// Pending work (running or queued) whose range meets [start, end): its range and place.
-    pub fn using(&self, start: usize, end: usize) -> Option<((usize, usize), u64)> {
+    /// Pending work (running or queued) whose use of a range meets `access` of [start, end): its
+    /// range and place.
+    pub fn using(&self, start: usize, end: usize, access: Use) -> Option<(Range, u64)> {
         let queue = self.queue.lock().unwrap();
-        queue.work.iter().find_map(|w| match w.task {
-            Task::Launch { range: (s, e), .. } if s < end && start < e => Some(((s, e), w.seq)),
-            _ => None,
+        queue.work.iter().find_map(|w| {
+            let uses = match w.task {
+                Task::Launch { range, .. } => [Some((range, Use::Write)), None],
+                Task::Copy { dst, src, .. } => [Some((dst, Use::Write)), Some((src, Use::Read))],
+                Task::Wait { .. } => [None, None],
+            };
+            uses.into_iter().flatten().find_map(|((s, e), used)| {
+                let conflict = used == Use::Write || access == Use::Write;
+                (conflict && s < end && start < e).then_some(((s, e), w.seq))
+            })
         })
     }
 
@@ -174,9 +224,34 @@ mod tests {
         let first = s.launch(20_000, (0, 8));
         let second = s.launch(1, (8, 16));
         assert!(!s.reached(first), "launches return before the work is done");
-        assert_eq!(s.using(4, 12), Some(((0, 8), first)));
+        assert_eq!(s.using(4, 12, Use::Read), Some(((0, 8), first)));
         s.wait_for(second);
-        assert!(s.reached(first) && s.idle() && s.using(0, 16).is_none());
+        assert!(s.reached(first) && s.idle() && s.using(0, 16, Use::Write).is_none());
+        s.close();
+    }
+
+    #[test]
+    fn a_copy_runs_in_order_and_reads_and_writes_its_ranges() {
+        let s = Stream::start(0x40, 0);
+        let long = s.launch(30_000, (0, 8));
+        let done = Arc::new(Mutex::new(false));
+        let flag = done.clone();
+        let copy = s.copy(
+            (100, 108),
+            (200, 208),
+            Box::new(move || *flag.lock().unwrap() = true),
+        );
+        assert!(!*done.lock().unwrap(), "queued behind the launch");
+        assert_eq!(s.using(200, 204, Use::Write), Some(((200, 208), copy)));
+        assert_eq!(
+            s.using(200, 204, Use::Read),
+            None,
+            "two reads do not conflict"
+        );
+        assert_eq!(s.using(104, 120, Use::Read), Some(((100, 108), copy)));
+        s.wait_for(copy);
+        assert!(s.reached(long) && *done.lock().unwrap());
+        assert_eq!(s.using(0, 300, Use::Write), None);
         s.close();
     }
 

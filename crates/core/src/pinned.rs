@@ -157,9 +157,6 @@ struct HostBlock {
     /// Streams that used it while handed out: (device, stream).
     streams: Vec<(usize, StreamId)>,
     page_locked: bool,
-    /// An event could not be recorded at its free and its stream could not be synchronized: it
-    /// is never handed out again (PyTorch retires such a block the same way).
-    retired: bool,
 }
 
 /// Per power of two: PyTorch keeps the active figures per free list and sums them.
@@ -283,7 +280,6 @@ impl PinnedHostCache {
                 event_count: 0,
                 streams: Vec::new(),
                 page_locked: allocation.page_locked,
-                retired: false,
             },
         );
         self.allocations.increase(1);
@@ -361,37 +357,44 @@ impl PinnedHostCache {
                 "{ptr:#x} is pinned host memory that is not handed out (freed twice?)"
             )));
         }
-        block.allocated = false;
-        let streams = std::mem::take(&mut block.streams);
-        if streams.is_empty() {
+        if block.streams.is_empty() {
+            block.allocated = false;
             self.cache_block(ptr);
             return Ok(());
         }
-        let mut failures = Vec::new();
+        // Every stream's event first: where one cannot be had, the free is refused as a whole and
+        // may be retried, as accalloc_free does for device blocks (PyTorch instead keeps such a
+        // block out of reuse for good).
+        let streams = block.streams.clone();
+        let mut recorded = Vec::with_capacity(streams.len());
         for (device, stream) in streams {
             match self.record_free_event(device, stream) {
-                Ok(Some(event)) => {
-                    self.events.push_front((device, event, ptr));
-                    self.blocks.get_mut(&ptr).expect("held").event_count += 1;
-                }
+                Ok(Some(event)) => recorded.push((device, event)),
                 Ok(None) => {} // the stream was synchronized: nothing to wait for
-                Err(why) => failures.push(why),
+                Err(why) => {
+                    for (device, event) in recorded {
+                        let _ = self.backend.destroy_event(device, event);
+                    }
+                    return Err(Error::new(
+                        ErrorKind::Backend,
+                        format!(
+                            "the pinned host block at {ptr:#x} was not freed: its use by stream \
+                             {stream:#x} of device {device} can be neither recorded nor waited for \
+                             ({why}); it is still handed out (free it again)"
+                        ),
+                    ));
+                }
             }
         }
         let block = self.blocks.get_mut(&ptr).expect("held");
-        if !failures.is_empty() {
-            block.retired = true;
-            return Err(Error::new(
-                ErrorKind::Backend,
-                format!(
-                    "pinned host block {ptr:#x} ({}) was freed, but the stream use of it could not \
-                     be waited for, so it is never handed out again: {}",
-                    format_size(block.size as u64),
-                    failures.join("; ")
-                ),
-            ));
+        block.allocated = false;
+        block.streams.clear();
+        block.event_count += recorded.len();
+        let reusable = block.event_count == 0;
+        for (device, event) in recorded {
+            self.events.push_front((device, event, ptr));
         }
-        if block.event_count == 0 {
+        if reusable {
             self.cache_block(ptr);
         }
         Ok(())
@@ -452,7 +455,7 @@ impl PinnedHostCache {
                 .get_mut(&ptr)
                 .expect("a block waits for its events");
             block.event_count -= 1;
-            if block.event_count == 0 && !block.retired {
+            if block.event_count == 0 {
                 self.cache_block(ptr);
             }
         }
@@ -602,7 +605,7 @@ impl PinnedHostCache {
         let active: Vec<&HostBlock> = self
             .blocks
             .values()
-            .filter(|b| b.allocated || b.event_count > 0 || b.retired)
+            .filter(|b| b.allocated || b.event_count > 0)
             .collect();
         let free: usize = self.free_lists.iter().map(Vec::len).sum();
         let checks = [

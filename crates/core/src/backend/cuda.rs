@@ -3,9 +3,10 @@
 //! cudarc panics when libcuda cannot be loaded, or when a function is missing from it, so detection
 //! first checks that the library loads, and every call into cudarc runs inside a panic guard. Each
 //! device is driven through its primary context. Segments come from cuMemAlloc; expandable segments
-//! from cuMemAddressReserve / cuMemCreate / cuMemMap / cuMemSetAccess at the device's granularity.
+//! from cuMemAddressReserve / cuMemCreate / cuMemMap / cuMemSetAccess at the device's granularity;
+//! pinned host memory from cuMemHostAlloc, portable, so that every device's copies may use it.
 
-use super::{Backend, BackendError, EventId, MemInfo, StreamId};
+use super::{Backend, BackendError, EventId, MemInfo, PinnedHostAllocation, StreamId};
 use cudarc::driver::sys;
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -53,7 +54,7 @@ fn check(call: &str, result: Result<sys::CUresult, BackendError>) -> Result<(), 
 
 /// Every driver function this backend calls (cudarc panics on a missing one, so they are checked
 /// before the first call).
-pub const REQUIRED_SYMBOLS: [&str; 22] = [
+pub const REQUIRED_SYMBOLS: [&str; 24] = [
     "cuInit",
     "cuDeviceGetCount",
     "cuDeviceGet",
@@ -76,6 +77,8 @@ pub const REQUIRED_SYMBOLS: [&str; 22] = [
     "cuMemMap",
     "cuMemUnmap",
     "cuMemSetAccess",
+    "cuMemHostAlloc",
+    "cuMemFreeHost",
 ];
 
 /// Open the libcuda cudarc would open (the first of its candidate names that loads) and check that
@@ -312,8 +315,32 @@ impl Backend for CudaBackend {
         })
     }
 
+    // Pinned host memory belongs to no device: it is allocated and freed in device 0's context
+    // (the driver wants one current), and CU_MEMHOSTALLOC_PORTABLE makes it pinned for every
+    // context, so that copies on any device's stream run asynchronously from and to it.
+
     fn pinned_host_supported(&self) -> bool {
-        false
+        true
+    }
+
+    fn pinned_host_alloc(&self, size: usize) -> Result<PinnedHostAllocation, BackendError> {
+        let mut ptr: *mut std::ffi::c_void = std::ptr::null_mut();
+        let flags = sys::CU_MEMHOSTALLOC_PORTABLE;
+        // SAFETY: a valid out-pointer.
+        self.on(0, "cuMemHostAlloc", || unsafe {
+            sys::cuMemHostAlloc(&mut ptr, size, flags)
+        })?;
+        Ok(PinnedHostAllocation {
+            ptr: ptr as usize,
+            page_locked: true,
+        })
+    }
+
+    fn pinned_host_free(&self, ptr: usize, _size: usize) -> Result<(), BackendError> {
+        // SAFETY: ptr came from pinned_host_alloc (the trait's contract) and is not used again.
+        self.on(0, "cuMemFreeHost", || unsafe {
+            sys::cuMemFreeHost(ptr as *mut std::ffi::c_void)
+        })
     }
 
     fn vm_granularity(&self, device: usize) -> Option<usize> {

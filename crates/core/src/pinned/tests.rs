@@ -257,18 +257,27 @@ fn an_event_that_cannot_be_recorded_falls_back_to_synchronizing_the_stream() {
     );
     cache.check_invariants().unwrap();
 
-    // Neither works: the block is freed but never handed out again, and still counted.
-    cache.record_stream(a, 0, 3).unwrap();
-    backend.fail_calls("create_event", 1);
+    // Neither works: the free is refused, the block stays handed out, and a retry succeeds.
+    cache.record_stream(a, 1, 3).unwrap();
+    cache.record_stream(a, 0, 4).unwrap();
+    backend.fail_calls_after("create_event", 1, 1); // stream 3's event is made, stream 4's not
     backend.fail_calls("stream_synchronize", 1);
     let error = cache.free(a).unwrap_err();
+    assert_eq!(error.kind, ErrorKind::Backend);
     assert!(
-        error.message.contains("never handed out again"),
+        error.message.contains("still handed out (free it again)"),
         "{}",
         error.message
     );
-    assert_ne!(cache.allocate(4096).unwrap(), a);
-    assert_eq!(cache.stats().active_requests.current, 2);
+    assert_eq!(
+        backend.live_events(),
+        0,
+        "the event made for stream 3 was destroyed"
+    );
+    assert_eq!(cache.stats().active_requests.current, 1);
+    cache.check_invariants().unwrap();
+    cache.free(a).unwrap();
+    assert_eq!(backend.live_events(), 2);
     cache.check_invariants().unwrap();
 }
 
