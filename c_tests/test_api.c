@@ -1693,6 +1693,21 @@ static void section_pinned_host(void)
     CHECK_EQ(host_stat("host_free_time.count"), 0);
 
     CHECK_STATUS(accalloc_host_malloc(NULL, 8), ACCALLOC_ERROR_INVALID_ARGUMENT);
+
+    /* pinned_max_cached_size_mb:0: a freed block goes straight back; a limit as large as memory
+     * restores the default (and leaves the settings string as it was). */
+    CHECK_STATUS(accalloc_set_allocator_settings("pinned_max_cached_size_mb:0"), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_host_malloc(&a, 100), ACCALLOC_OK);
+    CHECK_EQ(host_stat("allocated_bytes.current"), 100); /* above the limit: not rounded either */
+    CHECK_STATUS(accalloc_host_free(a), ACCALLOC_OK);
+    CHECK_EQ(host_stat("allocations.current"), 0);
+    CHECK_EQ(host_stat("num_host_free"), 1);
+    CHECK_STATUS(accalloc_set_allocator_settings("pinned_max_cached_size_mb:99999999999999999"), ACCALLOC_OK);
+    {
+        char settings[256];
+        CHECK_STATUS(accalloc_get_allocator_settings(settings, sizeof settings, &len), ACCALLOC_OK);
+        CHECK_STR(settings, "");
+    }
 }
 
 static void *thread_body(void *arg)

@@ -87,6 +87,9 @@ impl Accelerator {
                 .or(config.per_process_memory_fraction),
             ..named
         };
+        // The pinned host cache's lock is taken after the settings' everywhere else: release first.
+        drop(config);
+        self.configure_pinned_host(&named);
         Ok(())
     }
 

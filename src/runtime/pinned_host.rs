@@ -30,6 +30,8 @@ impl Accelerator {
     /// This accelerator's pinned host cache, made on first use; NotSupported, naming the backend,
     /// where the backend has no pinned host memory.
     pub fn pinned_host(&self) -> Result<PinnedHostGuard<'_>> {
+        // The settings first: set_settings takes the settings' lock and then this one.
+        let settings = self.settings();
         let mut slot = self.pinned_host.lock().map_err(|_| {
             Error::new(
                 ErrorKind::Internal,
@@ -41,9 +43,19 @@ impl Accelerator {
             )
         })?;
         if slot.is_none() {
-            *slot = Some(PinnedHostCache::new(self.backend.clone())?);
+            let mut cache = PinnedHostCache::new(self.backend.clone())?;
+            cache.configure(&settings);
+            *slot = Some(cache);
         }
         Ok(PinnedHostGuard(slot))
+    }
+
+    /// Give the pinned host cache, if made, the pinned_ settings of `settings`.
+    pub(super) fn configure_pinned_host(&self, settings: &crate::caching::CachingConfig) {
+        let mut slot = self.pinned_host.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(cache) = slot.as_mut() {
+            cache.configure(settings);
+        }
     }
 
     /// Whether `ptr` lies in a block of this accelerator's pinned host cache (false before the

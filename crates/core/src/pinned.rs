@@ -14,6 +14,7 @@
 //! Not thread-safe by itself: the runtime keeps one per accelerator behind a mutex.
 
 use crate::backend::{Backend, BackendError, EventId, StreamId};
+use crate::caching::config::CachingConfig;
 use crate::caching::stats::Stat;
 use crate::error::{Error, ErrorKind, Result};
 use crate::units::format_size;
@@ -181,6 +182,9 @@ pub struct PinnedHostCache {
     host_alloc_time: DurationStat,
     host_free_time: DurationStat,
     page_locked_bytes: i64,
+    /// pinned_max_round_threshold and pinned_max_cached_size of the settings (configure).
+    round_threshold: usize,
+    max_cached_size: usize,
 }
 
 /// The free list of a block of `size` bytes: ceil(log2(size)).
@@ -215,7 +219,16 @@ impl PinnedHostCache {
             host_alloc_time: DurationStat::default(),
             host_free_time: DurationStat::default(),
             page_locked_bytes: 0,
+            round_threshold: usize::MAX,
+            max_cached_size: usize::MAX,
         })
+    }
+
+    /// Take the pinned_ settings (pinned_max_round_threshold_mb, pinned_max_cached_size_mb) from
+    /// `config`; blocks already held keep their sizes.
+    pub fn configure(&mut self, config: &CachingConfig) {
+        self.round_threshold = config.pinned_max_round_threshold;
+        self.max_cached_size = config.pinned_max_cached_size;
     }
 
     /// Hand out a block of at least `size` bytes: its address, or 0 for a 0-byte request (PyTorch's
@@ -226,8 +239,14 @@ impl PinnedHostCache {
             return Ok(0);
         }
         self.process_events();
-        let Some(rounded) = size.checked_next_power_of_two() else {
-            return Err(self.out_of_memory(size, "larger than any power of two"));
+        // PyTorch's rule: a power of two, unless the request is above either pinned_ limit.
+        let rounded = if size <= self.round_threshold && size <= self.max_cached_size {
+            match size.checked_next_power_of_two() {
+                Some(rounded) => rounded,
+                None => return Err(self.out_of_memory(size, "larger than any power of two")),
+            }
+        } else {
+            size
         };
         if let Some(ptr) = self.take_free_block(rounded) {
             return Ok(ptr);
@@ -430,14 +449,34 @@ impl PinnedHostCache {
         }
     }
 
-    /// A block that no stream still uses goes to its free list and stops counting as active.
+    /// A block that no stream still uses stops counting as active and goes to its free list, or,
+    /// above pinned_max_cached_size, back to the backend (where the backend refuses, it is cached:
+    /// empty_cache tries again).
     fn cache_block(&mut self, ptr: usize) {
         let size = self.blocks[&ptr].size;
         let index = bucket(size);
-        self.free_lists[index].push(ptr);
         let bucket = &mut self.buckets[index];
         bucket.active.decrease(1);
         bucket.active_bytes.decrease(size as u64);
+        if size > self.max_cached_size && self.give_back(ptr).is_ok() {
+            return;
+        }
+        self.free_lists[index].push(ptr);
+    }
+
+    /// Free the block at `ptr` (not in a free list) with the backend and take it off the books.
+    fn give_back(&mut self, ptr: usize) -> std::result::Result<(), BackendError> {
+        let size = self.blocks[&ptr].size;
+        let start = Instant::now();
+        self.backend.pinned_host_free(ptr, size)?;
+        self.host_free_time.record(micros_since(start));
+        let block = self.blocks.remove(&ptr).expect("held");
+        self.allocations.decrease(1);
+        self.allocated_bytes.decrease(size as u64);
+        if block.page_locked {
+            self.page_locked_bytes -= size as i64;
+        }
+        Ok(())
     }
 
     /// Look at the pending events oldest first, up to the first that has not completed; a block
@@ -517,17 +556,8 @@ impl PinnedHostCache {
             let list = std::mem::take(&mut self.free_lists[index]);
             for ptr in list {
                 let size = self.blocks[&ptr].size;
-                let start = Instant::now();
-                match self.backend.pinned_host_free(ptr, size) {
-                    Ok(()) => {
-                        self.host_free_time.record(micros_since(start));
-                        let block = self.blocks.remove(&ptr).expect("held");
-                        self.allocations.decrease(1);
-                        self.allocated_bytes.decrease(size as u64);
-                        if block.page_locked {
-                            self.page_locked_bytes -= size as i64;
-                        }
-                    }
+                match self.give_back(ptr) {
+                    Ok(()) => {}
                     Err(error) => {
                         self.free_lists[index].push(ptr);
                         first_error.get_or_insert_with(|| {

@@ -34,6 +34,17 @@ pub struct CachingConfig {
     pub release_lock_on_malloc: bool,
     /// A memory fraction applied to every device when the settings are applied (None: unchanged).
     pub per_process_memory_fraction: Option<f64>,
+    /// Pinned host memory (crate::pinned): requests above this many bytes are not rounded up to a
+    /// power of two (usize::MAX: every request is; pinned_max_round_threshold_mb).
+    pub pinned_max_round_threshold: usize,
+    /// Pinned blocks above this many bytes go back to the backend when freed instead of being
+    /// cached, and their requests are not rounded (usize::MAX: all are cached;
+    /// pinned_max_cached_size_mb).
+    pub pinned_max_cached_size: usize,
+    /// PyTorch processes pinned blocks' events on a thread of their own with this; accalloc
+    /// processes them at every pinned allocation and empty either way, so it is accepted for
+    /// PYTORCH_ALLOC_CONF's sake and reported back, and changes no figure.
+    pub pinned_use_background_threads: bool,
 }
 
 impl Default for CachingConfig {
@@ -49,6 +60,9 @@ impl Default for CachingConfig {
             expandable_trim_floor: 0,
             release_lock_on_malloc: false,
             per_process_memory_fraction: None,
+            pinned_max_round_threshold: usize::MAX,
+            pinned_max_cached_size: usize::MAX,
+            pinned_use_background_threads: false,
         }
     }
 }
@@ -115,6 +129,21 @@ impl CachingConfig {
         }
         if let Some(fraction) = self.per_process_memory_fraction {
             parts.push(format!("per_process_memory_fraction:{fraction}"));
+        }
+        if self.pinned_max_round_threshold != defaults.pinned_max_round_threshold {
+            parts.push(format!(
+                "pinned_max_round_threshold_mb:{}",
+                self.pinned_max_round_threshold >> 20
+            ));
+        }
+        if self.pinned_max_cached_size != defaults.pinned_max_cached_size {
+            parts.push(format!(
+                "pinned_max_cached_size_mb:{}",
+                self.pinned_max_cached_size >> 20
+            ));
+        }
+        if self.pinned_use_background_threads {
+            parts.push("pinned_use_background_threads:True".into());
         }
         parts.join(",")
     }

@@ -8,8 +8,9 @@ use super::config::{CachingConfig, ROUNDUP_POWER2_INTERVALS};
 use crate::error::{bounded, quote, Error, Result};
 
 /// Every key accalloc understands (release_lock_on_cudamalloc is PyTorch's name for
-/// release_lock_on_malloc and is accepted too; the expandable_trim keys are accalloc's own).
-pub const KNOWN_KEYS: [&str; 12] = [
+/// release_lock_on_malloc and is accepted too; the expandable_trim keys are accalloc's own; the
+/// pinned_ keys are the pinned host allocator's).
+pub const KNOWN_KEYS: [&str; 15] = [
     "max_split_size_mb",
     "max_non_split_rounding_mb",
     "roundup_power2_divisions",
@@ -22,6 +23,9 @@ pub const KNOWN_KEYS: [&str; 12] = [
     "release_lock_on_cudamalloc",
     "per_process_memory_fraction",
     "backend",
+    "pinned_max_round_threshold_mb",
+    "pinned_max_cached_size_mb",
+    "pinned_use_background_threads",
 ];
 
 const MIB: usize = 1 << 20;
@@ -118,6 +122,17 @@ fn parse_mb(key: &str, value: &str) -> Result<usize> {
     }
     // Large values saturate, as in PyTorch.
     Ok(mb.min(usize::MAX / MIB) * MIB)
+}
+
+/// A limit in whole MiB, 0 included; a value too large for the address space means no limit
+/// (usize::MAX, the default, which the settings string then leaves out).
+fn parse_limit_mb(key: &str, value: &str) -> Result<usize> {
+    let bytes = parse_whole_mb(key, value)?;
+    Ok(if bytes >= usize::MAX / MIB * MIB {
+        usize::MAX
+    } else {
+        bytes
+    })
 }
 
 /// A whole number of MiB, 0 included (large values saturate).
@@ -286,6 +301,15 @@ pub fn parse_settings(text: &str, current: &CachingConfig) -> Result<CachingConf
                         config.per_process_memory_fraction =
                             Some(parse_fraction(&key, &value, false)?)
                     }
+                    "pinned_max_round_threshold_mb" => {
+                        config.pinned_max_round_threshold = parse_limit_mb(&key, &value)?
+                    }
+                    "pinned_max_cached_size_mb" => {
+                        config.pinned_max_cached_size = parse_limit_mb(&key, &value)?
+                    }
+                    "pinned_use_background_threads" => {
+                        config.pinned_use_background_threads = parse_bool(&key, &value)?
+                    }
                     "backend" => {
                         if value != "native" {
                             return Err(invalid(
@@ -320,6 +344,33 @@ mod tests {
 
     fn parse(text: &str) -> Result<CachingConfig> {
         parse_settings(text, &CachingConfig::default())
+    }
+
+    #[test]
+    fn the_pinned_keys_set_their_fields_and_print_back() {
+        let c = parse(
+            "pinned_max_round_threshold_mb:2,pinned_max_cached_size_mb:0,\
+             pinned_use_background_threads:True",
+        )
+        .unwrap();
+        assert_eq!(c.pinned_max_round_threshold, 2 << 20);
+        assert_eq!(c.pinned_max_cached_size, 0, "0: no pinned block is cached");
+        assert!(c.pinned_use_background_threads);
+        let text = c.to_settings_string();
+        assert_eq!(
+            text,
+            "pinned_max_round_threshold_mb:2,pinned_max_cached_size_mb:0,pinned_use_background_threads:True"
+        );
+        assert_eq!(parse(&text).unwrap(), c);
+        assert!(parse("pinned_max_cached_size_mb:-1").is_err());
+        let unlimited = parse("pinned_max_cached_size_mb:99999999999999999").unwrap();
+        assert_eq!(
+            unlimited.pinned_max_cached_size,
+            usize::MAX,
+            "as large as memory: no limit"
+        );
+        assert_eq!(unlimited.to_settings_string(), "");
+        assert!(parse("pinned_use_background_threads:yes").is_err());
     }
 
     #[test]
@@ -423,7 +474,7 @@ mod tests {
             ("roundup_power2_divisions:[>:134217728]", "invalid allocator setting roundup_power2_divisions:134217728: roundup_power2_divisions divisions must be a power of two from 1 to 67108864, or 0 to turn rounding off"),
             ("roundup_power2_divisions:[100:4]", "invalid allocator setting roundup_power2_divisions:[100:4]: roundup_power2_divisions interval starts must be powers of two (in MiB) or '>'"),
             ("backend:cudaMallocAsync", "invalid allocator setting backend:cudaMallocAsync: backend must be native: accalloc's caching allocator is the only policy"),
-            ("max_split_size:64", "unrecognized key 'max_split_size' in allocator settings; known keys: max_split_size_mb, max_non_split_rounding_mb, roundup_power2_divisions, garbage_collection_threshold, expandable_segments, expandable_trim, expandable_trim_slack, expandable_trim_floor_mb, release_lock_on_malloc, release_lock_on_cudamalloc, per_process_memory_fraction, backend"),
+            ("max_split_size:64", "unrecognized key 'max_split_size' in allocator settings; known keys: max_split_size_mb, max_non_split_rounding_mb, roundup_power2_divisions, garbage_collection_threshold, expandable_segments, expandable_trim, expandable_trim_slack, expandable_trim_floor_mb, release_lock_on_malloc, release_lock_on_cudamalloc, per_process_memory_fraction, backend, pinned_max_round_threshold_mb, pinned_max_cached_size_mb, pinned_use_background_threads"),
             ("max_split_size_mb", "malformed allocator settings 'max_split_size_mb': expected ':' after 'max_split_size_mb', found the end (the form is key:value,key:value, with roundup_power2_divisions also taking [MiB:divisions,...,>:divisions])"),
             ("max_split_size_mb:", "malformed allocator settings 'max_split_size_mb:': missing value for max_split_size_mb (the form is key:value,key:value, with roundup_power2_divisions also taking [MiB:divisions,...,>:divisions])"),
             ("expandable_segments:True;max_split_size_mb:64", "invalid allocator setting expandable_segments:True;max_split_size_mb: expandable_segments must be True or False"),

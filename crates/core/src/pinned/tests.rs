@@ -381,3 +381,36 @@ fn dropping_the_cache_gives_back_what_is_cached() {
         "b is still its holder's"
     );
 }
+
+#[test]
+fn the_pinned_settings_stop_rounding_and_caching_above_their_limits() {
+    let (backend, mut cache) = cache();
+    let config = crate::caching::settings::parse_settings(
+        "pinned_max_round_threshold_mb:1,pinned_max_cached_size_mb:4",
+        &crate::caching::CachingConfig::default(),
+    )
+    .unwrap();
+    cache.configure(&config);
+    // Up to 1 MiB: powers of two. Above: the size asked for.
+    let small = cache.allocate(600_000).unwrap();
+    let unrounded = cache.allocate(1_500_000).unwrap();
+    assert_eq!(cache.stats().allocated_bytes.current, 1_048_576 + 1_500_000);
+    // 1,400,000 lies in the same list (2^21) and fits the 1,500,000 block: reused.
+    cache.free(unrounded).unwrap();
+    assert_eq!(cache.allocate(1_400_000).unwrap(), unrounded);
+    // Above 4 MiB: not cached; given back at its free.
+    let big = cache.allocate(5 << 20).unwrap();
+    assert_eq!(
+        cache.stats().allocated_bytes.current,
+        1_048_576 + 1_500_000 + (5 << 20)
+    );
+    cache.free(big).unwrap();
+    let s = cache.stats();
+    assert_eq!((s.num_host_alloc, s.num_host_free), (3, 1));
+    assert_eq!(s.allocated_bytes.current, 1_048_576 + 1_500_000);
+    assert_eq!(s.active_requests.current, 2);
+    assert!(!backend.live_pinned_host().iter().any(|&(p, _)| p == big));
+    cache.free(small).unwrap();
+    cache.free(unrounded).unwrap();
+    cache.check_invariants().unwrap();
+}
