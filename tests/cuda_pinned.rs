@@ -11,6 +11,7 @@ mod cuda_model_support;
 use cuda_model_support::{Model, NEEDS_MODEL};
 
 use accalloc::backend::{Backend, BackendError};
+use accalloc_core::pinned::PinnedHostCache;
 use cudarc::driver::sys::{self, CUresult};
 use std::ffi::c_void;
 
@@ -394,4 +395,205 @@ fn memory_pinned_without_portable_is_pageable_to_other_devices() {
     model.destroy_stream(1, s1);
     gpu.pinned_host_free(a.ptr, MIB).unwrap();
     gpu.raw_free(1, d1, 2 * MIB).unwrap();
+}
+
+/// How long the work that holds a stream back lasts: far longer than the few calls the tests make
+/// while it runs. The model has no gate a test opens (its streams are held only by
+/// accallocModelLaunch's timed work, or by waits on events behind it), so each test also checks,
+/// after its last step that needs the stream busy, that it still was: too slow a machine fails the
+/// test rather than passing it by chance.
+const HOLD_MICROS: u64 = 500_000;
+
+/// What `reuse_while_a_copy_is_pending` saw.
+#[derive(Debug)]
+struct Reuse {
+    /// The block the copy reads, and the one the cache handed out next while the copy was pending.
+    first: usize,
+    second: usize,
+    /// The stream the copy waits on.
+    held: usize,
+    /// The copy's stream was still busy after the reuse's last step.
+    held_throughout: bool,
+    /// Violations the model counted during the sequence, and the last one's message.
+    violations: u64,
+    message: String,
+    /// The held-back copy delivered the first block's bytes as written before it was queued.
+    copy_delivered_original: bool,
+    /// What the copy delivered instead (the first byte), where it did not.
+    delivered: u8,
+    /// The block allocated once the streams were done.
+    after_streams_done: usize,
+    num_host_alloc: i64,
+}
+
+/// The bytes written into the first block before its copy is queued, into the block handed out
+/// next by the test's own hand, and into that block by a copy from device memory.
+const ORIGINAL: u8 = 1;
+const OVERWRITTEN: u8 = 2;
+const FROM_DEVICE: u8 = 3;
+
+/// The sequence of issue 31's requirement, on `device` of the model, through a PinnedHostCache over
+/// the CUDA backend: a pinned block is copied from on a stream held back by earlier work, its use
+/// by that stream recorded (`record`) or not, the block freed and a block of the same size
+/// allocated at once; that block is written by the test and by a copy from device memory queued on
+/// a second stream. Then the streams finish and a third allocation is made.
+fn reuse_while_a_copy_is_pending(model: &Model, device: usize, record: bool) -> Reuse {
+    let gpu = &model.backend;
+    let before = (pinned(), model.counts());
+    let (held, other) = (model.stream(device), model.stream(device));
+    // [0, 1M): the holding work; [1M, 2M): the held-back copy's destination; [2M, 3M): the source
+    // of the copy into the block handed out next.
+    let d = gpu.raw_alloc(device, 4 * MIB, 0).unwrap();
+    bytes(d + 2 * MIB, MIB).fill(FROM_DEVICE);
+    let mut cache = PinnedHostCache::new(gpu.clone()).unwrap();
+    model.abort_on_violation(false);
+    let violations = model.violations().0;
+
+    let first = cache.allocate(MIB).unwrap();
+    bytes(first, MIB).fill(ORIGINAL);
+    assert_eq!(model.launch(device, held, HOLD_MICROS, d, MIB), 0);
+    assert_eq!(
+        htod(model, device, d + MIB, first, MIB, held),
+        CUresult::CUDA_SUCCESS
+    );
+    if record {
+        assert!(cache.record_stream(first, device, held).unwrap());
+    }
+    cache.free(first).unwrap();
+    let second = cache.allocate(MIB).unwrap();
+    // The reuse: the caller writes what it was handed, and a copy from the device into it is
+    // queued on the other stream and made.
+    bytes(second, MIB).fill(OVERWRITTEN);
+    assert_eq!(
+        dtoh(model, device, second, d + 2 * MIB, MIB, other),
+        CUresult::CUDA_SUCCESS
+    );
+    gpu.synchronize_stream(device, other).unwrap();
+    let held_throughout = !stream_idle(model, device, held);
+    let (during, message) = model.violations();
+
+    gpu.synchronize_stream(device, held).unwrap();
+    let delivered = bytes(d + MIB, MIB);
+    let copy_delivered_original = delivered.iter().all(|&b| b == ORIGINAL);
+    let delivered = delivered[0];
+    assert!(
+        bytes(second, MIB).iter().all(|&b| b == FROM_DEVICE),
+        "the copy into the block handed out next was made"
+    );
+    let (after_streams_done, num_host_alloc) = if first == second {
+        (first, cache.stats().num_host_alloc)
+    } else {
+        let third = cache.allocate(MIB).unwrap();
+        cache.check_invariants().unwrap();
+        cache.free(third).unwrap();
+        (third, cache.stats().num_host_alloc)
+    };
+    cache.free(second).unwrap();
+    cache.check_invariants().unwrap();
+    cache.empty_cache().unwrap();
+    let after = model.violations().0;
+    model.abort_on_violation(true);
+    drop(cache);
+    model.destroy_stream(device, held);
+    model.destroy_stream(device, other);
+    gpu.raw_free(device, d, 4 * MIB).unwrap();
+    assert_eq!(
+        (pinned(), model.counts()),
+        before,
+        "nothing left pinned, no event or stream left in the driver"
+    );
+    assert_eq!(after, during, "nothing after the streams were done");
+    Reuse {
+        first,
+        second,
+        held,
+        held_throughout,
+        violations: during - violations,
+        message,
+        copy_delivered_original,
+        delivered,
+        after_streams_done,
+        num_host_alloc,
+    }
+}
+
+fn wants_two_devices(model: &Model) {
+    assert!(
+        model.backend.device_count() >= 2,
+        "wants a second model device (ACCALLOC_CUDA_MODEL_DEVICES=2 or more; scripts/test-all.sh gives 8)"
+    );
+}
+
+#[test]
+#[ignore = "needs the CUDA driver model: run by scripts/test-all.sh (LD_LIBRARY_PATH=$(scripts/cuda-model.sh))"]
+fn the_cache_holds_a_recorded_block_back_until_the_streams_copy_is_done() {
+    let (model, _turn) = model();
+    wants_two_devices(&model);
+    // Device 0's stream, and device 1's: the pinned memory is allocated in device 0's context, the
+    // event recorded at the free in the stream's.
+    for device in [0, 1] {
+        let seen = reuse_while_a_copy_is_pending(&model, device, true);
+        assert!(
+            seen.held_throughout,
+            "device {device}: the stream finished before the reuse was done (a machine too slow \
+             for {HOLD_MICROS}us of held-back work): {seen:?}"
+        );
+        assert_ne!(
+            seen.second, seen.first,
+            "device {device}: a block whose copy is pending is not handed out again"
+        );
+        assert_eq!(
+            seen.violations, 0,
+            "device {device}: the model saw no block reused under its copy: {}",
+            seen.message
+        );
+        assert!(
+            seen.copy_delivered_original,
+            "device {device}: the copy read the bytes written before it was queued"
+        );
+        assert_eq!(
+            seen.after_streams_done, seen.first,
+            "device {device}: once the stream's event completed, the first block is reused"
+        );
+        assert_eq!(seen.num_host_alloc, 2, "device {device}: two blocks only");
+    }
+}
+
+#[test]
+#[ignore = "needs the CUDA driver model: run by scripts/test-all.sh (LD_LIBRARY_PATH=$(scripts/cuda-model.sh))"]
+fn without_record_stream_the_cache_reuses_the_block_at_once_and_the_model_catches_it() {
+    let (model, _turn) = model();
+    wants_two_devices(&model);
+    for device in [0, 1] {
+        let seen = reuse_while_a_copy_is_pending(&model, device, false);
+        assert!(
+            seen.held_throughout,
+            "device {device}: the stream finished before the reuse was done (a machine too slow \
+             for {HOLD_MICROS}us of held-back work): {seen:?}"
+        );
+        assert_eq!(
+            seen.second, seen.first,
+            "device {device}: unrecorded, the block is free at once and handed out again"
+        );
+        assert_eq!(
+            seen.violations, 1,
+            "device {device}: the model caught the copy into the block its pending copy reads"
+        );
+        assert!(
+            seen.message.contains("a copy used pinned host memory")
+                && seen.message.contains(&format!(
+                    "device {device} while work on stream {:#x}",
+                    seen.held
+                ))
+                && seen.message.contains("use after free"),
+            "{}",
+            seen.message
+        );
+        assert!(
+            !seen.copy_delivered_original,
+            "device {device}: the pending copy read what the reuse wrote"
+        );
+        assert_eq!(seen.delivered, FROM_DEVICE, "device {device}");
+        assert_eq!(seen.num_host_alloc, 1, "device {device}: one block only");
+    }
 }
