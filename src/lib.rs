@@ -13,5 +13,5 @@ pub mod ort;
 pub mod runtime;
 
 // The caching core (crates/core) under the names the library has always had.
-pub use accalloc_core::{backend, caching, error, trace, units};
+pub use accalloc_core::{backend, caching, error, pinned, trace, units};
 pub use accalloc_core::{Error, ErrorKind, Result};

@@ -9,6 +9,7 @@
 
 use accalloc::capi::device::*;
 use accalloc::capi::memory::*;
+use accalloc::capi::pinned_host::*;
 use accalloc::capi::settings::{accalloc_set_allocator_settings, accalloc_set_allocator_settings_on};
 use accalloc::capi::stats::*;
 use accalloc::capi::*;
@@ -150,13 +151,14 @@ fuzz_target!(|data: &[u8]| {
     LIES.lock().unwrap().extend(lies.iter().copied());
     let mut live: Vec<usize> = Vec::new();
     let mut hostile_live: Vec<usize> = Vec::new();
+    let mut pinned_live: Vec<usize> = Vec::new();
     let mut bytes = data.chunks(9);
     unsafe {
         while let Some(chunk) = bytes.next() {
             let op = chunk[0];
             let arg = chunk.iter().skip(1).fold(0u64, |acc, &b| (acc << 8) | b as u64);
             let device = (arg as i32 % 4) - 1; // -1 .. 2: current, two devices, one that does not exist
-            match op % 14 {
+            match op % 16 {
                 12 => {
                     // The hostile backend: any size, its settings, its streams.
                     let mut p: *mut c_void = std::ptr::null_mut();
@@ -178,6 +180,43 @@ fuzz_target!(|data: &[u8]| {
                     }
                     ok_or_expected(accalloc_set_memory_fraction_on(hostile, (arg % 3) as f64 / 2.0, device));
                     ok_or_expected(accalloc_empty_cache_on(hostile));
+                }
+                14 => {
+                    // Pinned host memory: any size (0 gives NULL), then a free of one held, twice.
+                    let mut p: *mut c_void = std::ptr::null_mut();
+                    let size = if arg % 7 == 0 { arg as usize } else { (arg % (4 << 20)) as usize };
+                    let status = accalloc_host_malloc(&mut p, size);
+                    ok_or_expected(status);
+                    if status == AccallocStatus::ACCALLOC_OK && !p.is_null() {
+                        assert!(!pinned_live.contains(&(p as usize)));
+                        pinned_live.push(p as usize);
+                    }
+                    if (arg >> 32) % 2 == 1 && !pinned_live.is_empty() {
+                        let p = pinned_live.swap_remove((arg >> 8) as usize % pinned_live.len());
+                        assert_eq!(accalloc_host_free(p as *mut c_void), AccallocStatus::ACCALLOC_OK);
+                        assert_eq!(accalloc_host_free(p as *mut c_void), AccallocStatus::ACCALLOC_ERROR_INVALID_POINTER);
+                    }
+                }
+                15 => {
+                    // A stream's use of a pinned block (or of any address), the cache emptied, the
+                    // statistics read and reset, an interior pointer freed.
+                    let p = pinned_live.get(arg as usize % pinned_live.len().max(1)).map_or(arg as usize, |&p| p + (arg as usize >> 48) % 64);
+                    let mut recorded = false;
+                    ok_or_expected(accalloc_host_record_stream(p as *const c_void, device, ((arg >> 40) % 3) as usize as *mut c_void, &mut recorded));
+                    let mut pinned = false;
+                    ok_or_expected(accalloc_host_is_pinned(p as *const c_void, &mut pinned));
+                    if pinned_live.contains(&p) {
+                        assert!(pinned);
+                    } else if !pinned {
+                        // Not pinned memory: refused (NULL is a no-op).
+                        let want = if p == 0 { AccallocStatus::ACCALLOC_OK } else { AccallocStatus::ACCALLOC_ERROR_INVALID_POINTER };
+                        assert_eq!(accalloc_host_free(p as *mut c_void), want);
+                    }
+                    ok_or_expected(accalloc_host_empty_cache());
+                    let mut value = 0;
+                    let key = CString::new(chunk.iter().skip(1).map(|&b| b.max(1)).collect::<Vec<u8>>()).unwrap();
+                    ok_or_expected(accalloc_host_memory_stat(key.as_ptr(), &mut value));
+                    ok_or_expected(accalloc_host_reset_peak_memory_stats());
                 }
                 0 | 1 | 2 => {
                     let size = match op % 3 {
@@ -253,6 +292,17 @@ fuzz_target!(|data: &[u8]| {
                 status = accalloc_free(p as *mut c_void);
             }
             assert_eq!(status, AccallocStatus::ACCALLOC_OK);
+        }
+        for p in pinned_live {
+            assert_eq!(accalloc_host_free(p as *mut c_void), AccallocStatus::ACCALLOC_OK);
+        }
+        // Every pinned block is reusable again (the host's events complete when recorded) and
+        // goes back: nothing handed out, nothing held.
+        assert_eq!(accalloc_host_empty_cache(), AccallocStatus::ACCALLOC_OK);
+        for key in [c"active_requests.current", c"allocations.current", c"allocated_bytes.current"] {
+            let mut value = -1;
+            assert_eq!(accalloc_host_memory_stat(key.as_ptr(), &mut value), AccallocStatus::ACCALLOC_OK);
+            assert_eq!(value, 0, "pinned books not back to zero: {key:?}");
         }
         LIES.lock().unwrap().clear();
         for device in 0..2 {
