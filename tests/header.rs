@@ -61,6 +61,12 @@ fn header_declares_every_exported_function() {
         "accalloc_memory_summary",
         "accalloc_memory_snapshot_json",
         "accalloc_record_memory_history",
+        "accalloc_host_malloc",
+        "accalloc_host_empty_cache",
+        "accalloc_host_memory_stats_json",
+        "accalloc_host_memory_stat",
+        "accalloc_host_reset_accumulated_memory_stats",
+        "accalloc_host_reset_peak_memory_stats",
     ];
     // Functions that do not depend on the accelerator.
     let global = [
@@ -83,6 +89,9 @@ fn header_declares_every_exported_function() {
         "accalloc_pluggable_record_stream",
         "accalloc_ort_allocator_create",
         "accalloc_ort_allocator_destroy",
+        "accalloc_host_free",
+        "accalloc_host_record_stream",
+        "accalloc_host_is_pinned",
     ];
     let mut required: Vec<String> = global.iter().map(|s| s.to_string()).collect();
     for name in per_accelerator {
