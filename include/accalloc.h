@@ -639,9 +639,9 @@ enum AccallocStatus accalloc_host_malloc_on(AccallocDeviceType device_type,
  * reused once the streams recorded on it have finished the work queued until now.
  *
  * Errors: ACCALLOC_ERROR_INVALID_POINTER for a pointer that is not from accalloc_host_malloc, an
- * interior pointer or a double free (nothing changes); ACCALLOC_ERROR_BACKEND where the stream
- * use could be neither recorded as an event nor waited for: the memory is taken back but never
- * handed out again (it stays counted as active).
+ * interior pointer or a double free (nothing changes); ACCALLOC_ERROR_BACKEND where a stream's use
+ * could be neither recorded as an event nor waited for: the block stays handed out, the events made
+ * for it are destroyed, and the free may be retried (as accalloc_free's).
  */
 enum AccallocStatus accalloc_host_free(void *ptr);
 
