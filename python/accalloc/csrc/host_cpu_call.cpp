@@ -262,6 +262,8 @@ void run_cpu_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       slot = std::move(cpu_list);
     } else if (v.isDevice() && v.toDevice().type() == kType) {
       slot = c10::Device(c10::kCPU);
+    } else if (v.isGenerator()) {
+      slot = cpu_generator_of(v.toGenerator());
     }
     if (writes(schema.arguments()[i])) {
       written.emplace_back(i, slot);

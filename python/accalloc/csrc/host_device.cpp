@@ -158,6 +158,11 @@ struct HostHooks final : public at::PrivateUse1HooksInterface {
     return at::detail::getDefaultCPUGenerator();
   }
 
+  // torch.Generator(device=...): a generator of the device over a CPU generator of its own.
+  at::Generator getNewGenerator(c10::DeviceIndex device_index) const override {
+    return new_generator(device_index < 0 ? current_device() : device_index);
+  }
+
   // accalloc's C ABI does not say which device owns a pointer; the current device is the answer for
   // tensors made on it.
   at::Device getDeviceFromPtr(void* /*data*/) const override { return at::Device(kType, current_device()); }

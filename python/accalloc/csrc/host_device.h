@@ -6,6 +6,7 @@
 // CPU's kernels by itself (convolution, attention, composites).
 #pragma once
 
+#include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
@@ -25,6 +26,13 @@ constexpr c10::DispatchKey kPrivateUse1Key = c10::DispatchKey::PrivateUse1;
 
 // The device allocator of PrivateUse1 (over the accalloc device type chosen at registration).
 accalloc_torch::DeviceAllocator& allocator();
+
+// A new random number generator of the device (host_generator.cpp): torch.Generator(device=...).
+at::Generator new_generator(c10::DeviceIndex index);
+
+// The CPU generator a device generator draws from (the generator itself when it is not the device's):
+// what the CPU kernels the device runs are given.
+at::Generator cpu_generator_of(const at::Generator& generator);
 
 // The dispatch keys of a tensor on this device.
 inline c10::DispatchKeySet key_set() { return c10::DispatchKeySet(c10::DispatchKey::PrivateUse1); }

@@ -24,7 +24,7 @@ import torch
 
 import accalloc
 from accalloc._library import DEVICE_HOST, library
-from accalloc.torch import _module_conversion
+from accalloc.torch import _inductor, _module_conversion
 
 _PACKAGE = Path(__file__).resolve().parent.parent
 _lock = threading.Lock()
@@ -83,6 +83,26 @@ def _device_module(accalloc_device_type):
         index = device if isinstance(device, int) else torch.device(device).index
         accalloc._library.check(lib.accalloc_set_device_on(accalloc_device_type, index))
 
+    class device:
+        """Context manager that makes `device` (an index, "name:i" or a torch.device; None or -1:
+        nothing) this thread's current device, and restores the previous one on exit, as
+        torch.cuda.device does (torch.load and storage.to use it)."""
+
+        def __init__(self, device):
+            self.index = _device_index(device)
+            self.previous = -1
+
+        def __enter__(self):
+            self.previous = current_device()
+            if self.index >= 0 and self.index != self.previous:
+                set_device(self.index)
+
+        def __exit__(self, *exception):
+            if self.index >= 0 and self.index != self.previous:
+                set_device(self.previous)
+            return False
+
+    module.device = device
     module.is_available = lambda: device_count() > 0
     module.is_initialized = lambda: True
     # PyTorch marks a PrivateUse1 device initialized only through its module's _lazy_init, and until
@@ -133,6 +153,16 @@ def reset_accumulated_host_memory_stats():
     accalloc.reset_accumulated_host_memory_stats(_registered_type_name())
 
 
+def _device_index(device):
+    # torch.cuda's rules: an int as it is, None as -1, a device (or its string) by its index.
+    if device is None:
+        return -1
+    if isinstance(device, int):
+        return device
+    index = torch.device(device).index
+    return -1 if index is None else index
+
+
 def register_host_device(name="accalloc"):
     """Make accalloc's host backend PyTorch's PrivateUse1 accelerator, named `name`; returns the name.
 
@@ -179,6 +209,9 @@ def register_device(name, accalloc_device_type):
         accalloc._DEVICE_TYPES[name] = accalloc_device_type
         sys.modules[f"torch.{name}"] = getattr(torch, name)
         _module_conversion.keep_parameters_on(name)
+        _inductor.serve(name)
+        # Autocast casts as on the CPU (csrc/host_autocast.cpp), to the CPU's default dtype too.
+        torch.set_autocast_dtype(name, torch.bfloat16)
         # The device is ready from the start (there is nothing to initialize): a 0-byte tensor, which
         # takes no memory, has PyTorch run _lazy_init and count the device as initialized, so that
         # empty_host_cache() works before the first tensor is made on the device.

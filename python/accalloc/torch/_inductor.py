@@ -1,0 +1,109 @@
+"""torch.compile's default backend, Inductor, on the host accelerator.
+
+The device's memory is host memory, so Inductor's CPU code generation serves it: the C++ kernels it
+writes take the device tensors' data pointers as they would a CPU tensor's. serve(name) registers, for
+the device type `name`, Dynamo's CPU device interface, Inductor's CPU scheduling (CppScheduling), a
+Python wrapper that calls those
+kernels as it calls the CPU's (Inductor's own wrapper calls them only for "cpu" and "mps"), and the
+CPU's device op overrides; and makes the scheduler count the device's nodes as CPU nodes, so its
+fusion choices are the CPU's (it takes the GPU's choices for any other device, and some of those
+assume GPU kernels).
+
+Nothing is imported before Inductor is: importing it costs seconds, and most programs never compile.
+The registration runs once torch._inductor.compile_fx, Inductor's entry point (torch.compile imports
+it before compiling anything), has been imported (a finder on sys.meta_path waits for it), or at once
+when it already is. By then every module the registration imports is whole: an earlier trigger, such
+as the scheduler's import, runs inside Inductor's own chain of imports and meets half-made modules.
+"""
+import importlib.abc
+import importlib.util
+import sys
+
+_TRIGGER = "torch._inductor.compile_fx"
+_served = set()
+
+
+def serve(name):
+    """Have Inductor compile for the device type `name` as for the CPU (now or when it loads)."""
+    _served.add(name)
+    if _TRIGGER in sys.modules:
+        _register()
+    elif not any(isinstance(finder, _WhenImported) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _WhenImported())
+
+
+def _register():
+    from torch._dynamo.device_interface import CpuInterface, get_registered_device_interfaces
+    from torch._dynamo.device_interface import register_interface_for_device
+    from torch._inductor import scheduler
+    from torch._inductor.codegen.common import (get_scheduling_for_device, register_backend_for_device,
+                                                register_device_op_overrides)
+    from torch._inductor.codegen.cpp import CppScheduling
+    from torch._inductor.codegen.cpp_wrapper_cpu import CppWrapperCpu
+    from torch._inductor.codegen.cpu_device_op_overrides import CpuDeviceOpOverrides
+    from torch._inductor.codegen.wrapper import PythonWrapperCodegen, SubgraphPythonWrapperCodegen
+    from torch._inductor.virtualized import V
+
+    class WrapperCodegen(PythonWrapperCodegen):
+        """Inductor's Python wrapper, calling the device's C++ kernels as the CPU's."""
+
+        @staticmethod
+        def create(is_subgraph, subgraph_name, parent_wrapper, partition_signatures=None):
+            if is_subgraph:
+                return SubgraphPythonWrapperCodegen(subgraph_name, parent_wrapper, partition_signatures)
+            return WrapperCodegen()
+
+        def _generate_kernel_call_helper(self, kernel_name, call_args, *, device=None, triton=True, **kwargs):
+            device = device or V.graph.get_current_device_or_throw()
+            if not triton and device.type in _served:
+                self.writeline(self.wrap_kernel_call(kernel_name, call_args))
+                return
+            super()._generate_kernel_call_helper(kernel_name, call_args, device=device, triton=triton, **kwargs)
+
+    registered = dict(get_registered_device_interfaces())
+    class NoCppWrapper(CppWrapperCpu):
+        """Inductor's C++ wrapper (torch._inductor.config.cpp_wrapper) writes device calls of its own
+        that know no PrivateUse1 device: refused with words, not a C++ compile error."""
+
+        @staticmethod
+        def create(*args, **kwargs):
+            raise NotImplementedError(
+                f"torch.compile on the {sorted(_served)} device: Inductor's C++ wrapper "
+                "(torch._inductor.config.cpp_wrapper=True) is not supported there; the default Python "
+                "wrapper is (set cpp_wrapper=False)")
+
+    for name in _served:
+        if name not in registered:
+            # Its queries (device count, properties, streams) answered as the CPU's are: the
+            # generated code is the CPU's.
+            register_interface_for_device(name, CpuInterface)
+        if get_scheduling_for_device(name) is None:
+            register_backend_for_device(name, CppScheduling, WrapperCodegen, NoCppWrapper)
+            register_device_op_overrides(name, CpuDeviceOpOverrides())
+    if not getattr(scheduler.BaseSchedulerNode.is_cpu, "_accalloc", False):
+        def is_cpu(node):
+            device = node.get_device()
+            return device is not None and (device.type == "cpu" or device.type in _served)
+
+        is_cpu._accalloc = True
+        scheduler.BaseSchedulerNode.is_cpu = is_cpu
+
+
+class _WhenImported(importlib.abc.MetaPathFinder):
+    """Runs _register once compile_fx has been executed, then leaves sys.meta_path."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != _TRIGGER:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        execute = spec.loader.exec_module
+
+        def exec_module(module):
+            execute(module)
+            _register()
+
+        spec.loader.exec_module = exec_module
+        return spec

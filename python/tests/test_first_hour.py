@@ -1,0 +1,231 @@
+"""What a PyTorch user tries in the first hour on a new device, on the accalloc device, each against the
+CPU's results: checkpoints (torch.save / torch.load), autocast, per-device generators, torch.compile with
+its default backend (Inductor), and the rest of a first session (printing, a DataLoader with pinned
+memory and workers, non-blocking copies, recovering from an out-of-memory error, two devices)."""
+import copy
+import io
+
+import pytest
+import torch
+
+from conftest import DEVICE, MiB
+
+
+def small_model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.Flatten(),
+                               torch.nn.Linear(4 * 6 * 6, 10))
+
+
+# ---- checkpoints ------------------------------------------------------------------------------------
+
+def saved(obj):
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    buffer.seek(0)
+    return buffer
+
+
+@pytest.mark.parametrize("map_location, want", [
+    (None, "accalloc:1"), ("accalloc", "accalloc:0"), ("accalloc:0", "accalloc:0"),
+    (torch.device("accalloc:1"), "accalloc:1"), ("cpu", "cpu"), ({"accalloc:1": "accalloc:0"}, "accalloc:0"),
+])
+@pytest.mark.parametrize("weights_only", [True, False])
+def test_a_state_dict_saved_on_the_device_loads_back(fresh_device, map_location, want, weights_only):
+    model = small_model().to("accalloc:1")
+    state = torch.load(saved(model.state_dict()), map_location=map_location, weights_only=weights_only)
+    assert {str(t.device) for t in state.values()} == {want}
+    for key, value in model.state_dict().items():
+        assert torch.equal(state[key].cpu(), value.cpu())
+    fresh = small_model().to(want)
+    fresh.load_state_dict(state)
+    x = torch.randn(2, 3, 8, 8)
+    assert torch.equal(fresh(x.to(want)).cpu(), model(x.to("accalloc:1")).cpu())
+
+
+def test_tensors_views_and_whole_modules_round_trip(fresh_device):
+    base = torch.arange(12.0).to("accalloc")
+    view = base[2:8]
+    loaded_base, loaded_view = torch.load(saved([base, view]))
+    loaded_view[0] = -1.0  # a view stays a view of what it was saved with
+    assert loaded_base[2].item() == -1.0
+    model = small_model().to("accalloc")
+    whole = torch.load(saved(model), weights_only=False)
+    x = torch.randn(1, 3, 8, 8, device="accalloc")
+    assert next(whole.parameters()).device == torch.device("accalloc:0")
+    assert torch.equal(whole(x), model(x))
+    optimizer = torch.optim.Adam(model.parameters())
+    model(x).sum().backward()
+    optimizer.step()
+    state = torch.load(saved(optimizer.state_dict()))
+    assert state["state"][0]["exp_avg"].device.type == "accalloc"
+
+
+# ---- autocast ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_autocast_casts_as_on_the_cpu(fresh_device, dtype):
+    cpu_model = small_model()
+    model = copy.deepcopy(cpu_model).to("accalloc")
+    x = torch.randn(4, 3, 8, 8)
+    target = torch.tensor([1, 2, 3, 4])
+    with torch.autocast("cpu", dtype=dtype):
+        want = cpu_model(x)
+        want_loss = torch.nn.functional.cross_entropy(want, target)
+    with torch.autocast("accalloc", dtype=dtype):
+        got = model(x.to("accalloc"))
+        got_loss = torch.nn.functional.cross_entropy(got, target.to("accalloc"))
+    assert got.dtype == want.dtype == dtype  # linear: lower precision
+    assert got_loss.dtype == want_loss.dtype == torch.float32  # cross_entropy: float32
+    assert torch.equal(got.cpu(), want)
+    assert torch.equal(got_loss.cpu(), want_loss)
+    want_loss.backward()
+    got_loss.backward()
+    for cpu_p, p in zip(cpu_model.parameters(), model.parameters()):
+        assert p.grad.dtype == torch.float32
+        assert torch.equal(p.grad.cpu(), cpu_p.grad)
+
+
+def test_autocast_by_device_type_with_the_cpus_default_dtype(fresh_device):
+    assert torch.get_autocast_dtype("accalloc") == torch.bfloat16 == torch.get_autocast_dtype("cpu")
+    a, b = torch.randn(4, 4, device="accalloc"), torch.randn(4, 4, device="accalloc")
+    with torch.autocast(device_type="accalloc"):
+        assert torch.is_autocast_enabled("accalloc")
+        assert (a @ b).dtype == torch.bfloat16
+        assert torch.cat([a, b.bfloat16()]).dtype == torch.float32  # promote
+        assert (a + b).dtype == torch.float32  # not in a policy list: untouched
+    assert (a @ b).dtype == torch.float32
+
+
+# ---- generators -------------------------------------------------------------------------------------
+
+def test_a_device_generator_gives_the_cpus_numbers_for_the_same_seed(fresh_device):
+    for index in (0, 1):
+        g = torch.Generator(device=f"accalloc:{index}")
+        assert g.device == torch.device(f"accalloc:{index}")
+        g.manual_seed(1234)
+        assert g.initial_seed() == 1234
+        cpu = torch.Generator().manual_seed(1234)
+        assert torch.equal(torch.randn(100, device=f"accalloc:{index}", generator=g).cpu(),
+                           torch.randn(100, generator=cpu))
+        assert torch.equal(torch.empty(7, device=f"accalloc:{index}").uniform_(generator=g).cpu(),
+                           torch.empty(7).uniform_(generator=cpu))
+        assert torch.equal(torch.randperm(20, device=f"accalloc:{index}", generator=g).cpu(),
+                           torch.randperm(20, generator=cpu))
+    assert torch.Generator(device="accalloc").device == torch.device("accalloc:0")  # the current device
+
+
+def test_generator_state_and_the_default_generator(fresh_device):
+    g = torch.Generator(device="accalloc").manual_seed(5)
+    state = g.get_state()
+    first = torch.rand(10, device="accalloc", generator=g)
+    g.set_state(state)
+    assert torch.equal(torch.rand(10, device="accalloc", generator=g), first)
+    assert g.clone_state().device == g.device
+    # The default generator is the CPU's: torch.manual_seed seeds the device's numbers too.
+    torch.manual_seed(11)
+    on_device = torch.randn(5, device="accalloc")
+    torch.manual_seed(11)
+    assert torch.equal(on_device.cpu(), torch.randn(5))
+    assert torch.accelerator.random.initial_seed() == torch.initial_seed() == 11
+    assert torch.equal(torch.accelerator.random.get_rng_state(), torch.get_rng_state())
+
+
+# ---- torch.compile ----------------------------------------------------------------------------------
+
+def test_torch_compile_with_inductor_gives_the_cpus_results(fresh_device):
+    def f(x, y):
+        return (x.sin() * y + 1).relu().sum(dim=1)
+
+    x, y = torch.randn(8, 16), torch.randn(8, 16)
+    compiled = torch.compile(f)
+    got = compiled(x.to("accalloc"), y.to("accalloc"))
+    assert got.device == torch.device("accalloc:0")
+    assert torch.allclose(got.cpu(), f(x, y))
+    # The same generated code as for the CPU: bitwise the CPU's compiled results.
+    assert torch.equal(got.cpu(), torch.compile(f)(x, y))
+
+
+def test_a_compiled_training_step_follows_the_cpus(fresh_device):
+    torch.manual_seed(0)
+    cpu_model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))
+    model = copy.deepcopy(cpu_model).to("accalloc")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    cpu_optimizer = torch.optim.SGD(cpu_model.parameters(), lr=0.1)
+    step = torch.compile(lambda m, x: m(x).pow(2).mean())
+    x = torch.randn(8, 16)
+    for _ in range(3):
+        loss = step(model, x.to("accalloc"))
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        cpu_loss = cpu_model(x).pow(2).mean()
+        cpu_loss.backward()
+        cpu_optimizer.step()
+        cpu_optimizer.zero_grad()
+        assert loss.device.type == "accalloc"
+        assert torch.allclose(loss.cpu(), cpu_loss, rtol=1e-5)
+    for cpu_p, p in zip(cpu_model.parameters(), model.parameters()):
+        assert torch.allclose(p.cpu(), cpu_p, rtol=1e-4, atol=1e-6)
+
+
+def test_torch_compile_with_dynamic_shapes(fresh_device):
+    def f(x):
+        return torch.softmax(x * 2, dim=-1).cumsum(0)
+
+    compiled = torch.compile(f, dynamic=True)
+    for rows in (3, 5, 17):
+        x = torch.randn(rows, 6)
+        assert torch.allclose(compiled(x.to("accalloc")).cpu(), f(x), atol=1e-6)
+
+
+def test_what_inductor_cannot_serve_is_named(fresh_device):
+    f = torch.compile(lambda x: x.exp().sum())
+    x = torch.randn(5)
+    # CUDA graphs (mode="reduce-overhead") are for CUDA devices: Inductor compiles without them.
+    graphs = torch.compile(lambda x: x.exp().sum(), mode="reduce-overhead")
+    assert torch.allclose(graphs(x.to("accalloc")).cpu(), x.exp().sum())
+    import torch._inductor.config as inductor_config
+    with inductor_config.patch(cpp_wrapper=True):
+        with pytest.raises(Exception, match="C\\+\\+ wrapper .* is not supported there") as refused:
+            f(x.to("accalloc"))
+    assert "KeyError" not in repr(refused.value)
+    torch._dynamo.reset()
+    assert torch.allclose(f(x.to("accalloc")).cpu(), x.exp().sum())
+
+
+# ---- the rest of a first session ----------------------------------------------------------------------
+
+class Squares(torch.utils.data.Dataset):
+    def __len__(self):
+        return 20
+
+    def __getitem__(self, i):
+        return torch.full((3,), float(i * i))
+
+
+def test_a_first_session_on_the_device(fresh_device):
+    t = torch.arange(6.0, device="accalloc").reshape(2, 3)
+    assert "device='accalloc:0'" in repr(t) and str(t.sum().item()) == "15.0"
+    # A DataLoader with worker processes and pinned batches, copied without blocking.
+    loader = torch.utils.data.DataLoader(Squares(), batch_size=5, num_workers=2, pin_memory=True)
+    total = torch.zeros(3, device="accalloc")
+    for batch in loader:
+        assert batch.is_pinned()
+        total += batch.to("accalloc", non_blocking=True).sum(dim=0)
+    torch.accelerator.synchronize()
+    assert total.cpu().tolist() == [float(sum(i * i for i in range(20)))] * 3
+    back = total.to("cpu", non_blocking=True)
+    torch.accelerator.synchronize()
+    assert back.is_pinned() and torch.equal(back, total.cpu())
+    # Out of memory, then carrying on: the error is PyTorch's, and the device works after it.
+    with pytest.raises(torch.OutOfMemoryError):
+        torch.empty(3 << 30, dtype=torch.uint8, device="accalloc")
+    assert torch.accelerator.memory_allocated() < 1 * MiB
+    # Two devices, and a copy between them.
+    on_one = t.to("accalloc:1")
+    assert on_one.device == torch.device("accalloc:1") and torch.equal(on_one.cpu(), t.cpu())
+    with torch.accelerator.device_index(1):
+        made = torch.ones(2, device="accalloc")
+    assert made.device == torch.device("accalloc:1")
+    assert DEVICE == "accalloc"
