@@ -10,6 +10,13 @@ use std::collections::HashMap;
 /// Index of a block in the slab.
 pub type BlockId = u32;
 
+/// Which pools a block's segment belongs to: 0 for the device's default pools, else a private pool's
+/// slot (caching::pools) plus one.
+pub type PoolIndex = u16;
+
+/// The default pools' PoolIndex.
+pub const DEFAULT_POOLS: PoolIndex = 0;
+
 /// A contiguous piece of one segment: handed out, or cached in a pool.
 #[derive(Clone, Copy, Debug)]
 pub struct Block {
@@ -19,6 +26,8 @@ pub struct Block {
     pub requested_size: usize,
     pub stream: StreamId,
     pub pool: PoolKind,
+    /// The pools its segment belongs to (DEFAULT_POOLS or a private pool's).
+    pub private: PoolIndex,
     pub allocated: bool,
     /// Stream events still pending on a freed block; it returns to the pool when this reaches 0.
     pub event_count: u32,
@@ -47,6 +56,7 @@ impl Block {
             requested_size: 0,
             stream,
             pool,
+            private: DEFAULT_POOLS,
             allocated: false,
             event_count: 0,
             gc_count_base: 0,

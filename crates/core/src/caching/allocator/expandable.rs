@@ -121,7 +121,7 @@ impl CachingAllocator {
             }
         }
         let block = self.blocks[candidate];
-        self.pool_mut(pool).remove(&block);
+        self.pool_mut(DEFAULT_POOLS, pool).remove(&block);
         Ok(Some(candidate))
     }
 
@@ -174,7 +174,9 @@ impl CachingAllocator {
             expandable: Some(index),
             ..Block::new(base, reserve, stream, pool)
         });
-        self.pool_mut(pool).unmapped.insert((stream, base), id);
+        self.pool_mut(DEFAULT_POOLS, pool)
+            .unmapped
+            .insert((stream, base), id);
         Ok(id)
     }
 
@@ -380,7 +382,7 @@ impl CachingAllocator {
             block.ptr
         );
 
-        self.pool_mut(block.pool)
+        self.pool_mut(DEFAULT_POOLS, block.pool)
             .unmapped
             .remove(&(block.stream, block.ptr));
         self.blocks[id].mapped = true;
@@ -403,7 +405,7 @@ impl CachingAllocator {
             }
             self.blocks[id].next = Some(rest);
             self.blocks[id].size = mapped_size;
-            self.pool_mut(block.pool)
+            self.pool_mut(DEFAULT_POOLS, block.pool)
                 .unmapped
                 .insert((block.stream, block.ptr + mapped_size), rest);
         }
@@ -443,7 +445,7 @@ impl CachingAllocator {
             .map_err(|e| backend_error(&*self.backend, self.device, "vm_unmap", e))?;
         self.expandable[segment_index].mapped[first..last].fill(false);
 
-        self.pool_mut(block.pool).remove(&block);
+        self.pool_mut(DEFAULT_POOLS, block.pool).remove(&block);
         let before = start - block.ptr;
         if before > 0 {
             let piece = self.blocks.insert(Block {
@@ -479,7 +481,7 @@ impl CachingAllocator {
         self.try_merge(id, self.blocks[id].prev);
         self.try_merge(id, self.blocks[id].next);
         let merged = self.blocks[id];
-        self.pool_mut(block.pool)
+        self.pool_mut(DEFAULT_POOLS, block.pool)
             .unmapped
             .insert((merged.stream, merged.ptr), id);
 
@@ -512,7 +514,7 @@ impl CachingAllocator {
                 self.backend
                     .vm_release(self.device, base, size)
                     .map_err(|e| backend_error(&*self.backend, self.device, "vm_release", e))?;
-                self.pool_mut(pool)
+                self.pool_mut(DEFAULT_POOLS, pool)
                     .unmapped
                     .remove(&(block.stream, block.ptr));
                 self.blocks.remove(id);

@@ -53,6 +53,11 @@ impl CachingAllocator {
             .copied()
             .chain(self.small.ids())
             .chain(self.large.ids())
+            .chain(
+                self.private_pools
+                    .iter()
+                    .flat_map(|(_, pool)| pool.small.ids().chain(pool.large.ids())),
+            )
             .chain(self.pending_events.values().flatten().map(|&(_, id)| id))
             .filter(|&id| {
                 // A segment starts where mapped memory starts: each contiguous mapped range of an

@@ -36,14 +36,20 @@ impl CachingAllocator {
             known.push(id);
         }
         let mut cached = HashSet::new();
-        for (pool_kind, pool) in [
-            (PoolKind::Small, &self.small),
-            (PoolKind::Large, &self.large),
-        ] {
+        let mut pools = vec![
+            (DEFAULT_POOLS, PoolKind::Small, &self.small),
+            (DEFAULT_POOLS, PoolKind::Large, &self.large),
+        ];
+        for (index, pool) in self.private_pools.iter() {
+            pools.push((index, PoolKind::Small, &pool.small));
+            pools.push((index, PoolKind::Large, &pool.large));
+        }
+        for (private, pool_kind, pool) in pools {
             for (key, id) in pool.entries() {
                 let block = &self.blocks[id];
                 if BlockPool::key(block) != key
                     || block.pool != pool_kind
+                    || block.private != private
                     || block.allocated
                     || !block.mapped
                 {
@@ -114,6 +120,7 @@ impl CachingAllocator {
                 }
                 if block.stream != first.stream
                     || block.pool != first.pool
+                    || block.private != first.private
                     || block.expandable != first.expandable
                 {
                     return Err(format!(

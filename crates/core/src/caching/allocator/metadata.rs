@@ -14,6 +14,10 @@ impl CachingAllocator {
             self.active.renumber(&renumbered);
             self.small.renumber(&renumbered);
             self.large.renumber(&renumbered);
+            for (small, large) in self.private_pools.block_pools_mut() {
+                small.renumber(&renumbered);
+                large.renumber(&renumbered);
+            }
             self.stream_uses = std::mem::take(&mut self.stream_uses)
                 .into_iter()
                 .map(|(id, streams)| (renumbered[id as usize], streams))

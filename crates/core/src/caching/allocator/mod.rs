@@ -12,11 +12,13 @@ mod gc;
 mod inspect;
 mod invariants;
 mod metadata;
+mod private_pools;
 mod segments;
 
-use super::block::{Block, BlockId, BlockPool, PtrMap, Slab};
+use super::block::{Block, BlockId, BlockPool, PoolIndex, PtrMap, Slab, DEFAULT_POOLS};
 use super::config::CachingConfig;
 use super::policy::{allocation_size, round_size, should_split, PoolKind};
+use super::pools::PrivatePools;
 use super::snapshot::{BlockInfo, BlockState, History, SegmentInfo, TraceAction};
 use super::stats::{DeviceStats, LiveStats, StatType};
 use crate::backend::{Backend, BackendError, EventId, MemInfo, StreamId};
@@ -45,6 +47,7 @@ pub struct SegmentRequest {
     requested: usize,
     rounded: usize,
     pool: PoolKind,
+    private: PoolIndex,
 }
 
 /// One device's caching allocator.
@@ -75,6 +78,8 @@ pub struct CachingAllocator {
     history: Option<History>,
     /// Reserved address ranges of expandable segments; blocks refer to them by index.
     expandable: Vec<expandable::ExpandableSegment>,
+    /// Private pools (MemPool, graph pools) and the routing of allocations to them.
+    private_pools: PrivatePools,
 }
 
 impl Drop for CachingAllocator {
@@ -107,6 +112,7 @@ impl CachingAllocator {
             pending_events: BTreeMap::new(),
             history: None,
             expandable: Vec::new(),
+            private_pools: PrivatePools::default(),
         };
         allocator.set_config(config);
         Ok(allocator)
@@ -156,11 +162,16 @@ impl CachingAllocator {
     #[inline]
     pub fn malloc_cached(&mut self, size: usize, stream: StreamId) -> Option<usize> {
         // Garbage collection counts lookups, so a failed try here would count twice.
-        if size == 0 || !self.pending_events.is_empty() || self.garbage_collection_on() {
+        if size == 0
+            || !self.pending_events.is_empty()
+            || self.garbage_collection_on()
+            || self.private_pools.routing()
+        {
             return None;
         }
         let rounded = round_size(size, &self.config)?;
-        let id = self.take_free_block(PoolKind::for_size(rounded), stream, rounded)?;
+        let id =
+            self.take_free_block(DEFAULT_POOLS, PoolKind::for_size(rounded), stream, rounded)?;
         let ptr = self.hand_out_found(id, rounded, size);
         self.verify("malloc");
         Some(ptr)
@@ -180,7 +191,10 @@ impl CachingAllocator {
     #[inline]
     fn malloc_begin_unchecked(&mut self, size: usize, stream: StreamId) -> Result<MallocStep> {
         debug_assert!(size > 0);
-        if !self.pending_events.is_empty() {
+        // While allocations are routed to a private pool (a graph capture), events are not
+        // processed here, as in PyTorch.
+        let private = self.private_pools.route(stream);
+        if !self.pending_events.is_empty() && !self.private_pools.routing() {
             self.process_events()?;
         }
         let rounded = round_size(size, &self.config);
@@ -191,14 +205,17 @@ impl CachingAllocator {
         };
         let pool = PoolKind::for_size(rounded);
 
-        let id = match self.take_free_block(pool, stream, rounded) {
+        let id = match self.take_free_block(private, pool, stream, rounded) {
             Some(id) => id,
             // No segment of this size could ever fit the device: fail without flushing the cache
             // (still an OOM, counted as PyTorch counts it).
             None if alloc_size > self.capacity => {
                 return Err(self.out_of_memory(alloc_size, rounded, stream))
             }
-            None if self.config.release_lock_on_malloc && !self.grows_expandable() => {
+            None if self.config.release_lock_on_malloc
+                && !self.grows_expandable()
+                && private == DEFAULT_POOLS =>
+            {
                 if self.garbage_collection_on() {
                     self.garbage_collect_cached_blocks()?;
                 }
@@ -210,11 +227,14 @@ impl CachingAllocator {
                         requested: size,
                         rounded,
                         pool,
+                        private,
                     }));
                 }
-                self.allocate_after_first_failure(pool, stream, rounded, alloc_size)?
+                self.allocate_after_first_failure(private, pool, stream, rounded, alloc_size)?
             }
-            None => self.allocate_segment_with_fallbacks(pool, stream, rounded, alloc_size)?,
+            None => {
+                self.allocate_segment_with_fallbacks(private, pool, stream, rounded, alloc_size)?
+            }
         };
         Ok(MallocStep::Done(self.hand_out_found(id, rounded, size)))
     }
@@ -241,12 +261,13 @@ impl CachingAllocator {
             requested,
             rounded,
             pool,
+            private,
         } = request;
         self.reserving_unlocked -= size;
         let id = match raw {
-            Ok(ptr) => self.account_segment(pool, stream, ptr, size),
+            Ok(ptr) => self.account_segment(private, pool, stream, ptr, size),
             Err(BackendError::OutOfMemory) => {
-                self.allocate_after_first_failure(pool, stream, rounded, size)?
+                self.allocate_after_first_failure(private, pool, stream, rounded, size)?
             }
             Err(e) => return Err(backend_error(&*self.backend, self.device, "raw_alloc", e)),
         };
@@ -256,7 +277,8 @@ impl CachingAllocator {
     #[inline]
     fn hand_out_found(&mut self, id: BlockId, rounded: usize, requested: usize) -> usize {
         let block = &self.blocks[id];
-        let split = should_split(block.pool, block.size, rounded, &self.config);
+        let split = should_split(block.pool, block.size, rounded, &self.config)
+            && !(block.private != DEFAULT_POOLS && self.private_pools.no_split(block.private));
         self.hand_out(id, rounded, requested, split)
     }
 
@@ -360,10 +382,16 @@ impl CachingAllocator {
             .map_err(|e| backend_error(&*self.backend, self.device, "mem_get_info", e))
     }
 
-    fn pool_mut(&mut self, pool: PoolKind) -> &mut BlockPool {
-        match pool {
-            PoolKind::Small => &mut self.small,
-            PoolKind::Large => &mut self.large,
+    /// The BlockPool of `kind` of the default pools (DEFAULT_POOLS) or of a private pool.
+    #[inline(always)]
+    fn pool_mut(&mut self, private: PoolIndex, pool: PoolKind) -> &mut BlockPool {
+        if private == DEFAULT_POOLS {
+            match pool {
+                PoolKind::Small => &mut self.small,
+                PoolKind::Large => &mut self.large,
+            }
+        } else {
+            self.private_pools.blocks_mut(private, pool)
         }
     }
 
@@ -372,6 +400,7 @@ impl CachingAllocator {
     #[inline(always)]
     fn take_free_block(
         &mut self,
+        private: PoolIndex,
         pool: PoolKind,
         stream: StreamId,
         rounded: usize,
@@ -381,7 +410,7 @@ impl CachingAllocator {
         let gc_on = self.garbage_collection_on();
         let pool_kind = pool;
         if gc_on {
-            self.pool_mut(pool_kind).lookups += 1;
+            self.pool_mut(private, pool_kind).lookups += 1;
         }
         // An oversize block is kept for oversize requests, and a big request may not waste too much.
         let acceptable = |(block_stream, block_size, _): super::block::PoolKey| {
@@ -389,16 +418,16 @@ impl CachingAllocator {
                 && !(rounded < max_split && block_size >= max_split)
                 && !(rounded >= max_split && block_size >= rounded.saturating_add(max_rounding))
         };
-        if self.expandable.is_empty() {
+        if self.expandable.is_empty() || private != DEFAULT_POOLS {
             return self
-                .pool_mut(pool_kind)
+                .pool_mut(private, pool_kind)
                 .take_lower_bound(stream, rounded, acceptable);
         }
         let (key, id) = self.lower_bound_with_expandable(pool_kind, stream, rounded)?;
         if !acceptable(key) {
             return None;
         }
-        self.pool_mut(pool_kind).remove_key(&key);
+        self.pool_mut(private, pool_kind).remove_key(&key);
         Some(id)
     }
 
@@ -461,13 +490,13 @@ impl CachingAllocator {
     /// would wait for those stores to land.
     #[inline]
     fn cache_block_as(&mut self, id: BlockId, key: super::block::PoolKey) {
-        let pool_kind = self.blocks[id].pool;
-        let lookups = self.pool_mut(pool_kind).lookups;
+        let (pool_kind, private) = (self.blocks[id].pool, self.blocks[id].private);
+        let lookups = self.pool_mut(private, pool_kind).lookups;
         // Without garbage collection the age never moves: skip the store (see Stat::increase).
         if self.blocks[id].gc_count_base != lookups {
             self.blocks[id].gc_count_base = lookups;
         }
-        self.pool_mut(pool_kind).insert_key(key, id);
+        self.pool_mut(private, pool_kind).insert_key(key, id);
     }
 
     /// Give the caller the first `rounded` bytes of block `id` (taken out of its pool or fresh from the
@@ -489,6 +518,7 @@ impl CachingAllocator {
                 allocated: true,
                 requested_size: requested,
                 counted_oversize_allocation: oversize,
+                private: found.private,
                 ..Block::new(found.ptr, rounded, found.stream, found.pool)
             });
             if let Some(prev) = found.prev {
@@ -601,7 +631,7 @@ impl CachingAllocator {
         {
             return 0;
         }
-        let pool = self.pool_mut(absorbed.pool);
+        let pool = self.pool_mut(absorbed.private, absorbed.pool);
         if absorbed.mapped {
             pool.remove(&absorbed);
         } else {

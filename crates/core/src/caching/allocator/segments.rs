@@ -8,6 +8,7 @@ impl CachingAllocator {
     /// cached segment and retry once, else out of memory.
     pub(super) fn allocate_segment_with_fallbacks(
         &mut self,
+        private: PoolIndex,
         pool: PoolKind,
         stream: StreamId,
         rounded: usize,
@@ -16,28 +17,47 @@ impl CachingAllocator {
         if self.garbage_collection_on() {
             self.garbage_collect_cached_blocks()?;
         }
-        if let Some(id) = self.allocate_segment(pool, stream, rounded, alloc_size, false)? {
+        if let Some(id) =
+            self.allocate_segment(private, pool, stream, rounded, alloc_size, false)?
+        {
             return Ok(id);
         }
-        self.allocate_after_first_failure(pool, stream, rounded, alloc_size)
+        self.allocate_after_first_failure(private, pool, stream, rounded, alloc_size)
     }
 
     /// The rest of the miss path once the first request for a segment failed.
     pub(super) fn allocate_after_first_failure(
         &mut self,
+        private: PoolIndex,
         pool: PoolKind,
         stream: StreamId,
         rounded: usize,
         alloc_size: usize,
     ) -> Result<BlockId> {
-        if self.release_available_cached_blocks(pool, stream, rounded)? {
-            if let Some(id) = self.allocate_segment(pool, stream, rounded, alloc_size, false)? {
+        if self.release_available_cached_blocks(private, pool, stream, rounded)? {
+            if let Some(id) =
+                self.allocate_segment(private, pool, stream, rounded, alloc_size, false)?
+            {
                 return Ok(id);
             }
         }
-        self.release_cached_blocks()?;
-        if let Some(id) = self.allocate_segment(pool, stream, rounded, alloc_size, true)? {
-            return Ok(id);
+        // The last resort, free every cached segment and retry, is not taken while allocations are
+        // routed to a private pool (a capture underway), as in PyTorch.
+        if !self.private_pools.routing() {
+            self.release_cached_blocks()?;
+            if let Some(id) =
+                self.allocate_segment(private, pool, stream, rounded, alloc_size, true)?
+            {
+                return Ok(id);
+            }
+        }
+        // A default-pool request about to fail may take a free block of a use_on_oom pool.
+        if private == DEFAULT_POOLS {
+            for candidate in self.private_pools.use_on_oom_pools() {
+                if let Some(id) = self.take_free_block(candidate, pool, stream, rounded) {
+                    return Ok(id);
+                }
+            }
         }
         Err(self.out_of_memory(alloc_size, rounded, stream))
     }
@@ -88,6 +108,7 @@ impl CachingAllocator {
     /// Ask the backend for a segment. Ok(None) when the device (or the memory fraction) has no room.
     pub(super) fn allocate_segment(
         &mut self,
+        private: PoolIndex,
         pool: PoolKind,
         stream: StreamId,
         rounded: usize,
@@ -100,12 +121,12 @@ impl CachingAllocator {
         if !self.within_fraction(size) {
             return Ok(None);
         }
-        if self.grows_expandable() {
+        if self.grows_expandable() && private == DEFAULT_POOLS {
             // Grow an expandable segment by the rounded request, not a whole new segment.
             return self.try_allocate_expandable_block(pool, stream, rounded);
         }
         match self.backend.raw_alloc(self.device, size, stream) {
-            Ok(ptr) => Ok(Some(self.account_segment(pool, stream, ptr, size))),
+            Ok(ptr) => Ok(Some(self.account_segment(private, pool, stream, ptr, size))),
             Err(BackendError::OutOfMemory) => Ok(None),
             Err(e) => Err(backend_error(&*self.backend, self.device, "raw_alloc", e)),
         }
@@ -114,11 +135,15 @@ impl CachingAllocator {
     /// Take a segment the backend handed out into the books; returns its (free, whole) block.
     pub(super) fn account_segment(
         &mut self,
+        private: PoolIndex,
         pool: PoolKind,
         stream: StreamId,
         ptr: usize,
         size: usize,
     ) -> BlockId {
+        if private != DEFAULT_POOLS {
+            self.private_pools.segment_added(private);
+        }
         self.reserved_total += size;
         self.stats.segment.increase(pool, 1);
         self.stats.reserved_bytes.increase(pool, size as u64);
@@ -130,6 +155,7 @@ impl CachingAllocator {
         self.trace(TraceAction::SegmentAlloc, ptr, size, stream);
         self.blocks.insert(Block {
             counted_oversize_segment: oversize,
+            private,
             ..Block::new(ptr, size, stream, pool)
         })
     }
@@ -138,6 +164,7 @@ impl CachingAllocator {
     /// big enough, else the largest ones downwards until enough bytes are freed.
     pub(super) fn release_available_cached_blocks(
         &mut self,
+        private: PoolIndex,
         pool: PoolKind,
         stream: StreamId,
         rounded: usize,
@@ -147,7 +174,7 @@ impl CachingAllocator {
             return Ok(false);
         }
         let wanted = rounded.max(max_split);
-        if let Some(((s, _, _), id)) = self.pool_mut(pool).lower_bound(stream, wanted) {
+        if let Some(((s, _, _), id)) = self.pool_mut(private, pool).lower_bound(stream, wanted) {
             let block = &self.blocks[id];
             if s == stream && !block.is_split() && block.expandable.is_none() {
                 self.release_block(id)?;
@@ -156,7 +183,7 @@ impl CachingAllocator {
         }
         // No single block is large enough: walk down from the largest block of this stream.
         let candidates: Vec<BlockId> = self
-            .pool_mut(pool)
+            .pool_mut(private, pool)
             .ordered()
             .range(..(stream, wanted, 0))
             .rev()
@@ -177,12 +204,29 @@ impl CachingAllocator {
         Ok(released >= wanted)
     }
 
-    /// Release every cached block that is a whole segment, in both pools.
+    /// Release every cached block that is a whole segment, in both default pools and in every
+    /// freeable private pool (use count 0: PyTorch never releases a live pool's), erasing the
+    /// freeable pools left with no segment.
     pub(super) fn release_cached_blocks(&mut self) -> Result<()> {
         // Blocks waiting on stream events are returned first, so their segments can go too.
         self.synchronize_and_free_events()?;
+        self.release_pool_blocks(DEFAULT_POOLS)?;
+        for private in self.private_pools.freeable() {
+            self.release_pool_blocks(private)?;
+            self.private_pools.erase_if_empty(private);
+        }
+        Ok(())
+    }
+
+    /// Release the cached whole segments of one set of pools (default or a private pool's).
+    pub(super) fn release_pool_blocks(&mut self, private: PoolIndex) -> Result<()> {
         for pool in [PoolKind::Large, PoolKind::Small] {
-            let cached: Vec<BlockId> = self.pool_mut(pool).ordered().values().copied().collect();
+            let cached: Vec<BlockId> = self
+                .pool_mut(private, pool)
+                .ordered()
+                .values()
+                .copied()
+                .collect();
             // Whole segments go back; free pages of expandable segments are unmapped after.
             let (expandable, ordinary): (Vec<BlockId>, Vec<BlockId>) = cached
                 .into_iter()
@@ -206,8 +250,11 @@ impl CachingAllocator {
         self.backend
             .raw_free(self.device, block.ptr, block.size)
             .map_err(|e| backend_error(&*self.backend, self.device, "raw_free", e))?;
-        self.pool_mut(block.pool).remove(&block);
+        self.pool_mut(block.private, block.pool).remove(&block);
         self.blocks.remove(id);
+        if block.private != DEFAULT_POOLS {
+            self.private_pools.segment_removed(block.private);
+        }
         self.reserved_total -= block.size;
         self.stats.num_device_free += 1;
         self.trace(

@@ -1,0 +1,83 @@
+//! Private pools on one device: making, routing to, releasing and emptying them (the rules are in
+//! caching/pools.rs).
+
+use super::*;
+use crate::caching::pools::{MempoolId, Route};
+
+impl CachingAllocator {
+    /// MemPool(allocator=None, use_on_oom, no_split): the pool `id` with one use (or one more use of
+    /// it if it exists), and its flags.
+    pub fn create_pool(&mut self, id: MempoolId, use_on_oom: bool, no_split: bool) -> Result<()> {
+        self.private_pools.create_or_incref(id)?;
+        self.private_pools.set_flags(id, use_on_oom, no_split)
+    }
+
+    /// beginAllocateToPool: allocations `route` accepts go to pool `id` (made with one use if new;
+    /// else one use more) until end_allocate_to_pool.
+    pub fn begin_allocate_to_pool(&mut self, id: MempoolId, route: Route) -> Result<()> {
+        self.private_pools.begin(id, route).map(|_| ())
+    }
+
+    /// endAllocateToPool: allocations stop going to pool `id`.
+    pub fn end_allocate_to_pool(&mut self, id: MempoolId) -> Result<()> {
+        self.private_pools.end(id)
+    }
+
+    /// releasePool: one use of pool `id` less; at none it is freeable, and empty_cache gives its free
+    /// segments back.
+    pub fn release_pool(&mut self, id: MempoolId) -> Result<()> {
+        self.private_pools.release(id)
+    }
+
+    /// PyTorch's emptyCache(id): a freeable pool's free whole segments go back to the backend, and
+    /// the pool is erased once it has none. Nothing happens to a live pool or an unknown id.
+    pub fn empty_pool_cache(&mut self, id: MempoolId) -> Result<()> {
+        let Some(index) = self.private_pools.index_of(id) else {
+            return Ok(());
+        };
+        if self.private_pools.get(index).use_count > 0 {
+            return Ok(());
+        }
+        let result = self.release_pool_blocks(index);
+        self.private_pools.erase_if_empty(index);
+        self.verify("empty_pool_cache");
+        result
+    }
+
+    /// accalloc's own, beyond PyTorch: the free whole segments of pool `id` go back to the backend
+    /// even while the pool is live (PyTorch keeps them reserved for as long as the pool lives:
+    /// pytorch#159674). Blocks waiting on stream events are synchronized first, as empty_cache does.
+    pub fn empty_live_pool(&mut self, id: MempoolId) -> Result<()> {
+        let index = self.private_pools.index_of(id).ok_or_else(|| {
+            Error::invalid_argument(format!("pool ({}, {}) does not exist", id.0, id.1))
+        })?;
+        let result = self
+            .synchronize_and_free_events()
+            .and_then(|()| self.release_pool_blocks(index));
+        self.private_pools.erase_if_empty(index);
+        self.verify("empty_live_pool");
+        result
+    }
+
+    /// The use count of pool `id` (None: no such pool).
+    pub fn pool_use_count(&self, id: MempoolId) -> Option<u32> {
+        let index = self.private_pools.index_of(id)?;
+        Some(self.private_pools.get(index).use_count)
+    }
+
+    /// The segments pool `id` holds (None: no such pool).
+    pub fn pool_segment_count(&self, id: MempoolId) -> Option<usize> {
+        let index = self.private_pools.index_of(id)?;
+        Some(self.private_pools.get(index).segments)
+    }
+
+    /// The pool a segment starting at `ptr` belongs to, (0, 0) for the default pools (snapshots'
+    /// segment_pool_id).
+    pub fn pool_of_block(&self, private: crate::caching::block::PoolIndex) -> MempoolId {
+        if private == DEFAULT_POOLS {
+            (0, 0)
+        } else {
+            self.private_pools.get(private).id
+        }
+    }
+}

@@ -1,0 +1,301 @@
+//! Private pools against figures worked out by hand from PyTorch's rules (POOLS.md's summary in
+//! caching/pools.rs): isolation, routing, release, empty_cache with live and freeable pools, the
+//! live-pool empty, no_split and use_on_oom. Every operation is followed by the invariants' recount
+//! (debug builds verify after each one).
+
+use super::pools::Route;
+use super::*;
+use crate::backend::simulated::SimulatedBackend;
+use crate::error::ErrorKind;
+use std::sync::Arc;
+
+const KIB: i64 = 1024;
+const MIB: i64 = 1024 * 1024;
+const ALL: usize = StatType::All as usize;
+const SMALL: usize = StatType::SmallPool as usize;
+const POOL: (u64, u64) = (0, 1);
+
+fn allocator(capacity: usize) -> (CachingAllocator, Arc<SimulatedBackend>) {
+    let backend = Arc::new(SimulatedBackend::new(1, capacity));
+    let allocator = CachingAllocator::new(backend.clone(), 0, CachingConfig::default()).unwrap();
+    (allocator, backend)
+}
+
+fn this_thread() -> Route {
+    Route::Thread(std::thread::current().id())
+}
+
+#[test]
+fn a_pools_blocks_come_from_its_own_segments_and_go_back_to_them() {
+    let (mut a, _) = allocator(1 << 30);
+    a.create_pool(POOL, false, false).unwrap();
+    a.begin_allocate_to_pool(POOL, this_thread()).unwrap();
+    assert_eq!(
+        a.pool_use_count(POOL),
+        Some(2),
+        "created (1) and begun (+1)"
+    );
+    let in_pool = a.malloc(1000, 0).unwrap();
+    assert_eq!(a.pool_segment_count(POOL), Some(1));
+    a.end_allocate_to_pool(POOL).unwrap();
+    assert_eq!(
+        a.pool_use_count(POOL),
+        Some(2),
+        "ending leaves the use count alone"
+    );
+    // The pool's free 2 MiB - 1 KiB are not the default pools': a segment of their own.
+    let outside = a.malloc(1000, 0).unwrap();
+    let s = a.stats();
+    assert_eq!(s.segment[SMALL].current, 2);
+    assert_eq!(s.reserved_bytes[ALL].current, 4 * MIB);
+    assert_eq!(
+        s.allocated_bytes[ALL].current,
+        2 * KIB,
+        "pool blocks count device-wide"
+    );
+    assert_eq!(s.inactive_split[SMALL].current, 2);
+    // Freed, each block merges back into its own segment and pool.
+    a.free(in_pool).unwrap();
+    a.free(outside).unwrap();
+    a.begin_allocate_to_pool(POOL, this_thread()).unwrap();
+    let again = a.malloc(2000, 0).unwrap();
+    assert_eq!(
+        again, in_pool,
+        "the pool's cached block, not the default pools'"
+    );
+    a.end_allocate_to_pool(POOL).unwrap();
+    assert_eq!(a.stats().segment[ALL].allocated, 2, "no new segment");
+    a.free(again).unwrap();
+    a.check_invariants().unwrap();
+}
+
+#[test]
+fn empty_cache_keeps_a_live_pools_segments_and_releases_a_freeable_one() {
+    let (mut a, backend) = allocator(1 << 30);
+    a.create_pool(POOL, false, false).unwrap();
+    a.begin_allocate_to_pool(POOL, this_thread()).unwrap();
+    let p = a.malloc(5 << 20, 0).unwrap(); // large: a 20 MiB segment of the pool
+    a.end_allocate_to_pool(POOL).unwrap();
+    let q = a.malloc(1000, 0).unwrap();
+    a.free(p).unwrap();
+    a.free(q).unwrap();
+    // Live pool (use count 2): only the default pools' segment goes.
+    a.empty_cache().unwrap();
+    let s = a.stats();
+    assert_eq!(s.reserved_bytes[ALL].current, 20 * MIB);
+    assert_eq!(s.num_device_free, 1);
+    // PyTorch's emptyCache(pool) does nothing to a live pool.
+    a.empty_pool_cache(POOL).unwrap();
+    assert_eq!(a.stats().reserved_bytes[ALL].current, 20 * MIB);
+    // use_mem_pool's exit and ~MemPool: two releases; freeable, the next empty_cache frees it.
+    a.release_pool(POOL).unwrap();
+    a.release_pool(POOL).unwrap();
+    assert_eq!(a.pool_use_count(POOL), Some(0));
+    a.empty_cache().unwrap();
+    assert_eq!(a.stats().reserved_bytes[ALL].current, 0);
+    assert_eq!(
+        a.pool_use_count(POOL),
+        None,
+        "a freeable pool with no segment is erased"
+    );
+    assert!(backend.live_segments(0).is_empty());
+}
+
+#[test]
+fn a_block_freed_after_its_pool_was_released_returns_to_the_pool() {
+    let (mut a, _) = allocator(1 << 30);
+    a.begin_allocate_to_pool(POOL, this_thread()).unwrap(); // made with use count 1
+    let p = a.malloc(4096, 0).unwrap();
+    a.end_allocate_to_pool(POOL).unwrap();
+    a.release_pool(POOL).unwrap();
+    // Freeable but holding a live block: empty_cache cannot take its segment.
+    a.empty_cache().unwrap();
+    assert_eq!(a.pool_segment_count(POOL), Some(1));
+    a.free(p).unwrap();
+    a.empty_cache().unwrap();
+    assert_eq!(a.pool_segment_count(POOL), None);
+    assert_eq!(a.stats().reserved_bytes[ALL].current, 0);
+}
+
+#[test]
+fn the_live_pool_empty_gives_back_what_pytorch_keeps() {
+    let (mut a, backend) = allocator(1 << 30);
+    a.create_pool(POOL, false, false).unwrap();
+    a.begin_allocate_to_pool(POOL, this_thread()).unwrap();
+    let kept = a.malloc(1000, 0).unwrap();
+    let freed = a.malloc(3 << 20, 0).unwrap(); // a 20 MiB segment
+    a.free(freed).unwrap();
+    a.end_allocate_to_pool(POOL).unwrap();
+    a.empty_live_pool(POOL).unwrap();
+    let s = a.stats();
+    assert_eq!(
+        s.reserved_bytes[ALL].current,
+        2 * MIB,
+        "the free 20 MiB segment went back"
+    );
+    assert_eq!(a.pool_use_count(POOL), Some(2), "still live");
+    assert_eq!(backend.live_segments(0).len(), 1);
+    a.free(kept).unwrap();
+    assert_eq!(
+        a.empty_live_pool((0, 9)).unwrap_err().kind,
+        ErrorKind::InvalidArgument
+    );
+}
+
+#[test]
+fn no_split_hands_out_whole_blocks() {
+    // POOLS.md's example: a 1000 B request in a no_split pool.
+    let (mut a, _) = allocator(1 << 30);
+    a.create_pool(POOL, false, true).unwrap();
+    a.begin_allocate_to_pool(POOL, this_thread()).unwrap();
+    let p = a.malloc(1000, 0).unwrap();
+    let s = a.stats();
+    assert_eq!(s.segment[SMALL].current, 1);
+    assert_eq!(s.reserved_bytes[SMALL].current, 2_097_152);
+    assert_eq!(s.allocated_bytes[SMALL].current, 2_097_152);
+    assert_eq!(s.active_bytes[SMALL].current, 2_097_152);
+    assert_eq!(s.requested_bytes[SMALL].current, 1000);
+    assert_eq!(s.inactive_split[SMALL].allocated, 0, "no inactive split");
+    // A second request needs a second segment: the first is wholly handed out.
+    let q = a.malloc(1000, 0).unwrap();
+    assert_eq!(a.stats().segment[SMALL].current, 2);
+    a.free(p).unwrap();
+    a.free(q).unwrap();
+    a.end_allocate_to_pool(POOL).unwrap();
+    // no_split stays set once set.
+    a.create_pool(POOL, false, false).unwrap();
+    a.begin_allocate_to_pool(POOL, this_thread()).unwrap();
+    let r = a.malloc(1000, 0).unwrap();
+    assert_eq!(a.stats().allocated_bytes[SMALL].current, 2_097_152);
+    a.free(r).unwrap();
+}
+
+#[test]
+fn a_default_request_about_to_fail_takes_a_free_block_of_a_use_on_oom_pool() {
+    for use_on_oom in [true, false] {
+        let (mut a, _) = allocator(4 << 20);
+        a.create_pool(POOL, use_on_oom, false).unwrap();
+        a.begin_allocate_to_pool(POOL, this_thread()).unwrap();
+        let in_pool = a.malloc(512 << 10, 0).unwrap(); // the pool's 2 MiB segment
+        a.free(in_pool).unwrap();
+        a.end_allocate_to_pool(POOL).unwrap();
+        let first = a.malloc(1 << 20, 0).unwrap(); // the default pools' 2 MiB segment
+        let second = a.malloc(1 << 20, 0).unwrap(); // its other half
+                                                    // A third needs a segment: the device is full and the live pool keeps its own, so only
+                                                    // the use_on_oom pool's free block can serve it.
+        let third = a.malloc(1 << 20, 0);
+        let s = a.stats();
+        assert_eq!(s.num_alloc_retries, 1);
+        if use_on_oom {
+            assert_eq!(third.unwrap(), in_pool, "the pool's free block");
+            assert_eq!(s.num_ooms, 0);
+            assert_eq!(s.segment[ALL].current, 2);
+            a.free(in_pool).unwrap();
+        } else {
+            assert_eq!(third.unwrap_err().kind, ErrorKind::OutOfMemory);
+            assert_eq!(s.num_ooms, 1);
+        }
+        a.free(first).unwrap();
+        a.free(second).unwrap();
+        // The block went back to the pool it belongs to: beginning the pool finds it.
+        a.begin_allocate_to_pool(POOL, this_thread()).unwrap();
+        assert_eq!(a.malloc(512 << 10, 0).unwrap(), in_pool);
+    }
+}
+
+#[test]
+fn the_newest_matching_pool_takes_a_request() {
+    let (mut a, _) = allocator(1 << 30);
+    let graph = (1, 0);
+    a.begin_allocate_to_pool(POOL, this_thread()).unwrap();
+    a.begin_allocate_to_pool(graph, Route::Stream(5)).unwrap();
+    let on_stream = a.malloc(1000, 5).unwrap();
+    let other_stream = a.malloc(1000, 0).unwrap();
+    assert_eq!(
+        a.pool_segment_count(graph),
+        Some(1),
+        "stream 5: the graph's pool, begun last"
+    );
+    assert_eq!(
+        a.pool_segment_count(POOL),
+        Some(1),
+        "stream 0: the thread's pool"
+    );
+    a.end_allocate_to_pool(graph).unwrap();
+    // Stream 5 now goes to the thread's pool: a segment of its own there (blocks serve their stream).
+    let after = a.malloc(1000, 5).unwrap();
+    assert_eq!(a.pool_segment_count(POOL), Some(2));
+    assert_eq!(a.pool_segment_count(graph), Some(1));
+    assert_eq!(
+        a.stats().segment[ALL].current,
+        3,
+        "no default segment at all"
+    );
+    for p in [on_stream, other_stream, after] {
+        a.free(p).unwrap();
+    }
+}
+
+#[test]
+fn routing_by_thread_leaves_other_threads_in_the_default_pools() {
+    let (a, _) = allocator(1 << 30);
+    let a = std::sync::Mutex::new(a);
+    a.lock()
+        .unwrap()
+        .begin_allocate_to_pool(POOL, this_thread())
+        .unwrap();
+    let mine = a.lock().unwrap().malloc(1000, 0).unwrap();
+    let theirs = std::thread::scope(|scope| {
+        scope
+            .spawn(|| a.lock().unwrap().malloc(1000, 0).unwrap())
+            .join()
+            .unwrap()
+    });
+    let mut a = a.into_inner().unwrap();
+    assert_eq!(a.pool_segment_count(POOL), Some(1));
+    assert_eq!(
+        a.stats().segment[ALL].current,
+        2,
+        "the other thread's block: a default segment"
+    );
+    a.free(mine).unwrap();
+    a.free(theirs).unwrap();
+}
+
+#[test]
+fn misuse_is_refused_and_changes_nothing() {
+    let (mut a, _) = allocator(1 << 30);
+    let kind = |r: crate::error::Result<()>| r.unwrap_err().kind;
+    assert_eq!(
+        kind(a.create_pool((0, 0), false, false)),
+        ErrorKind::InvalidArgument
+    );
+    assert_eq!(
+        kind(a.end_allocate_to_pool(POOL)),
+        ErrorKind::InvalidArgument
+    );
+    assert_eq!(kind(a.release_pool(POOL)), ErrorKind::InvalidArgument);
+    a.begin_allocate_to_pool(POOL, this_thread()).unwrap();
+    let refused = a
+        .begin_allocate_to_pool(POOL, Route::Stream(3))
+        .unwrap_err();
+    assert!(
+        refused.message.contains("already go to pool (0, 1)"),
+        "{}",
+        refused.message
+    );
+    assert_eq!(
+        a.pool_use_count(POOL),
+        Some(1),
+        "the refused begin counted no use"
+    );
+    a.end_allocate_to_pool(POOL).unwrap();
+    a.release_pool(POOL).unwrap();
+    let refused = a.release_pool(POOL).unwrap_err();
+    assert!(
+        refused.message.contains("released more often"),
+        "{}",
+        refused.message
+    );
+    a.empty_pool_cache((7, 7)).unwrap(); // unknown: nothing, as PyTorch
+}

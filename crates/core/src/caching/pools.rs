@@ -1,0 +1,267 @@
+//! Private pools (PyTorch's MemPool and CUDA graph pools): segments of their own, cached and reused
+//! within the pool, and the routing of allocations to them.
+//!
+//! PyTorch's rules (CUDACachingAllocator's PrivatePool): a pool has an id (a pair; the default pools
+//! are (0, 0)), a use count, the count of its segments, its own small and large BlockPools, and the
+//! flags use_on_oom and no_split. Creating a pool, or beginning to allocate to it, counts a use;
+//! releasing it uncounts one, and at zero the pool is *freeable*: empty_cache then gives back its free
+//! whole segments and erases it once it has none. Allocations are routed to the newest pool begun
+//! whose filter accepts the request: the calling thread (use_mem_pool) or a stream (a graph capture).
+
+use super::block::{BlockPool, PoolIndex, DEFAULT_POOLS};
+use super::policy::PoolKind;
+use crate::backend::StreamId;
+use crate::error::{Error, Result};
+use std::collections::BTreeMap;
+use std::thread::ThreadId;
+
+/// A pool's id, PyTorch's MempoolId_t: (0, 0) is the default pools; MemPool() and
+/// graph_pool_handle() make (0, n), a graph's own pool (n, 0).
+pub type MempoolId = (u64, u64);
+
+/// Which allocations a begun pool takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// Those of one thread, on any stream (use_mem_pool).
+    Thread(ThreadId),
+    /// Those on one stream, from any thread (a graph capture).
+    Stream(StreamId),
+}
+
+/// One private pool.
+pub struct PrivatePool {
+    pub id: MempoolId,
+    /// Creations and begins not yet released; 0: freeable.
+    pub use_count: u32,
+    /// Its segments held from the backend (PyTorch's cudaMalloc_count).
+    pub segments: usize,
+    pub small: BlockPool,
+    pub large: BlockPool,
+    /// A default-pool request about to fail may take one of its free blocks.
+    pub use_on_oom: bool,
+    /// Its blocks are never split: a request gets a whole free block or segment.
+    pub no_split: bool,
+}
+
+/// Every private pool of one device, and the pools allocations are being routed to.
+#[derive(Default)]
+pub struct PrivatePools {
+    /// By slot; a block's PoolIndex is its pool's slot plus one.
+    slots: Vec<Option<PrivatePool>>,
+    by_id: BTreeMap<MempoolId, PoolIndex>,
+    /// Pools begun, oldest first, with their filter.
+    captures: Vec<(MempoolId, PoolIndex, Route)>,
+}
+
+impl PrivatePools {
+    /// Whether any allocation is being routed to a private pool.
+    #[inline(always)]
+    pub fn routing(&self) -> bool {
+        !self.captures.is_empty()
+    }
+
+    /// The pools a request on `stream` from this thread goes to: the newest begun pool whose filter
+    /// accepts it, else the default pools.
+    #[inline]
+    pub fn route(&self, stream: StreamId) -> PoolIndex {
+        if self.captures.is_empty() {
+            return DEFAULT_POOLS;
+        }
+        let thread = std::thread::current().id();
+        self.captures
+            .iter()
+            .rev()
+            .find(|(_, _, route)| match route {
+                Route::Thread(t) => *t == thread,
+                Route::Stream(s) => *s == stream,
+            })
+            .map_or(DEFAULT_POOLS, |&(_, index, _)| index)
+    }
+
+    fn slot(index: PoolIndex) -> usize {
+        debug_assert!(index != DEFAULT_POOLS);
+        index as usize - 1
+    }
+
+    /// The pool at `index` (a block's PoolIndex: it exists while the block does).
+    pub fn get(&self, index: PoolIndex) -> &PrivatePool {
+        self.slots[Self::slot(index)]
+            .as_ref()
+            .expect("a private pool outlives its blocks")
+    }
+
+    fn get_mut(&mut self, index: PoolIndex) -> &mut PrivatePool {
+        self.slots[Self::slot(index)]
+            .as_mut()
+            .expect("a private pool outlives its blocks")
+    }
+
+    /// The BlockPool of `kind` of the pool at `index`.
+    #[inline]
+    pub fn blocks_mut(&mut self, index: PoolIndex, kind: PoolKind) -> &mut BlockPool {
+        let pool = self.get_mut(index);
+        match kind {
+            PoolKind::Small => &mut pool.small,
+            PoolKind::Large => &mut pool.large,
+        }
+    }
+
+    pub fn no_split(&self, index: PoolIndex) -> bool {
+        self.get(index).no_split
+    }
+
+    /// The pool of `id`, if it exists.
+    pub fn index_of(&self, id: MempoolId) -> Option<PoolIndex> {
+        self.by_id.get(&id).copied()
+    }
+
+    /// Every pool: (index, pool), by id.
+    pub fn iter(&self) -> impl Iterator<Item = (PoolIndex, &PrivatePool)> + '_ {
+        self.by_id.values().map(|&index| (index, self.get(index)))
+    }
+
+    /// The use_on_oom pools, by id.
+    pub fn use_on_oom_pools(&self) -> Vec<PoolIndex> {
+        self.iter()
+            .filter(|(_, pool)| pool.use_on_oom)
+            .map(|(index, _)| index)
+            .collect()
+    }
+
+    /// The freeable pools (use count 0), by id.
+    pub fn freeable(&self) -> Vec<PoolIndex> {
+        self.iter()
+            .filter(|(_, pool)| pool.use_count == 0)
+            .map(|(index, _)| index)
+            .collect()
+    }
+
+    pub fn segment_added(&mut self, index: PoolIndex) {
+        self.get_mut(index).segments += 1;
+    }
+
+    pub fn segment_removed(&mut self, index: PoolIndex) {
+        self.get_mut(index).segments -= 1;
+    }
+
+    /// Erase a freeable pool that holds no segment (empty_cache's last step for it).
+    pub fn erase_if_empty(&mut self, index: PoolIndex) {
+        let pool = self.get(index);
+        if pool.use_count == 0 && pool.segments == 0 {
+            let id = pool.id;
+            self.by_id.remove(&id);
+            self.slots[Self::slot(index)] = None;
+        }
+    }
+
+    /// PyTorch's create_or_incref_pool: a new pool with use count 1, or one more use of an existing
+    /// one. (0, 0), the default pools' id, is refused.
+    pub fn create_or_incref(&mut self, id: MempoolId) -> Result<PoolIndex> {
+        if id == (0, 0) {
+            return Err(Error::invalid_argument(
+                "pool id (0, 0) is the default pools': a private pool needs another id",
+            ));
+        }
+        if let Some(index) = self.index_of(id) {
+            self.get_mut(index).use_count += 1;
+            return Ok(index);
+        }
+        let pool = PrivatePool {
+            id,
+            use_count: 1,
+            segments: 0,
+            small: BlockPool::default(),
+            large: BlockPool::default(),
+            use_on_oom: false,
+            no_split: false,
+        };
+        let slot = match self.slots.iter().position(Option::is_none) {
+            Some(free) => {
+                self.slots[free] = Some(pool);
+                free
+            }
+            None if self.slots.len() < PoolIndex::MAX as usize => {
+                self.slots.push(Some(pool));
+                self.slots.len() - 1
+            }
+            None => {
+                return Err(Error::invalid_argument(format!(
+                    "a device holds at most {} private pools at once",
+                    PoolIndex::MAX
+                )))
+            }
+        };
+        let index = (slot + 1) as PoolIndex;
+        self.by_id.insert(id, index);
+        Ok(index)
+    }
+
+    fn existing(&self, id: MempoolId, what: &str) -> Result<PoolIndex> {
+        self.index_of(id).ok_or_else(|| {
+            Error::invalid_argument(format!("{what}: pool ({}, {}) does not exist", id.0, id.1))
+        })
+    }
+
+    /// Set a pool's flags; no_split, once set, stays (as in PyTorch).
+    pub fn set_flags(&mut self, id: MempoolId, use_on_oom: bool, no_split: bool) -> Result<()> {
+        let index = self.existing(id, "set the flags of a pool")?;
+        let pool = self.get_mut(index);
+        pool.use_on_oom = use_on_oom;
+        pool.no_split |= no_split;
+        Ok(())
+    }
+
+    /// beginAllocateToPool: one more use of the pool (made if new), and allocations accepted by
+    /// `route` go to it until end(id). A pool begun already is refused, nothing changed.
+    pub fn begin(&mut self, id: MempoolId, route: Route) -> Result<PoolIndex> {
+        if self.captures.iter().any(|(begun, _, _)| *begun == id) {
+            return Err(Error::invalid_argument(format!(
+                "allocations already go to pool ({}, {}): end it before beginning it again",
+                id.0, id.1
+            )));
+        }
+        let index = self.create_or_incref(id)?;
+        self.captures.push((id, index, route));
+        Ok(index)
+    }
+
+    /// endAllocateToPool: allocations stop going to the pool; its use count is unchanged.
+    pub fn end(&mut self, id: MempoolId) -> Result<()> {
+        let at = self
+            .captures
+            .iter()
+            .position(|(begun, _, _)| *begun == id)
+            .ok_or_else(|| {
+                Error::invalid_argument(format!(
+                    "allocations do not go to pool ({}, {}): it was not begun, or it ended already",
+                    id.0, id.1
+                ))
+            })?;
+        self.captures.remove(at);
+        Ok(())
+    }
+
+    /// releasePool: one use less; at 0 the pool is freeable (nothing is freed yet).
+    pub fn release(&mut self, id: MempoolId) -> Result<()> {
+        let index = self.existing(id, "release a pool")?;
+        let pool = self.get_mut(index);
+        if pool.use_count == 0 {
+            return Err(Error::invalid_argument(format!(
+                "pool ({}, {}) was released more often than it was created and begun",
+                id.0, id.1
+            )));
+        }
+        pool.use_count -= 1;
+        Ok(())
+    }
+
+    /// The pools' BlockPools, for renumbering and recounting: (index, small, large).
+    pub fn block_pools_mut(
+        &mut self,
+    ) -> impl Iterator<Item = (&mut BlockPool, &mut BlockPool)> + '_ {
+        self.slots
+            .iter_mut()
+            .flatten()
+            .map(|pool| (&mut pool.small, &mut pool.large))
+    }
+}
