@@ -2043,6 +2043,79 @@ static void section_ort_arguments(void)
     CHECK_STATUS(accalloc_ort_allocator_destroy(&not_an_allocator), ACCALLOC_ERROR_INVALID_POINTER);
 }
 
+/* Private pools on device 1, after every other section: figures as deltas of device 1's statistics.
+ * A pool's blocks come from its own segments; a live pool keeps its free segments through
+ * empty_cache, a released one gives them back and is forgotten; no_split hands out whole blocks. */
+static int64_t stat1(const char *key)
+{
+    int64_t v = -1;
+    CHECK_STATUS(accalloc_memory_stat(1, key, &v), ACCALLOC_OK);
+    return v;
+}
+
+static void section_pools(void)
+{
+    AccallocPoolId pool = {0, 0}, whole = {0, 0};
+    void *in_pool = NULL, *outside = NULL, *again = NULL;
+    int64_t uses = -2, segments = -2;
+    const int64_t seg0 = stat1("segment.all.allocated");
+
+    CHECK_STATUS(accalloc_empty_cache(), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_pool_create(1, 0, 0, &pool), ACCALLOC_OK);
+    CHECK(pool.first == 0 && pool.second >= 1);
+    CHECK_STATUS(accalloc_pool_begin(1, pool, ACCALLOC_ROUTE_THREAD, NULL), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_malloc(&in_pool, 1000, 1, NULL), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_pool_end(1, pool), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_malloc(&outside, 1000, 1, NULL), ACCALLOC_OK);
+    CHECK_EQ(stat1("segment.all.allocated") - seg0, 2); /* the pool's free remainder is its own */
+    CHECK_STATUS(accalloc_pool_info(1, pool, &uses, &segments), ACCALLOC_OK);
+    CHECK_EQ(uses, 2);
+    CHECK_EQ(segments, 1);
+    CHECK_STATUS(accalloc_free(in_pool), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_free(outside), ACCALLOC_OK);
+
+    /* The pool is live: empty_cache gives back the default segment only; emptyCache(pool) nothing. */
+    CHECK_STATUS(accalloc_empty_cache(), ACCALLOC_OK);
+    CHECK_EQ(stat1("reserved_bytes.all.current"), 2 * MiB);
+    CHECK_STATUS(accalloc_pool_empty_cache(1, pool, 0), ACCALLOC_OK);
+    CHECK_EQ(stat1("reserved_bytes.all.current"), 2 * MiB);
+    /* Beginning it again finds its cached block. */
+    CHECK_STATUS(accalloc_pool_begin(1, pool, ACCALLOC_ROUTE_STREAM, NULL), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_malloc(&again, 2000, 1, NULL), ACCALLOC_OK);
+    CHECK(again == in_pool);
+    CHECK_STATUS(accalloc_pool_end(1, pool), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_free(again), ACCALLOC_OK);
+    /* accalloc's live-pool empty gives back what PyTorch would keep. */
+    CHECK_STATUS(accalloc_pool_empty_cache(1, pool, 1), ACCALLOC_OK);
+    CHECK_EQ(stat1("reserved_bytes.all.current"), 0);
+    /* Released twice (created, begun twice: three uses), then freeable and forgotten when empty. */
+    CHECK_STATUS(accalloc_pool_release(1, pool), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_pool_release(1, pool), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_pool_release(1, pool), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_pool_release(1, pool), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(accalloc_empty_cache(), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_pool_info(1, pool, &uses, NULL), ACCALLOC_OK);
+    CHECK_EQ(uses, -1);
+
+    /* no_split: a 1000-byte request holds its whole 2 MiB segment. */
+    CHECK_STATUS(accalloc_pool_create(1, 0, 1, &whole), ACCALLOC_OK);
+    CHECK(whole.second > pool.second);
+    CHECK_STATUS(accalloc_pool_begin(1, whole, ACCALLOC_ROUTE_THREAD, NULL), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_malloc(&in_pool, 1000, 1, NULL), ACCALLOC_OK);
+    CHECK_EQ(stat1("allocated_bytes.small_pool.current"), 2 * MiB);
+    CHECK_EQ(stat1("requested_bytes.small_pool.current"), 1000);
+    CHECK_STATUS(accalloc_pool_begin(1, whole, ACCALLOC_ROUTE_THREAD, NULL), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(accalloc_last_error_message(), "already go to pool");
+    CHECK_STATUS(accalloc_pool_begin(1, whole, 7, NULL), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(accalloc_pool_end(1, whole), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_pool_end(1, whole), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(accalloc_free(in_pool), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_pool_release(1, whole), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_pool_release(1, whole), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_pool_create(1, 0, 0, NULL), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(accalloc_pool_create(9, 0, 0, &pool), ACCALLOC_ERROR_INVALID_DEVICE);
+}
+
 int main(void)
 {
     require_test_env();
@@ -2064,6 +2137,7 @@ int main(void)
     section_ort_arguments();
     section_threads();
     section_settings();
+    section_pools();
 
     CHECK_STATUS(accalloc_empty_cache(), ACCALLOC_OK);
     {

@@ -385,6 +385,38 @@ static void test_pinned_host(AccallocDeviceType type)
     EXPECT(accalloc_host_memory_stat_on(old_type, "num_host_alloc", &value), ACCALLOC_ERROR_NOT_SUPPORTED);
 }
 
+/* Private pools on the fake accelerator, through the _on forms: a pool routed by stream, its
+ * segment the fake's, given back once the pool is released and emptied. */
+static void test_pools(AccallocDeviceType type)
+{
+    void *stream_a = (void *)0x100;
+    AccallocPoolId pool;
+    void *p = NULL, *q = NULL;
+    int64_t uses = 0, segments = 0;
+    int allocs = g_fake.raw_allocs;
+
+    EXPECT(accalloc_pool_create_on(type, 0, 0, 0, &pool), ACCALLOC_OK);
+    EXPECT(accalloc_pool_begin_on(type, 0, pool, ACCALLOC_ROUTE_STREAM, stream_a), ACCALLOC_OK);
+    EXPECT(accalloc_malloc_on(type, &p, 4096, 0, stream_a), ACCALLOC_OK); /* the pool's */
+    EXPECT(accalloc_malloc_on(type, &q, 4096, 0, NULL), ACCALLOC_OK);     /* another stream: default */
+    EXPECT(accalloc_pool_end_on(type, 0, pool), ACCALLOC_OK);
+    CHECK_EQ(g_fake.raw_allocs - allocs, 2);
+    EXPECT(accalloc_pool_info_on(type, 0, pool, &uses, &segments), ACCALLOC_OK);
+    CHECK_EQ(uses, 2);
+    CHECK_EQ(segments, 1);
+    EXPECT(accalloc_free(p), ACCALLOC_OK);
+    EXPECT(accalloc_free(q), ACCALLOC_OK);
+    EXPECT(accalloc_pool_empty_cache_on(type, 0, pool, 1), ACCALLOC_OK); /* live, emptied anyway */
+    EXPECT(accalloc_pool_info_on(type, 0, pool, NULL, &segments), ACCALLOC_OK);
+    CHECK_EQ(segments, 0);
+    EXPECT(accalloc_pool_release_on(type, 0, pool), ACCALLOC_OK);
+    EXPECT(accalloc_pool_release_on(type, 0, pool), ACCALLOC_OK);
+    EXPECT(accalloc_empty_cache_on(type), ACCALLOC_OK);
+    EXPECT(accalloc_pool_info_on(type, 0, pool, &uses, NULL), ACCALLOC_OK);
+    CHECK_EQ(uses, -1);
+    CHECK_EQ(stat_on(type, 0, "reserved_bytes.all.current"), 0);
+}
+
 static void test_out_of_memory_and_errors(AccallocDeviceType type)
 {
     void *big = NULL, *bigger = NULL, *none = NULL;
@@ -492,6 +524,7 @@ int main(void)
     test_caching_and_splitting(type);
     test_stream_deferral(type);
     test_pinned_host(type);
+    test_pools(type);
     test_out_of_memory_and_errors(type);
     test_every_on_form(type);
     test_current_accelerator(type);

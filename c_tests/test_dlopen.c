@@ -42,6 +42,11 @@ typedef AccallocStatus (*get_settings_fn)(char *, size_t, size_t *);
 typedef AccallocStatus (*ort_create_fn)(const void *, uint32_t, AccallocDeviceType, int32_t, void **);
 typedef AccallocStatus (*ort_destroy_fn)(void *);
 typedef AccallocStatus (*host_malloc_fn)(void **, size_t);
+typedef AccallocStatus (*pool_create_fn)(int32_t, int32_t, int32_t, AccallocPoolId *);
+typedef AccallocStatus (*pool_begin_fn)(int32_t, AccallocPoolId, int32_t, void *);
+typedef AccallocStatus (*pool_fn)(int32_t, AccallocPoolId);
+typedef AccallocStatus (*pool_empty_fn)(int32_t, AccallocPoolId, int32_t);
+typedef AccallocStatus (*pool_info_fn)(int32_t, AccallocPoolId, int64_t *, int64_t *);
 typedef AccallocStatus (*host_record_stream_fn)(const void *, int32_t, void *, bool *);
 typedef AccallocStatus (*host_is_pinned_fn)(const void *, bool *);
 typedef AccallocStatus (*host_json_fn)(char *, size_t, size_t *);
@@ -125,6 +130,13 @@ int main(int argc, char **argv)
     host_json_fn p_host_stats_json;
     host_stat_fn p_host_stat;
     bool pinned = false;
+    pool_create_fn p_pool_create;
+    pool_begin_fn p_pool_begin;
+    pool_fn p_pool_end, p_pool_release;
+    pool_empty_fn p_pool_empty_cache;
+    pool_info_fn p_pool_info;
+    AccallocPoolId pool;
+    int64_t uses = 0, held = 0;
     char settings[256];
     AccallocDeviceStats s;
     void *ptr = NULL;
@@ -177,6 +189,12 @@ int main(int argc, char **argv)
     TYPECHECK(void_status_fn, accalloc_host_reset_peak_memory_stats);
     TYPECHECK(host_json_fn, accalloc_host_memory_stats_json);
     TYPECHECK(host_stat_fn, accalloc_host_memory_stat);
+    TYPECHECK(pool_create_fn, accalloc_pool_create);
+    TYPECHECK(pool_begin_fn, accalloc_pool_begin);
+    TYPECHECK(pool_fn, accalloc_pool_end);
+    TYPECHECK(pool_fn, accalloc_pool_release);
+    TYPECHECK(pool_empty_fn, accalloc_pool_empty_cache);
+    TYPECHECK(pool_info_fn, accalloc_pool_info);
 
     /* Not linked: nothing named accalloc_malloc is in the process before dlopen. */
     CHECK(dlsym(RTLD_DEFAULT, "accalloc_malloc") == NULL);
@@ -227,6 +245,12 @@ int main(int argc, char **argv)
     LOAD(p_host_reset_peak, "accalloc_host_reset_peak_memory_stats");
     LOAD(p_host_stats_json, "accalloc_host_memory_stats_json");
     LOAD(p_host_stat, "accalloc_host_memory_stat");
+    LOAD(p_pool_create, "accalloc_pool_create");
+    LOAD(p_pool_begin, "accalloc_pool_begin");
+    LOAD(p_pool_end, "accalloc_pool_end");
+    LOAD(p_pool_release, "accalloc_pool_release");
+    LOAD(p_pool_empty_cache, "accalloc_pool_empty_cache");
+    LOAD(p_pool_info, "accalloc_pool_info");
     if (g_missing) {
         fprintf(stderr, "FAIL %d functions missing from %s\n", g_missing, path);
         return 1;
@@ -355,6 +379,28 @@ int main(int argc, char **argv)
     CHECK_STATUS(p_host_reset_accumulated(), ACCALLOC_OK);
     CHECK_STATUS(p_host_stat("num_host_free", &v), ACCALLOC_OK);
     CHECK_EQ(v, 0);
+
+    /* A private pool: its own segment, kept while it lives, forgotten once released and emptied. */
+    CHECK_STATUS(p_pool_create(0, 0, 0, &pool), ACCALLOC_OK);
+    CHECK_STATUS(p_pool_begin(0, pool, ACCALLOC_ROUTE_THREAD, NULL), ACCALLOC_OK);
+    CHECK_STATUS(p_malloc(&ptr, 1000, 0, NULL), ACCALLOC_OK);
+    CHECK_STATUS(p_pool_end(0, pool), ACCALLOC_OK);
+    CHECK_STATUS(p_free(ptr), ACCALLOC_OK);
+    CHECK_STATUS(p_empty_cache(), ACCALLOC_OK);
+    CHECK_STATUS(p_pool_info(0, pool, &uses, &held), ACCALLOC_OK);
+    CHECK_EQ(uses, 2);
+    CHECK_EQ(held, 1);
+    CHECK_STATUS(p_pool_empty_cache(0, pool, 0), ACCALLOC_OK); /* live: PyTorch's empty keeps it */
+    CHECK_STATUS(p_pool_info(0, pool, NULL, &held), ACCALLOC_OK);
+    CHECK_EQ(held, 1);
+    CHECK_STATUS(p_pool_release(0, pool), ACCALLOC_OK);
+    CHECK_STATUS(p_pool_release(0, pool), ACCALLOC_OK);
+    CHECK_STATUS(p_empty_cache(), ACCALLOC_OK);
+    CHECK_STATUS(p_pool_info(0, pool, &uses, &held), ACCALLOC_OK);
+    CHECK_EQ(uses, -1);
+    CHECK_STATUS(p_memory_stat(0, "num_device_free", &v), ACCALLOC_OK);
+    CHECK_EQ(v, 1); /* the pool's segment */
+    CHECK_STATUS(p_reset_accumulated(0), ACCALLOC_OK);
     CHECK_STATUS(p_memory_stat(0, "num_device_free", &v), ACCALLOC_OK);
     CHECK_EQ(v, 0);
 

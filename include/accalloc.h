@@ -40,6 +40,16 @@
 #define ACCALLOC_BACKEND_OUT_OF_MEMORY 2
 
 /**
+ * Route to the pool the allocations of the calling thread, on any stream (use_mem_pool).
+ */
+#define ACCALLOC_ROUTE_THREAD 0
+
+/**
+ * Route to the pool the allocations on one stream, from any thread (a graph capture).
+ */
+#define ACCALLOC_ROUTE_STREAM 1
+
+/**
  * Version of the binary interface. It changes only when a program built against an older header
  * could misbehave with this library; accalloc_abi_version() returns the library's value.
  */
@@ -221,6 +231,15 @@ typedef struct AccallocBackendVTable {
    */
   int32_t (*host_free)(void *context, void *ptr, size_t size);
 } AccallocBackendVTable;
+
+/**
+ * A pool's id, PyTorch's MempoolId_t: {0, 0} is the default pools; accalloc_pool_create makes
+ * {0, n}; a graph capture may name its own pool {n, 0}.
+ */
+typedef struct AccallocPoolId {
+  uint64_t first;
+  uint64_t second;
+} AccallocPoolId;
 
 /**
  * One statistic, as PyTorch keeps it.
@@ -774,6 +793,126 @@ void accalloc_pluggable_set_memory_fraction(double fraction, int32_t device);
  * PyTorch's record_stream hook, called by Tensor.record_stream().
  */
 void accalloc_pluggable_record_stream(void *ptr, void *stream);
+
+/**
+ * Make a private pool on `device` (-1: current) of the current accelerator, with one use, and
+ * store its id ({0, n}, n counting from 1 in the process) in `*out`. `use_on_oom` non-zero: a
+ * default-pool request about to fail may take one of its free blocks. `no_split` non-zero: its
+ * blocks are never split (a request gets a whole free block or segment; stays set once set).
+ *
+ * Errors: ACCALLOC_ERROR_INVALID_ARGUMENT (out is NULL), ACCALLOC_ERROR_INVALID_DEVICE.
+ */
+enum AccallocStatus accalloc_pool_create(int32_t device,
+                                         int32_t use_on_oom,
+                                         int32_t no_split,
+                                         struct AccallocPoolId *out);
+
+/**
+ * accalloc_pool_create on the accelerator of `device_type`.
+ */
+enum AccallocStatus accalloc_pool_create_on(AccallocDeviceType device_type,
+                                            int32_t device,
+                                            int32_t use_on_oom,
+                                            int32_t no_split,
+                                            struct AccallocPoolId *out);
+
+/**
+ * From now until accalloc_pool_end, allocations on `device` go to `pool`: those of the calling
+ * thread (`route` ACCALLOC_ROUTE_THREAD; `stream` ignored) or those on `stream`
+ * (ACCALLOC_ROUTE_STREAM). Counts a use of the pool, making it (with one use) if it does not
+ * exist. Pools begun at once nest: a request goes to the newest whose route takes it. While any
+ * pool is begun on a device, its allocations process no finished events and skip the last-resort
+ * release of every cached segment, as PyTorch's do during a capture.
+ *
+ * Errors: ACCALLOC_ERROR_INVALID_ARGUMENT (the pool is begun already; {0, 0}; an unknown route),
+ * ACCALLOC_ERROR_INVALID_DEVICE; nothing changes.
+ */
+enum AccallocStatus accalloc_pool_begin(int32_t device,
+                                        struct AccallocPoolId pool,
+                                        int32_t route,
+                                        void *stream);
+
+/**
+ * accalloc_pool_begin on the accelerator of `device_type`.
+ */
+enum AccallocStatus accalloc_pool_begin_on(AccallocDeviceType device_type,
+                                           int32_t device,
+                                           struct AccallocPoolId pool,
+                                           int32_t route,
+                                           void *stream);
+
+/**
+ * Allocations stop going to `pool` (its use count is unchanged: release it when done).
+ *
+ * Errors: ACCALLOC_ERROR_INVALID_ARGUMENT (the pool is not begun), ACCALLOC_ERROR_INVALID_DEVICE.
+ */
+enum AccallocStatus accalloc_pool_end(int32_t device, struct AccallocPoolId pool);
+
+/**
+ * accalloc_pool_end on the accelerator of `device_type`.
+ */
+enum AccallocStatus accalloc_pool_end_on(AccallocDeviceType device_type,
+                                         int32_t device,
+                                         struct AccallocPoolId pool);
+
+/**
+ * One use of `pool` less (a creation's or a begin's). At none the pool is freeable: nothing is
+ * freed now, its blocks still return to it when freed, and accalloc_empty_cache gives back its
+ * free segments and forgets it once it holds none.
+ *
+ * Errors: ACCALLOC_ERROR_INVALID_ARGUMENT (no such pool, or no use left), ACCALLOC_ERROR_INVALID_DEVICE.
+ */
+enum AccallocStatus accalloc_pool_release(int32_t device,
+                                          struct AccallocPoolId pool);
+
+/**
+ * accalloc_pool_release on the accelerator of `device_type`.
+ */
+enum AccallocStatus accalloc_pool_release_on(AccallocDeviceType device_type,
+                                             int32_t device,
+                                             struct AccallocPoolId pool);
+
+/**
+ * Give back the free whole segments of `pool`. With `live` zero this is PyTorch's
+ * emptyCache(pool): only a freeable pool (no use left) is emptied, and a live or unknown pool is
+ * left alone. With `live` non-zero, accalloc's own, the free segments of a live pool go back too
+ * (PyTorch keeps them reserved for as long as the pool lives: pytorch#159674).
+ *
+ * Errors: ACCALLOC_ERROR_INVALID_ARGUMENT (`live` non-zero and no such pool),
+ * ACCALLOC_ERROR_INVALID_DEVICE, ACCALLOC_ERROR_BACKEND (a segment the backend refused to free
+ * stays, counted).
+ */
+enum AccallocStatus accalloc_pool_empty_cache(int32_t device,
+                                              struct AccallocPoolId pool,
+                                              int32_t live);
+
+/**
+ * accalloc_pool_empty_cache on the accelerator of `device_type`.
+ */
+enum AccallocStatus accalloc_pool_empty_cache_on(AccallocDeviceType device_type,
+                                                 int32_t device,
+                                                 struct AccallocPoolId pool,
+                                                 int32_t live);
+
+/**
+ * Store `pool`'s use count in `*use_count` and the segments it holds in `*segments` (either may be
+ * NULL); both -1 where the pool does not exist (never made, or emptied and forgotten).
+ *
+ * Errors: ACCALLOC_ERROR_INVALID_DEVICE.
+ */
+enum AccallocStatus accalloc_pool_info(int32_t device,
+                                       struct AccallocPoolId pool,
+                                       int64_t *use_count,
+                                       int64_t *segments);
+
+/**
+ * accalloc_pool_info on the accelerator of `device_type`.
+ */
+enum AccallocStatus accalloc_pool_info_on(AccallocDeviceType device_type,
+                                          int32_t device,
+                                          struct AccallocPoolId pool,
+                                          int64_t *use_count,
+                                          int64_t *segments);
 
 /**
  * Change the current accelerator's allocator settings, in PYTORCH_ALLOC_CONF's syntax (the same as

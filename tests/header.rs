@@ -67,6 +67,12 @@ fn header_declares_every_exported_function() {
         "accalloc_host_memory_stat",
         "accalloc_host_reset_accumulated_memory_stats",
         "accalloc_host_reset_peak_memory_stats",
+        "accalloc_pool_create",
+        "accalloc_pool_begin",
+        "accalloc_pool_end",
+        "accalloc_pool_release",
+        "accalloc_pool_empty_cache",
+        "accalloc_pool_info",
     ];
     // Functions that do not depend on the accelerator.
     let global = [

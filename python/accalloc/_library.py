@@ -76,6 +76,15 @@ SINGLE_FAMILIES = tuple(name for name, kind in DeviceStats._fields_ if kind is S
 SCALARS = tuple(name for name, kind in DeviceStats._fields_ if kind is ctypes.c_int64)
 
 
+class PoolId(ctypes.Structure):
+    """AccallocPoolId: a private pool's id, PyTorch's MempoolId_t pair."""
+    _fields_ = [("first", ctypes.c_uint64), ("second", ctypes.c_uint64)]
+
+
+ROUTE_THREAD = 0  # ACCALLOC_ROUTE_THREAD
+ROUTE_STREAM = 1  # ACCALLOC_ROUTE_STREAM
+
+
 def library_path():
     """The libaccalloc this package loads: ACCALLOC_LIBRARY, else the copy installed with the package."""
     given = os.environ.get("ACCALLOC_LIBRARY")
@@ -117,6 +126,13 @@ def _declare(lib):
         "accalloc_abi_version": (ctypes.c_uint32, []),
         "accalloc_check_abi": (S, [ctypes.c_uint32]),
         "accalloc_host_malloc_on": (S, [i32, ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]),
+        "accalloc_pool_create_on": (S, [i32, i32, i32, i32, ctypes.POINTER(PoolId)]),
+        "accalloc_pool_begin_on": (S, [i32, i32, PoolId, i32, ctypes.c_void_p]),
+        "accalloc_pool_end_on": (S, [i32, i32, PoolId]),
+        "accalloc_pool_release_on": (S, [i32, i32, PoolId]),
+        "accalloc_pool_empty_cache_on": (S, [i32, i32, PoolId, i32]),
+        "accalloc_pool_info_on": (S, [i32, i32, PoolId, i64p, i64p]),
+        "accalloc_memory_snapshot_json_on": (S, [i32, ctypes.c_char_p, ctypes.c_size_t, size_p]),
         "accalloc_host_free": (S, [ctypes.c_void_p]),
         "accalloc_host_is_pinned": (S, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_bool)]),
         "accalloc_host_record_stream": (S, [ctypes.c_void_p, i32, ctypes.c_void_p, ctypes.POINTER(ctypes.c_bool)]),

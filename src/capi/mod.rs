@@ -16,6 +16,7 @@ pub mod memory;
 pub mod ort;
 pub mod pinned_host;
 pub mod pluggable;
+pub mod pools;
 pub mod settings;
 pub mod stats;
 pub mod types;

@@ -20,6 +20,7 @@ mod fork;
 pub(crate) mod last_error;
 mod owner_guess;
 pub mod pinned_host;
+pub mod pools;
 /// The one-device shortcut's switches, for the benchmark (`accalloc bench` times both paths): the
 /// `bench-internals` feature, which the tools crate turns on; not part of the library's API.
 #[cfg(feature = "bench-internals")]

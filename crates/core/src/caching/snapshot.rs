@@ -46,6 +46,8 @@ pub struct SegmentInfo {
     pub total_size: usize,
     pub stream: StreamId,
     pub pool: PoolKind,
+    /// The private pool it belongs to, (0, 0) for the default pools (PyTorch's segment_pool_id).
+    pub pool_id: (u64, u64),
     pub is_expandable: bool,
     pub blocks: Vec<BlockInfo>,
 }
@@ -81,7 +83,7 @@ impl SegmentInfo {
             "requested_size": self.requested_size(),
             "stream": self.stream,
             "segment_type": match self.pool { PoolKind::Small => "small", PoolKind::Large => "large" },
-            "segment_pool_id": [0, 0],
+            "segment_pool_id": [self.pool_id.0, self.pool_id.1],
             "is_expandable": self.is_expandable,
             // PyTorch's records carry the Python stack here; accalloc has none, but the key keeps the
             // snapshot readable by PyTorch's memory visualizer.
@@ -241,6 +243,7 @@ mod tests {
             total_size: 4096,
             stream: 0,
             pool: PoolKind::Small,
+            pool_id: (0, 0),
             is_expandable: false,
             blocks: vec![
                 block(0x1000, 1024, 1000, BlockState::ActiveAllocated),

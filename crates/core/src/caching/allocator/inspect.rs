@@ -77,6 +77,7 @@ impl CachingAllocator {
                     total_size: 0,
                     stream: first.stream,
                     pool: first.pool,
+                    pool_id: self.pool_of_block(first.private),
                     is_expandable: first.expandable.is_some(),
                     blocks: Vec::new(),
                 };

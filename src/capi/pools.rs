@@ -1,0 +1,207 @@
+//! Private pools: memory of its own for a set of allocations (PyTorch's MemPool and CUDA graph
+//! pools), routed by thread or by stream, with PyTorch's rules.
+
+use super::guard::{current_type, guard, on, out_ptr};
+use super::types::{AccallocDeviceType, AccallocStatus};
+use std::ffi::c_void;
+
+/// A pool's id, PyTorch's MempoolId_t: {0, 0} is the default pools; accalloc_pool_create makes
+/// {0, n}; a graph capture may name its own pool {n, 0}.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AccallocPoolId {
+    pub first: u64,
+    pub second: u64,
+}
+
+impl AccallocPoolId {
+    fn pair(self) -> (u64, u64) {
+        (self.first, self.second)
+    }
+}
+
+/// Route to the pool the allocations of the calling thread, on any stream (use_mem_pool).
+pub const ACCALLOC_ROUTE_THREAD: i32 = 0;
+/// Route to the pool the allocations on one stream, from any thread (a graph capture).
+pub const ACCALLOC_ROUTE_STREAM: i32 = 1;
+
+/// Make a private pool on `device` (-1: current) of the current accelerator, with one use, and
+/// store its id ({0, n}, n counting from 1 in the process) in `*out`. `use_on_oom` non-zero: a
+/// default-pool request about to fail may take one of its free blocks. `no_split` non-zero: its
+/// blocks are never split (a request gets a whole free block or segment; stays set once set).
+///
+/// Errors: ACCALLOC_ERROR_INVALID_ARGUMENT (out is NULL), ACCALLOC_ERROR_INVALID_DEVICE.
+#[no_mangle]
+pub unsafe extern "C" fn accalloc_pool_create(
+    device: i32,
+    use_on_oom: i32,
+    no_split: i32,
+    out: *mut AccallocPoolId,
+) -> AccallocStatus {
+    accalloc_pool_create_on(current_type(), device, use_on_oom, no_split, out)
+}
+
+/// accalloc_pool_create on the accelerator of `device_type`.
+#[no_mangle]
+pub unsafe extern "C" fn accalloc_pool_create_on(
+    device_type: AccallocDeviceType,
+    device: i32,
+    use_on_oom: i32,
+    no_split: i32,
+    out: *mut AccallocPoolId,
+) -> AccallocStatus {
+    guard(|| {
+        let out = out_ptr(out, "out")?;
+        let (first, second) =
+            on(device_type)?.create_pool(device, use_on_oom != 0, no_split != 0)?;
+        *out = AccallocPoolId { first, second };
+        Ok(())
+    })
+}
+
+/// From now until accalloc_pool_end, allocations on `device` go to `pool`: those of the calling
+/// thread (`route` ACCALLOC_ROUTE_THREAD; `stream` ignored) or those on `stream`
+/// (ACCALLOC_ROUTE_STREAM). Counts a use of the pool, making it (with one use) if it does not
+/// exist. Pools begun at once nest: a request goes to the newest whose route takes it. While any
+/// pool is begun on a device, its allocations process no finished events and skip the last-resort
+/// release of every cached segment, as PyTorch's do during a capture.
+///
+/// Errors: ACCALLOC_ERROR_INVALID_ARGUMENT (the pool is begun already; {0, 0}; an unknown route),
+/// ACCALLOC_ERROR_INVALID_DEVICE; nothing changes.
+#[no_mangle]
+pub extern "C" fn accalloc_pool_begin(
+    device: i32,
+    pool: AccallocPoolId,
+    route: i32,
+    stream: *mut c_void,
+) -> AccallocStatus {
+    accalloc_pool_begin_on(current_type(), device, pool, route, stream)
+}
+
+/// accalloc_pool_begin on the accelerator of `device_type`.
+#[no_mangle]
+pub extern "C" fn accalloc_pool_begin_on(
+    device_type: AccallocDeviceType,
+    device: i32,
+    pool: AccallocPoolId,
+    route: i32,
+    stream: *mut c_void,
+) -> AccallocStatus {
+    guard(|| {
+        let stream = match route {
+            ACCALLOC_ROUTE_THREAD => None,
+            ACCALLOC_ROUTE_STREAM => Some(stream as usize),
+            other => {
+                return Err(crate::error::Error::invalid_argument(format!(
+                "route {other} is neither ACCALLOC_ROUTE_THREAD (0) nor ACCALLOC_ROUTE_STREAM (1)"
+            )))
+            }
+        };
+        on(device_type)?.begin_allocate_to_pool(device, pool.pair(), stream)
+    })
+}
+
+/// Allocations stop going to `pool` (its use count is unchanged: release it when done).
+///
+/// Errors: ACCALLOC_ERROR_INVALID_ARGUMENT (the pool is not begun), ACCALLOC_ERROR_INVALID_DEVICE.
+#[no_mangle]
+pub extern "C" fn accalloc_pool_end(device: i32, pool: AccallocPoolId) -> AccallocStatus {
+    accalloc_pool_end_on(current_type(), device, pool)
+}
+
+/// accalloc_pool_end on the accelerator of `device_type`.
+#[no_mangle]
+pub extern "C" fn accalloc_pool_end_on(
+    device_type: AccallocDeviceType,
+    device: i32,
+    pool: AccallocPoolId,
+) -> AccallocStatus {
+    guard(|| on(device_type)?.end_allocate_to_pool(device, pool.pair()))
+}
+
+/// One use of `pool` less (a creation's or a begin's). At none the pool is freeable: nothing is
+/// freed now, its blocks still return to it when freed, and accalloc_empty_cache gives back its
+/// free segments and forgets it once it holds none.
+///
+/// Errors: ACCALLOC_ERROR_INVALID_ARGUMENT (no such pool, or no use left), ACCALLOC_ERROR_INVALID_DEVICE.
+#[no_mangle]
+pub extern "C" fn accalloc_pool_release(device: i32, pool: AccallocPoolId) -> AccallocStatus {
+    accalloc_pool_release_on(current_type(), device, pool)
+}
+
+/// accalloc_pool_release on the accelerator of `device_type`.
+#[no_mangle]
+pub extern "C" fn accalloc_pool_release_on(
+    device_type: AccallocDeviceType,
+    device: i32,
+    pool: AccallocPoolId,
+) -> AccallocStatus {
+    guard(|| on(device_type)?.release_pool(device, pool.pair()))
+}
+
+/// Give back the free whole segments of `pool`. With `live` zero this is PyTorch's
+/// emptyCache(pool): only a freeable pool (no use left) is emptied, and a live or unknown pool is
+/// left alone. With `live` non-zero, accalloc's own, the free segments of a live pool go back too
+/// (PyTorch keeps them reserved for as long as the pool lives: pytorch#159674).
+///
+/// Errors: ACCALLOC_ERROR_INVALID_ARGUMENT (`live` non-zero and no such pool),
+/// ACCALLOC_ERROR_INVALID_DEVICE, ACCALLOC_ERROR_BACKEND (a segment the backend refused to free
+/// stays, counted).
+#[no_mangle]
+pub extern "C" fn accalloc_pool_empty_cache(
+    device: i32,
+    pool: AccallocPoolId,
+    live: i32,
+) -> AccallocStatus {
+    accalloc_pool_empty_cache_on(current_type(), device, pool, live)
+}
+
+/// accalloc_pool_empty_cache on the accelerator of `device_type`.
+#[no_mangle]
+pub extern "C" fn accalloc_pool_empty_cache_on(
+    device_type: AccallocDeviceType,
+    device: i32,
+    pool: AccallocPoolId,
+    live: i32,
+) -> AccallocStatus {
+    guard(|| on(device_type)?.empty_pool(device, pool.pair(), live != 0))
+}
+
+/// Store `pool`'s use count in `*use_count` and the segments it holds in `*segments` (either may be
+/// NULL); both -1 where the pool does not exist (never made, or emptied and forgotten).
+///
+/// Errors: ACCALLOC_ERROR_INVALID_DEVICE.
+#[no_mangle]
+pub unsafe extern "C" fn accalloc_pool_info(
+    device: i32,
+    pool: AccallocPoolId,
+    use_count: *mut i64,
+    segments: *mut i64,
+) -> AccallocStatus {
+    accalloc_pool_info_on(current_type(), device, pool, use_count, segments)
+}
+
+/// accalloc_pool_info on the accelerator of `device_type`.
+#[no_mangle]
+pub unsafe extern "C" fn accalloc_pool_info_on(
+    device_type: AccallocDeviceType,
+    device: i32,
+    pool: AccallocPoolId,
+    use_count: *mut i64,
+    segments: *mut i64,
+) -> AccallocStatus {
+    guard(|| {
+        let counts = on(device_type)?.pool_counts(device, pool.pair())?;
+        let (uses, held) = counts.map_or((-1, -1), |(u, s)| (u as i64, s as i64));
+        // SAFETY: non-NULL out-pointers are valid for a write (the header's contract).
+        unsafe {
+            if !use_count.is_null() {
+                *use_count = uses;
+            }
+            if !segments.is_null() {
+                *segments = held;
+            }
+        }
+        Ok(())
+    })
+}

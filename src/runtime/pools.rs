@@ -1,0 +1,63 @@
+//! Private pools through the runtime: ids handed out for the process, and each pool call on its
+//! device's allocator (the rules are the core's: accalloc_core::caching::pools).
+
+use super::Accelerator;
+use crate::backend::StreamId;
+use crate::error::Result;
+use accalloc_core::caching::pools::{MempoolId, Route};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The next id of a pool made by accalloc_pool_create: (0, n), n from 1, as PyTorch's MemPool().
+static NEXT_USER_POOL: AtomicU64 = AtomicU64::new(1);
+
+impl Accelerator {
+    /// A new pool (0, n) on `device` with one use and its flags.
+    pub fn create_pool(&self, device: i32, use_on_oom: bool, no_split: bool) -> Result<MempoolId> {
+        let index = self.resolve(device)?;
+        let id = (0, NEXT_USER_POOL.fetch_add(1, Ordering::Relaxed));
+        self.lock(index)?.create_pool(id, use_on_oom, no_split)?;
+        Ok(id)
+    }
+
+    /// Route allocations on `device` to pool `id`: this thread's (stream None), or those on a
+    /// stream (a capture).
+    pub fn begin_allocate_to_pool(
+        &self,
+        device: i32,
+        id: MempoolId,
+        stream: Option<StreamId>,
+    ) -> Result<()> {
+        let index = self.resolve(device)?;
+        let route = match stream {
+            None => Route::Thread(std::thread::current().id()),
+            Some(stream) => Route::Stream(stream),
+        };
+        self.lock(index)?.begin_allocate_to_pool(id, route)
+    }
+
+    pub fn end_allocate_to_pool(&self, device: i32, id: MempoolId) -> Result<()> {
+        self.lock(self.resolve(device)?)?.end_allocate_to_pool(id)
+    }
+
+    pub fn release_pool(&self, device: i32, id: MempoolId) -> Result<()> {
+        self.lock(self.resolve(device)?)?.release_pool(id)
+    }
+
+    /// PyTorch's emptyCache(pool) (`live` false), or accalloc's empty of a live pool too.
+    pub fn empty_pool(&self, device: i32, id: MempoolId, live: bool) -> Result<()> {
+        let mut allocator = self.lock(self.resolve(device)?)?;
+        if live {
+            allocator.empty_live_pool(id)
+        } else {
+            allocator.empty_pool_cache(id)
+        }
+    }
+
+    /// (use count, segments) of pool `id`; None where it does not exist.
+    pub fn pool_counts(&self, device: i32, id: MempoolId) -> Result<Option<(u32, usize)>> {
+        let allocator = self.lock(self.resolve(device)?)?;
+        Ok(allocator
+            .pool_use_count(id)
+            .zip(allocator.pool_segment_count(id)))
+    }
+}
