@@ -10,6 +10,7 @@
 use accalloc::capi::device::*;
 use accalloc::capi::memory::*;
 use accalloc::capi::pinned_host::*;
+use accalloc::capi::pools::*;
 use accalloc::capi::settings::{accalloc_set_allocator_settings, accalloc_set_allocator_settings_on};
 use accalloc::capi::stats::*;
 use accalloc::capi::*;
@@ -152,13 +153,15 @@ fuzz_target!(|data: &[u8]| {
     let mut live: Vec<usize> = Vec::new();
     let mut hostile_live: Vec<usize> = Vec::new();
     let mut pinned_live: Vec<usize> = Vec::new();
+    // Pools made here: (device, id, uses this input holds, begun).
+    let mut pools: Vec<(i32, AccallocPoolId, u32, bool)> = Vec::new();
     let mut bytes = data.chunks(9);
     unsafe {
         while let Some(chunk) = bytes.next() {
             let op = chunk[0];
             let arg = chunk.iter().skip(1).fold(0u64, |acc, &b| (acc << 8) | b as u64);
             let device = (arg as i32 % 4) - 1; // -1 .. 2: current, two devices, one that does not exist
-            match op % 16 {
+            match op % 17 {
                 12 => {
                     // The hostile backend: any size, its settings, its streams.
                     let mut p: *mut c_void = std::ptr::null_mut();
@@ -180,6 +183,66 @@ fuzz_target!(|data: &[u8]| {
                     }
                     ok_or_expected(accalloc_set_memory_fraction_on(hostile, (arg % 3) as f64 / 2.0, device));
                     ok_or_expected(accalloc_empty_cache_on(hostile));
+                }
+                16 => {
+                    // Private pools: made, begun (this thread or a stream), ended, released and
+                    // emptied in any order; misuse must be refused, never panic or lose a block.
+                    let pick = (arg >> 8) as usize;
+                    match arg % 6 {
+                        0 => {
+                            let mut id = AccallocPoolId { first: 0, second: 0 };
+                            let status = accalloc_pool_create(device, (arg >> 16) as i32 & 1, (arg >> 17) as i32 & 1, &mut id);
+                            ok_or_expected(status);
+                            if status == AccallocStatus::ACCALLOC_OK {
+                                // The device it is on, whatever the current device becomes.
+                                let mut on = device;
+                                if on < 0 {
+                                    assert_eq!(accalloc_current_device(&mut on), AccallocStatus::ACCALLOC_OK);
+                                }
+                                pools.push((on, id, 1, false));
+                            }
+                        }
+                        1 if !pools.is_empty() => {
+                            let at = pick % pools.len();
+                            let entry = &mut pools[at];
+                            let route = ((arg >> 24) % 3) as i32; // 2: not a route
+                            let status = accalloc_pool_begin(entry.0, entry.1, route, ((arg >> 40) % 3) as usize as *mut c_void);
+                            ok_or_expected(status);
+                            if status == AccallocStatus::ACCALLOC_OK {
+                                assert!(!entry.3, "a begun pool was begun again");
+                                entry.2 += 1;
+                                entry.3 = true;
+                            }
+                        }
+                        2 if !pools.is_empty() => {
+                            let at = pick % pools.len();
+                            let entry = &mut pools[at];
+                            let status = accalloc_pool_end(entry.0, entry.1);
+                            assert_eq!(status == AccallocStatus::ACCALLOC_OK, entry.3);
+                            entry.3 = false;
+                        }
+                        3 if !pools.is_empty() => {
+                            let at = pick % pools.len();
+                            let entry = &mut pools[at];
+                            let status = accalloc_pool_release(entry.0, entry.1);
+                            ok_or_expected(status);
+                            if status == AccallocStatus::ACCALLOC_OK {
+                                entry.2 -= 1;
+                            }
+                        }
+                        4 if !pools.is_empty() => {
+                            let entry = pools[pick % pools.len()];
+                            ok_or_expected(accalloc_pool_empty_cache(entry.0, entry.1, (arg >> 16) as i32 & 1));
+                        }
+                        _ => {
+                            // Any other id (never one made above: those are {0, n}), any device.
+                            let id = AccallocPoolId { first: (arg >> 32) | 1 << 63, second: arg & 0xff };
+                            ok_or_expected(accalloc_pool_release(device, id));
+                            ok_or_expected(accalloc_pool_end(device, id));
+                            let (mut uses, mut segments) = (0, 0);
+                            ok_or_expected(accalloc_pool_info(device, id, &mut uses, &mut segments));
+                        }
+                    }
                 }
                 14 => {
                     // Pinned host memory: any size (0 gives NULL), then a free of one held, twice.
@@ -285,6 +348,15 @@ fuzz_target!(|data: &[u8]| {
         for p in live {
             assert_eq!(accalloc_free(p as *mut c_void), AccallocStatus::ACCALLOC_OK);
         }
+        // Every pool ended and released: freeable, so empty_cache below gives its segments back.
+        for (device, id, uses, begun) in pools {
+            if begun {
+                assert_eq!(accalloc_pool_end(device, id), AccallocStatus::ACCALLOC_OK);
+            }
+            for _ in 0..uses {
+                assert_eq!(accalloc_pool_release(device, id), AccallocStatus::ACCALLOC_OK);
+            }
+        }
         // The hostile backend turns honest once its answers are used up: every free then succeeds.
         for p in hostile_live {
             let mut status = accalloc_free(p as *mut c_void);
@@ -314,11 +386,16 @@ fuzz_target!(|data: &[u8]| {
         accalloc_set_memory_fraction_on(hostile, 1.0, 0);
         accalloc_set_memory_fraction_on(hostile, 1.0, 1);
         while accalloc_empty_cache_on(hostile) == AccallocStatus::ACCALLOC_ERROR_BACKEND {}
-        // Allow the pending (record_stream) blocks to return, then check nothing is left allocated.
+        // Allow the pending (record_stream) blocks to return, then check nothing is left allocated,
+        // and, the cache emptied, nothing reserved: every pool was freeable.
+        assert_eq!(accalloc_empty_cache(), AccallocStatus::ACCALLOC_OK);
         for device in 0..2 {
             let mut allocated = -1;
             assert_eq!(accalloc_memory_allocated(device, &mut allocated), AccallocStatus::ACCALLOC_OK);
             assert_eq!(allocated, 0, "allocations lost on device {device}");
+            let mut reserved = -1;
+            assert_eq!(accalloc_memory_reserved(device, &mut reserved), AccallocStatus::ACCALLOC_OK);
+            assert_eq!(reserved, 0, "segments left on device {device} (a pool not emptied?)");
         }
         accalloc_set_allocator_settings(c"".as_ptr());
         accalloc_empty_cache();

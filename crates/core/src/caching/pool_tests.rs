@@ -299,3 +299,21 @@ fn misuse_is_refused_and_changes_nothing() {
     );
     a.empty_pool_cache((7, 7)).unwrap(); // unknown: nothing, as PyTorch
 }
+
+#[test]
+fn a_pool_released_while_begun_is_not_forgotten_until_it_ends() {
+    // Found by fuzzing: begun (made with one use), released, then the cache emptied while the pool
+    // still takes allocations. It stays until ended, and is forgotten at the next empty after.
+    let (mut a, _) = allocator(1 << 30);
+    a.begin_allocate_to_pool(POOL, this_thread()).unwrap();
+    a.release_pool(POOL).unwrap();
+    a.empty_cache().unwrap();
+    assert_eq!(a.pool_use_count(POOL), Some(0));
+    let p = a.malloc(1000, 0).unwrap();
+    assert_eq!(a.pool_segment_count(POOL), Some(1));
+    a.end_allocate_to_pool(POOL).unwrap();
+    a.free(p).unwrap();
+    a.empty_cache().unwrap();
+    assert_eq!(a.pool_use_count(POOL), None);
+    assert_eq!(a.stats().reserved_bytes[ALL].current, 0);
+}

@@ -144,10 +144,13 @@ impl PrivatePools {
         self.get_mut(index).segments -= 1;
     }
 
-    /// Erase a freeable pool that holds no segment (empty_cache's last step for it).
+    /// Erase a freeable pool that holds no segment (empty_cache's last step for it). One still begun
+    /// (released more often than it was ended) stays until it is ended: allocations are routed to
+    /// it meanwhile (PyTorch asserts there instead).
     pub fn erase_if_empty(&mut self, index: PoolIndex) {
         let pool = self.get(index);
-        if pool.use_count == 0 && pool.segments == 0 {
+        let begun = self.captures.iter().any(|&(_, i, _)| i == index);
+        if pool.use_count == 0 && pool.segments == 0 && !begun {
             let id = pool.id;
             self.by_id.remove(&id);
             self.slots[Self::slot(index)] = None;
