@@ -78,8 +78,10 @@ pub struct CachingAllocator {
     history: Option<History>,
     /// Reserved address ranges of expandable segments; blocks refer to them by index.
     expandable: Vec<expandable::ExpandableSegment>,
-    /// Private pools (MemPool, graph pools) and the routing of allocations to them.
-    private_pools: PrivatePools,
+    /// Private pools (MemPool, graph pools) and the routing of allocations to them: boxed, so that
+    /// the hot path's fields stay together; `routing` mirrors whether any pool is begun.
+    private_pools: Box<PrivatePools>,
+    routing: bool,
 }
 
 impl Drop for CachingAllocator {
@@ -112,7 +114,8 @@ impl CachingAllocator {
             pending_events: BTreeMap::new(),
             history: None,
             expandable: Vec::new(),
-            private_pools: PrivatePools::default(),
+            private_pools: Box::default(),
+            routing: false,
         };
         allocator.set_config(config);
         Ok(allocator)
@@ -165,7 +168,7 @@ impl CachingAllocator {
         if size == 0
             || !self.pending_events.is_empty()
             || self.garbage_collection_on()
-            || self.private_pools.routing()
+            || self.routing
         {
             return None;
         }
@@ -193,8 +196,12 @@ impl CachingAllocator {
         debug_assert!(size > 0);
         // While allocations are routed to a private pool (a graph capture), events are not
         // processed here, as in PyTorch.
-        let private = self.private_pools.route(stream);
-        if !self.pending_events.is_empty() && !self.private_pools.routing() {
+        let private = if self.routing {
+            self.private_pools.route(stream)
+        } else {
+            DEFAULT_POOLS
+        };
+        if !self.pending_events.is_empty() && !self.routing {
             self.process_events()?;
         }
         let rounded = round_size(size, &self.config);
@@ -278,7 +285,7 @@ impl CachingAllocator {
     fn hand_out_found(&mut self, id: BlockId, rounded: usize, requested: usize) -> usize {
         let block = &self.blocks[id];
         let split = should_split(block.pool, block.size, rounded, &self.config)
-            && !(block.private != DEFAULT_POOLS && self.private_pools.no_split(block.private));
+            && !(block.private != DEFAULT_POOLS && self.private_no_split(block.private));
         self.hand_out(id, rounded, requested, split)
     }
 
@@ -391,8 +398,22 @@ impl CachingAllocator {
                 PoolKind::Large => &mut self.large,
             }
         } else {
-            self.private_pools.blocks_mut(private, pool)
+            self.private_pool_mut(private, pool)
         }
+    }
+
+    /// pool_mut's private-pool branch, out of line: the hot path's is the default pools'.
+    #[cold]
+    #[inline(never)]
+    fn private_pool_mut(&mut self, private: PoolIndex, pool: PoolKind) -> &mut BlockPool {
+        self.private_pools.blocks_mut(private, pool)
+    }
+
+    /// Whether blocks of a private pool may not be split, out of line for the same reason.
+    #[cold]
+    #[inline(never)]
+    fn private_no_split(&self, private: PoolIndex) -> bool {
+        self.private_pools.no_split(private)
     }
 
     /// Best fit from the pool: the smallest cached block of this stream that is big enough, unless the
@@ -488,7 +509,7 @@ impl CachingAllocator {
     /// cache_block for a block whose key (stream, size, address) the caller has at hand: the hot
     /// paths have just written size and address, and reading them back at once as one wide load
     /// would wait for those stores to land.
-    #[inline]
+    #[inline(always)]
     fn cache_block_as(&mut self, id: BlockId, key: super::block::PoolKey) {
         let (pool_kind, private) = (self.blocks[id].pool, self.blocks[id].private);
         let lookups = self.pool_mut(private, pool_kind).lookups;

@@ -15,12 +15,16 @@ impl CachingAllocator {
     /// beginAllocateToPool: allocations `route` accepts go to pool `id` (made with one use if new;
     /// else one use more) until end_allocate_to_pool.
     pub fn begin_allocate_to_pool(&mut self, id: MempoolId, route: Route) -> Result<()> {
-        self.private_pools.begin(id, route).map(|_| ())
+        self.private_pools.begin(id, route)?;
+        self.routing = true;
+        Ok(())
     }
 
     /// endAllocateToPool: allocations stop going to pool `id`.
     pub fn end_allocate_to_pool(&mut self, id: MempoolId) -> Result<()> {
-        self.private_pools.end(id)
+        self.private_pools.end(id)?;
+        self.routing = self.private_pools.routing();
+        Ok(())
     }
 
     /// releasePool: one use of pool `id` less; at none it is freeable, and empty_cache gives its free

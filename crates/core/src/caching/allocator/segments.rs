@@ -43,7 +43,7 @@ impl CachingAllocator {
         }
         // The last resort, free every cached segment and retry, is not taken while allocations are
         // routed to a private pool (a capture underway), as in PyTorch.
-        if !self.private_pools.routing() {
+        if !self.routing {
             self.release_cached_blocks()?;
             if let Some(id) =
                 self.allocate_segment(private, pool, stream, rounded, alloc_size, true)?
