@@ -1,9 +1,10 @@
 //! Private pools through the runtime: ids handed out for the process, and each pool call on its
 //! device's allocator (the rules are the core's: accalloc_core::caching::pools).
 
-use super::Accelerator;
+use super::{trace_log, Accelerator};
 use crate::backend::StreamId;
 use crate::error::Result;
+use crate::trace::PoolCall;
 use accalloc_core::caching::pools::{MempoolId, Route};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -16,6 +17,14 @@ impl Accelerator {
         let index = self.resolve(device)?;
         let id = (0, NEXT_USER_POOL.fetch_add(1, Ordering::Relaxed));
         self.lock(index)?.create_pool(id, use_on_oom, no_split)?;
+        trace_log::pool(
+            index,
+            id,
+            PoolCall::Create {
+                use_on_oom,
+                no_split,
+            },
+        );
         Ok(id)
     }
 
@@ -32,25 +41,39 @@ impl Accelerator {
             None => Route::Thread(std::thread::current().id()),
             Some(stream) => Route::Stream(stream),
         };
-        self.lock(index)?.begin_allocate_to_pool(id, route)
+        self.lock(index)?.begin_allocate_to_pool(id, route)?;
+        // A trace replays on one thread: a thread's pool there takes that thread's allocations,
+        // which is exact for a program that allocates from one thread while it is begun.
+        trace_log::pool(index, id, PoolCall::Begin { stream });
+        Ok(())
     }
 
     pub fn end_allocate_to_pool(&self, device: i32, id: MempoolId) -> Result<()> {
-        self.lock(self.resolve(device)?)?.end_allocate_to_pool(id)
+        let index = self.resolve(device)?;
+        self.lock(index)?.end_allocate_to_pool(id)?;
+        trace_log::pool(index, id, PoolCall::End);
+        Ok(())
     }
 
     pub fn release_pool(&self, device: i32, id: MempoolId) -> Result<()> {
-        self.lock(self.resolve(device)?)?.release_pool(id)
+        let index = self.resolve(device)?;
+        self.lock(index)?.release_pool(id)?;
+        trace_log::pool(index, id, PoolCall::Release);
+        Ok(())
     }
 
     /// PyTorch's emptyCache(pool) (`live` false), or accalloc's empty of a live pool too.
     pub fn empty_pool(&self, device: i32, id: MempoolId, live: bool) -> Result<()> {
-        let mut allocator = self.lock(self.resolve(device)?)?;
+        let index = self.resolve(device)?;
+        let mut allocator = self.lock(index)?;
         if live {
-            allocator.empty_live_pool(id)
+            allocator.empty_live_pool(id)?;
         } else {
-            allocator.empty_pool_cache(id)
+            allocator.empty_pool_cache(id)?;
         }
+        drop(allocator);
+        trace_log::pool(index, id, PoolCall::Empty { live });
+        Ok(())
     }
 
     /// (use count, segments) of pool `id`; None where it does not exist.

@@ -192,3 +192,11 @@ pub fn empty_cache() {
     }
     with_log(|log| writeln!(log.out, "{}", TraceOp::EmptyCache));
 }
+
+/// A call on private pool `pool` of `device` that succeeded.
+pub fn pool(device: usize, pool: (u64, u64), call: crate::trace::PoolCall) {
+    if !enabled() {
+        return;
+    }
+    with_log(|log| writeln!(log.out, "{}", TraceOp::Pool { pool, device, call }));
+}

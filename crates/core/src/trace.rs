@@ -3,7 +3,12 @@
 //! tools' replay.
 //!
 //! `{"op":"alloc","id":7,"size":4096,"stream":0}` (optional "device"), `{"op":"free","id":7}`,
-//! `{"op":"empty_cache"}`, `{"op":"record_stream","id":7,"stream":2}`. Blank lines are skipped.
+//! `{"op":"empty_cache"}`, `{"op":"record_stream","id":7,"stream":2}`, and the private pools' calls:
+//! `{"op":"pool_create","pool":[0,1],"use_on_oom":false,"no_split":false}`,
+//! `{"op":"pool_begin","pool":[0,1]}` (every later allocation: a replay has one thread) or with
+//! `"stream":3` (a capture's), `{"op":"pool_end","pool":[0,1]}`, `{"op":"pool_release","pool":[0,1]}`,
+//! `{"op":"pool_empty","pool":[0,1],"live":false}` (each with an optional "device"). Blank lines are
+//! skipped.
 
 use crate::backend::MAX_DEVICES;
 use crate::error::{Error, Result};
@@ -26,6 +31,39 @@ pub enum TraceOp {
     EmptyCache,
     /// `stream` uses the allocation `id` (PyTorch's record_stream).
     RecordStream { id: u64, stream: usize },
+    /// A call on private pool `pool` of `device`.
+    Pool {
+        pool: (u64, u64),
+        device: usize,
+        call: PoolCall,
+    },
+}
+
+/// A call on a private pool (accalloc_core::caching::pools has the rules).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PoolCall {
+    /// MemPool(use_on_oom, no_split): made with one use (or one use more).
+    Create { use_on_oom: bool, no_split: bool },
+    /// beginAllocateToPool: every later allocation (None) or those on a stream go to the pool.
+    Begin { stream: Option<usize> },
+    /// endAllocateToPool.
+    End,
+    /// releasePool.
+    Release,
+    /// emptyCache(pool) (`live` false), or accalloc's empty of a live pool too.
+    Empty { live: bool },
+}
+
+impl PoolCall {
+    fn name(self) -> &'static str {
+        match self {
+            PoolCall::Create { .. } => "pool_create",
+            PoolCall::Begin { .. } => "pool_begin",
+            PoolCall::End => "pool_end",
+            PoolCall::Release => "pool_release",
+            PoolCall::Empty { .. } => "pool_empty",
+        }
+    }
 }
 
 /// The op as one line of the trace format (no newline): the one writer of the format, used by the
@@ -54,6 +92,24 @@ impl std::fmt::Display for TraceOp {
             TraceOp::RecordStream { id, stream } => {
                 write!(out, "{{\"op\":\"record_stream\",\"id\":{id},\"stream\":{stream}}}")
             }
+            TraceOp::Pool { pool, device, call } => {
+                write!(out, "{{\"op\":\"{}\",\"pool\":[{},{}]", call.name(), pool.0, pool.1)?;
+                match call {
+                    PoolCall::Create {
+                        use_on_oom,
+                        no_split,
+                    } => write!(out, ",\"use_on_oom\":{use_on_oom},\"no_split\":{no_split}")?,
+                    PoolCall::Begin {
+                        stream: Some(stream),
+                    } => write!(out, ",\"stream\":{stream}")?,
+                    PoolCall::Empty { live } => write!(out, ",\"live\":{live}")?,
+                    PoolCall::Begin { stream: None } | PoolCall::End | PoolCall::Release => {}
+                }
+                if device != 0 {
+                    write!(out, ",\"device\":{device}")?;
+                }
+                out.write_str("}")
+            }
         }
     }
 }
@@ -78,7 +134,9 @@ pub fn trace_to_jsonl(ops: &[TraceOp]) -> String {
 pub fn devices_used(ops: &[TraceOp]) -> usize {
     ops.iter()
         .filter_map(|op| match op {
-            TraceOp::Alloc { device, .. } => Some(device.saturating_add(1)),
+            TraceOp::Alloc { device, .. } | TraceOp::Pool { device, .. } => {
+                Some(device.saturating_add(1))
+            }
             _ => None,
         })
         .max()
@@ -119,7 +177,7 @@ pub fn parse_trace(text: &str) -> Result<Vec<TraceOp>> {
                     )));
                 }
             }
-            TraceOp::EmptyCache => {}
+            TraceOp::EmptyCache | TraceOp::Pool { .. } => {}
         }
         ops.push(op);
     }
@@ -155,19 +213,46 @@ fn parse_line(line: &str) -> std::result::Result<TraceOp, String> {
     let index = |key: &str| -> std::result::Result<usize, String> {
         usize::try_from(uint(key)?.unwrap_or(0)).map_err(|_| format!("\"{key}\" is too large"))
     };
+    let flag = |key: &str| -> std::result::Result<bool, String> {
+        match object.get(key) {
+            None => Ok(false),
+            Some(v) => v
+                .as_bool()
+                .ok_or(format!("\"{key}\" must be true or false")),
+        }
+    };
+    let device = || -> std::result::Result<usize, String> {
+        match index("device")? {
+            device if device < MAX_DEVICES => Ok(device),
+            device => Err(format!(
+                "\"device\" is {device}; a backend has at most {MAX_DEVICES} devices"
+            )),
+        }
+    };
+    let pool = |call: PoolCall| -> std::result::Result<TraceOp, String> {
+        let pair = object
+            .get("pool")
+            .and_then(|v| v.as_array())
+            .filter(|a| a.len() == 2)
+            .and_then(|a| Some((a[0].as_u64()?, a[1].as_u64()?)))
+            .ok_or("\"pool\" must be a pair of non-negative integers, as [0,1]")?;
+        if pair == (0, 0) {
+            return Err(
+                "\"pool\" [0,0] is the default pools: a private pool needs another id".into(),
+            );
+        }
+        Ok(TraceOp::Pool {
+            pool: pair,
+            device: device()?,
+            call,
+        })
+    };
     match object.get("op").and_then(|v| v.as_str()) {
         Some("alloc") => Ok(TraceOp::Alloc {
             id: required("id")?,
             size: usize::try_from(required("size")?).map_err(|_| "\"size\" is too large")?,
             stream: index("stream")?,
-            device: match index("device")? {
-                device if device < MAX_DEVICES => device,
-                device => {
-                    return Err(format!(
-                        "\"device\" is {device}; a backend has at most {MAX_DEVICES} devices"
-                    ))
-                }
-            },
+            device: device()?,
         }),
         Some("free") => Ok(TraceOp::Free {
             id: required("id")?,
@@ -177,8 +262,23 @@ fn parse_line(line: &str) -> std::result::Result<TraceOp, String> {
             id: required("id")?,
             stream: usize::try_from(required("stream")?).map_err(|_| "\"stream\" is too large")?,
         }),
+        Some("pool_create") => pool(PoolCall::Create {
+            use_on_oom: flag("use_on_oom")?,
+            no_split: flag("no_split")?,
+        }),
+        Some("pool_begin") => pool(PoolCall::Begin {
+            stream: uint("stream")?
+                .map(|s| usize::try_from(s).map_err(|_| "\"stream\" is too large"))
+                .transpose()?,
+        }),
+        Some("pool_end") => pool(PoolCall::End),
+        Some("pool_release") => pool(PoolCall::Release),
+        Some("pool_empty") => pool(PoolCall::Empty {
+            live: flag("live")?,
+        }),
         Some(other) => Err(format!(
-            "unknown op \"{other}\" (expected alloc, free, empty_cache or record_stream)"
+            "unknown op \"{other}\" (expected alloc, free, empty_cache, record_stream or pool_create, \
+             pool_begin, pool_end, pool_release, pool_empty)"
         )),
         None => Err("missing \"op\"".into()),
     }
@@ -187,6 +287,74 @@ fn parse_line(line: &str) -> std::result::Result<TraceOp, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pool_calls_are_written_and_read_back() {
+        let ops = vec![
+            TraceOp::Pool {
+                pool: (0, 1),
+                device: 0,
+                call: PoolCall::Create {
+                    use_on_oom: true,
+                    no_split: false,
+                },
+            },
+            TraceOp::Pool {
+                pool: (0, 1),
+                device: 0,
+                call: PoolCall::Begin { stream: None },
+            },
+            TraceOp::Pool {
+                pool: (2, 0),
+                device: 1,
+                call: PoolCall::Begin { stream: Some(3) },
+            },
+            TraceOp::Pool {
+                pool: (2, 0),
+                device: 1,
+                call: PoolCall::End,
+            },
+            TraceOp::Pool {
+                pool: (0, 1),
+                device: 0,
+                call: PoolCall::Release,
+            },
+            TraceOp::Pool {
+                pool: (0, 1),
+                device: 0,
+                call: PoolCall::Empty { live: true },
+            },
+        ];
+        let text = trace_to_jsonl(&ops);
+        assert_eq!(
+            text.lines().collect::<Vec<_>>(),
+            [
+                "{\"op\":\"pool_create\",\"pool\":[0,1],\"use_on_oom\":true,\"no_split\":false}",
+                "{\"op\":\"pool_begin\",\"pool\":[0,1]}",
+                "{\"op\":\"pool_begin\",\"pool\":[2,0],\"stream\":3,\"device\":1}",
+                "{\"op\":\"pool_end\",\"pool\":[2,0],\"device\":1}",
+                "{\"op\":\"pool_release\",\"pool\":[0,1]}",
+                "{\"op\":\"pool_empty\",\"pool\":[0,1],\"live\":true}",
+            ]
+        );
+        assert_eq!(parse_trace(&text).unwrap(), ops);
+        assert_eq!(devices_used(&ops), 2);
+        for (line, why) in [
+            ("{\"op\":\"pool_end\"}", "\"pool\" must be a pair"),
+            ("{\"op\":\"pool_end\",\"pool\":[0,0]}", "the default pools"),
+            (
+                "{\"op\":\"pool_end\",\"pool\":[1,-1]}",
+                "\"pool\" must be a pair",
+            ),
+            (
+                "{\"op\":\"pool_empty\",\"pool\":[0,1],\"live\":1}",
+                "\"live\" must be true or false",
+            ),
+        ] {
+            let error = parse_trace(line).unwrap_err();
+            assert!(error.message.contains(why), "{line}: {}", error.message);
+        }
+    }
 
     #[test]
     fn parses_the_four_ops() {

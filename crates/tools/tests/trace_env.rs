@@ -147,3 +147,109 @@ fn an_unwritable_trace_file_is_a_configuration_error() {
         "{stdout}"
     );
 }
+
+/// A program with a private pool: allocations in and out of it, the pool released while a tensor
+/// of it lives, empty_cache around. Prints its statistics.
+fn pool_program() {
+    use accalloc::capi::pools::*;
+    let malloc = |size: usize| {
+        let mut ptr: *mut c_void = std::ptr::null_mut();
+        let status = unsafe { accalloc_malloc(&mut ptr, size, -1, std::ptr::null_mut()) };
+        assert_eq!(status, AccallocStatus::ACCALLOC_OK);
+        ptr
+    };
+    let free = |ptr| assert_eq!(unsafe { accalloc_free(ptr) }, AccallocStatus::ACCALLOC_OK);
+    let mut pool = AccallocPoolId {
+        first: 0,
+        second: 0,
+    };
+    assert_eq!(
+        unsafe { accalloc_pool_create(-1, 0, 1, &mut pool) },
+        AccallocStatus::ACCALLOC_OK
+    );
+    let begin = || accalloc_pool_begin(-1, pool, ACCALLOC_ROUTE_THREAD, std::ptr::null_mut());
+    assert_eq!(begin(), AccallocStatus::ACCALLOC_OK);
+    let in_pool: Vec<_> = [1000, 3 << 20, 4096].into_iter().map(malloc).collect();
+    assert_eq!(accalloc_pool_end(-1, pool), AccallocStatus::ACCALLOC_OK);
+    assert_eq!(accalloc_pool_release(-1, pool), AccallocStatus::ACCALLOC_OK);
+    let outside = malloc(1000);
+    free(in_pool[0]);
+    free(in_pool[1]);
+    assert_eq!(accalloc_empty_cache(), AccallocStatus::ACCALLOC_OK);
+    assert_eq!(
+        accalloc_pool_empty_cache(-1, pool, 1),
+        AccallocStatus::ACCALLOC_OK
+    );
+    assert_eq!(accalloc_pool_release(-1, pool), AccallocStatus::ACCALLOC_OK);
+    free(in_pool[2]);
+    free(outside);
+    assert_eq!(accalloc_empty_cache(), AccallocStatus::ACCALLOC_OK);
+    let stats = accalloc::runtime::runtime()
+        .unwrap()
+        .current()
+        .device_stats(0)
+        .unwrap()
+        .flat();
+    let stats: BTreeMap<String, i64> = stats.into_iter().collect();
+    println!("STATS {}", serde_json::to_string(&stats).unwrap());
+}
+
+#[test]
+fn a_recorded_program_with_a_pool_replays_with_its_figures() {
+    if std::env::var(CHILD).is_ok() {
+        pool_program();
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("accalloc-trace-pool-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("pool_program.jsonl");
+    let out = run_child(
+        "a_recorded_program_with_a_pool_replays_with_its_figures",
+        &path,
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = stdout
+        .lines()
+        .find_map(|l| l.split_once("STATS ").map(|(_, json)| json))
+        .unwrap_or_else(|| panic!("the program printed no statistics: {stdout}"));
+    let seen: BTreeMap<String, i64> = serde_json::from_str(line).unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        text.contains(
+            "{\"op\":\"pool_create\",\"pool\":[0,1],\"use_on_oom\":false,\"no_split\":true}\n"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("{\"op\":\"pool_empty\",\"pool\":[0,1],\"live\":true}\n"),
+        "{text}"
+    );
+    let ops = parse_trace(&text).unwrap();
+    let settings = HostSettings {
+        capacity: 1 << 30,
+        ..accalloc::runtime::Environment::read()
+            .host_settings()
+            .unwrap()
+    };
+    let report = replay(
+        &ops,
+        Arc::new(HostBackend::new(settings)),
+        &CachingConfig::default(),
+    )
+    .unwrap();
+    let replayed: BTreeMap<String, i64> = report.device_stats[0].flat().into_iter().collect();
+    assert_eq!(
+        replayed, seen,
+        "the replay's 122 statistics are the program's"
+    );
+    assert_eq!(
+        seen["segment.all.allocated"], 4,
+        "three no_split pool segments and a default one"
+    );
+    assert_eq!(seen["reserved_bytes.all.current"], 0);
+}

@@ -1,10 +1,11 @@
 //! Replaying a trace through fresh caching allocators (one per device) and measuring it.
 
 use crate::backend::Backend;
+use crate::caching::pools::Route;
 use crate::caching::snapshot::settings_json;
 use crate::caching::{CachingAllocator, CachingConfig, DeviceStats, StatType};
 use crate::error::{Error, ErrorKind, Result};
-use crate::replay::trace::{devices_used, TraceOp};
+use crate::replay::trace::{devices_used, PoolCall, TraceOp};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
@@ -165,6 +166,27 @@ impl Session {
             TraceOp::EmptyCache => {
                 for allocator in &mut self.allocators {
                     allocator.empty_cache()?;
+                }
+            }
+            TraceOp::Pool { pool, device, call } => {
+                let allocator = &mut self.allocators[device];
+                match call {
+                    PoolCall::Create {
+                        use_on_oom,
+                        no_split,
+                    } => allocator.create_pool(pool, use_on_oom, no_split)?,
+                    PoolCall::Begin { stream } => {
+                        // A replay runs on one thread: a thread's pool takes every allocation.
+                        let route = match stream {
+                            None => Route::Thread(std::thread::current().id()),
+                            Some(stream) => Route::Stream(stream),
+                        };
+                        allocator.begin_allocate_to_pool(pool, route)?
+                    }
+                    PoolCall::End => allocator.end_allocate_to_pool(pool)?,
+                    PoolCall::Release => allocator.release_pool(pool)?,
+                    PoolCall::Empty { live: false } => allocator.empty_pool_cache(pool)?,
+                    PoolCall::Empty { live: true } => allocator.empty_live_pool(pool)?,
                 }
             }
             TraceOp::RecordStream { id, stream } => {
