@@ -60,6 +60,16 @@ impl PrivatePools {
         !self.captures.is_empty()
     }
 
+    /// Whether a capture is underway: a pool begun for a stream. PyTorch 2.15 applies its capture
+    /// rules (no event processing in malloc, no last-resort release, empty_cache leaving the
+    /// default pools alone) only while a stream is being captured, not for use_mem_pool's thread
+    /// routing (pytorch#159674's fix).
+    pub fn capturing(&self) -> bool {
+        self.captures
+            .iter()
+            .any(|(_, _, route)| matches!(route, Route::Stream(_)))
+    }
+
     /// The pools a request on `stream` from this thread goes to: the newest begun pool whose filter
     /// accepts it, else the default pools.
     #[inline]

@@ -82,6 +82,8 @@ pub struct CachingAllocator {
     /// the hot path's fields stay together; `routing` mirrors whether any pool is begun.
     private_pools: Box<PrivatePools>,
     routing: bool,
+    /// Whether a capture (a pool begun for a stream) is underway.
+    capturing: bool,
 }
 
 impl Drop for CachingAllocator {
@@ -116,6 +118,7 @@ impl CachingAllocator {
             expandable: Vec::new(),
             private_pools: Box::default(),
             routing: false,
+            capturing: false,
         };
         allocator.set_config(config);
         Ok(allocator)
@@ -194,14 +197,13 @@ impl CachingAllocator {
     #[inline]
     fn malloc_begin_unchecked(&mut self, size: usize, stream: StreamId) -> Result<MallocStep> {
         debug_assert!(size > 0);
-        // While allocations are routed to a private pool (a graph capture), events are not
-        // processed here, as in PyTorch.
+        // While a capture is underway, events are not processed here, as in PyTorch.
         let private = if self.routing {
             self.private_pools.route(stream)
         } else {
             DEFAULT_POOLS
         };
-        if !self.pending_events.is_empty() && !self.routing {
+        if !self.pending_events.is_empty() && !self.capturing {
             self.process_events()?;
         }
         let rounded = round_size(size, &self.config);

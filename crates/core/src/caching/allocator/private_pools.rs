@@ -17,6 +17,7 @@ impl CachingAllocator {
     pub fn begin_allocate_to_pool(&mut self, id: MempoolId, route: Route) -> Result<()> {
         self.private_pools.begin(id, route)?;
         self.routing = true;
+        self.capturing = self.private_pools.capturing();
         Ok(())
     }
 
@@ -24,6 +25,7 @@ impl CachingAllocator {
     pub fn end_allocate_to_pool(&mut self, id: MempoolId) -> Result<()> {
         self.private_pools.end(id)?;
         self.routing = self.private_pools.routing();
+        self.capturing = self.private_pools.capturing();
         Ok(())
     }
 
@@ -42,7 +44,11 @@ impl CachingAllocator {
         if self.private_pools.get(index).use_count > 0 {
             return Ok(());
         }
-        let result = self.release_pool_blocks(index);
+        // PyTorch synchronizes (and counts it) before emptying a freeable pool, so that its blocks
+        // waiting on events come back first.
+        let result = self
+            .synchronize_and_free_events()
+            .and_then(|()| self.release_pool_blocks(index));
         self.private_pools.erase_if_empty(index);
         self.verify("empty_pool_cache");
         result

@@ -34,6 +34,15 @@ impl CachingAllocator {
         rounded: usize,
         alloc_size: usize,
     ) -> Result<BlockId> {
+        // PyTorch 2.15: a default-pool request whose segment could not be had first tries the free
+        // blocks of the use_on_oom pools (no new segment; the block stays its pool's).
+        if private == DEFAULT_POOLS {
+            for candidate in self.private_pools.use_on_oom_pools() {
+                if let Some(id) = self.take_free_block(candidate, pool, stream, rounded) {
+                    return Ok(id);
+                }
+            }
+        }
         if self.release_available_cached_blocks(private, pool, stream, rounded)? {
             if let Some(id) =
                 self.allocate_segment(private, pool, stream, rounded, alloc_size, false)?
@@ -41,22 +50,14 @@ impl CachingAllocator {
                 return Ok(id);
             }
         }
-        // The last resort, free every cached segment and retry, is not taken while allocations are
-        // routed to a private pool (a capture underway), as in PyTorch.
-        if !self.routing {
+        // The last resort, free every cached segment and retry, is not taken while a capture is
+        // underway, as in PyTorch.
+        if !self.capturing {
             self.release_cached_blocks()?;
             if let Some(id) =
                 self.allocate_segment(private, pool, stream, rounded, alloc_size, true)?
             {
                 return Ok(id);
-            }
-        }
-        // A default-pool request about to fail may take a free block of a use_on_oom pool.
-        if private == DEFAULT_POOLS {
-            for candidate in self.private_pools.use_on_oom_pools() {
-                if let Some(id) = self.take_free_block(candidate, pool, stream, rounded) {
-                    return Ok(id);
-                }
             }
         }
         Err(self.out_of_memory(alloc_size, rounded, stream))
@@ -208,9 +209,12 @@ impl CachingAllocator {
     /// freeable private pool (use count 0: PyTorch never releases a live pool's), erasing the
     /// freeable pools left with no segment.
     pub(super) fn release_cached_blocks(&mut self) -> Result<()> {
-        // Blocks waiting on stream events are returned first, so their segments can go too.
-        self.synchronize_and_free_events()?;
-        self.release_pool_blocks(DEFAULT_POOLS)?;
+        // Blocks waiting on stream events are returned first, so their segments can go too; while a
+        // capture is underway PyTorch neither synchronizes nor releases the default pools.
+        if !self.capturing {
+            self.synchronize_and_free_events()?;
+            self.release_pool_blocks(DEFAULT_POOLS)?;
+        }
         for private in self.private_pools.freeable() {
             self.release_pool_blocks(private)?;
             self.private_pools.erase_if_empty(private);
