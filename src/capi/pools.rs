@@ -62,9 +62,11 @@ pub unsafe extern "C" fn accalloc_pool_create_on(
 /// From now until accalloc_pool_end, allocations on `device` go to `pool`: those of the calling
 /// thread (`route` ACCALLOC_ROUTE_THREAD; `stream` ignored) or those on `stream`
 /// (ACCALLOC_ROUTE_STREAM). Counts a use of the pool, making it (with one use) if it does not
-/// exist. Pools begun at once nest: a request goes to the newest whose route takes it. While any
-/// pool is begun on a device, its allocations process no finished events and skip the last-resort
-/// release of every cached segment, as PyTorch's do during a capture.
+/// exist. Pools begun at once nest: a request goes to the newest whose route takes it. While a pool
+/// is begun for a stream (a capture), the device's allocations process no finished events and
+/// skip the last-resort release of every cached segment, and accalloc_empty_cache leaves the
+/// default pools alone, as PyTorch 2.15 does during a capture (not for use_mem_pool's thread
+/// route).
 ///
 /// Errors: ACCALLOC_ERROR_INVALID_ARGUMENT (the pool is begun already; {0, 0}; an unknown route),
 /// ACCALLOC_ERROR_INVALID_DEVICE; nothing changes.

@@ -7,6 +7,7 @@
 //! releasing it uncounts one, and at zero the pool is *freeable*: empty_cache then gives back its free
 //! whole segments and erases it once it has none. Allocations are routed to the newest pool begun
 //! whose filter accepts the request: the calling thread (use_mem_pool) or a stream (a graph capture).
+//! Only a stream's route is a capture, with PyTorch 2.15's capture rules (see `capturing`).
 
 use super::block::{BlockPool, PoolIndex, DEFAULT_POOLS};
 use super::policy::PoolKind;
