@@ -6,7 +6,8 @@ traces in examples/traces/real/, these also with expandable segments), for the s
 again under allocator settings (max_split_size_mb, max_non_split_rounding_mb,
 roundup_power2_divisions, garbage_collection_threshold with per_process_memory_fraction,
 expandable_segments alone and combined with the others, at a big capacity and at tight ones), and
-for a set of small crafted traces written to a temporary directory, it runs
+for a set of small crafted traces written to a temporary directory (private pools' among them:
+CRAFTED_POOLS), it runs
 
     target/release/accalloc replay TRACE --json --simulate [--config SETTINGS]
     python3 scripts/pytorch_model.py TRACE [--config SETTINGS]
@@ -524,10 +525,181 @@ CRAFTED_EXPANDABLE: dict[str, tuple[str, str, list[TraceOp], dict[str, object]]]
         "reserved_bytes.all.current": 80 * MiB}),
 }
 
-# Cases where the model follows PyTorch and accalloc does not: name -> (capacity, settings, ops,
-# expected values in the model's output, the keys expected to differ, the explanation).
-KNOWN_DIFFERENCES: dict[str, tuple[str, str, list[TraceOp], dict[str, object], set[str], str]] = {
+# Private pools: short names for their calls, and three pool ids.
+def PC(pool: tuple[int, int], use_on_oom: bool = False, no_split: bool = False) -> TraceOp:
+    return trace_format.pool_op("pool_create", pool, use_on_oom=use_on_oom, no_split=no_split)
+
+
+def PB(pool: tuple[int, int], stream: int | None = None) -> TraceOp:
+    """pool_begin: the thread's pool (every later allocation of a replay), or a stream's."""
+    return trace_format.pool_op("pool_begin", pool, stream=stream)
+
+
+def PE(pool: tuple[int, int]) -> TraceOp:
+    return trace_format.pool_op("pool_end", pool)
+
+
+def PR(pool: tuple[int, int]) -> TraceOp:
+    return trace_format.pool_op("pool_release", pool)
+
+
+def PX(pool: tuple[int, int], live: bool = False) -> TraceOp:
+    """pool_empty: PyTorch's emptyCache(pool), or with live accalloc's empty of a live pool."""
+    return trace_format.pool_op("pool_empty", pool, live=live)
+
+
+P1, P2, P3 = (0, 1), (0, 2), (0, 3)
+
+# name -> (capacity, allocator settings ("" for none), ops, expected values in the model's output)
+CRAFTED_POOLS: dict[str, tuple[str, str, list[TraceOp], dict[str, object]]] = {
+    # Isolation both ways: P1's first request gets a segment of its own although the default pools
+    # cache a free one (S0); default requests split S0 and never touch P1's free segment S1; P1's
+    # second request splits S1. empty_cache releases S0 only: P1 is live (three uses).
+    "pool_isolation": ("1GiB", "", [
+        A(1, 4096), F(1), PC(P1), PB(P1), A(2, 4096), PE(P1), A(3, 4096), F(2), A(4, 8192),
+        PB(P1), A(5, 8192), PE(P1), F(3), F(4), F(5), E(),
+    ], {"num_device_alloc": 2, "num_device_free": 1, "segment.all.current": 1,
+        "model.pool_mallocs": 2, "model.pool_segment_allocs": 1, "model.pools_left": 1}),
+    # Routing, newest capture first: P1 by thread (every request), P2 by stream 5 on top of it.
+    # Stream 0 -> P1 (segment 1); stream 5 -> P2 (2). P2 ended: stream 5 -> P1 (3, P1's segment is
+    # stream 0's). P2 again: stream 5 reuses segment 2. P3 by thread on top: streams 5 and 0 both go
+    # to P3 (4, 5). All ended: default (6). Oldest-first routing would make 3 segments, not 6.
+    "pool_routes_nested": ("1GiB", "", [
+        PB(P1), PB(P2, 5), A(1, 4096, 0), A(2, 4096, 5), PE(P2), A(3, 4096, 5), PB(P2, 5),
+        A(4, 4096, 5), PB(P3), A(5, 4096, 5), A(6, 4096, 0), PE(P3), PE(P2), PE(P1),
+        A(7, 4096, 5), *[F(i) for i in range(1, 8)], E(),
+    ], {"num_device_alloc": 6, "model.pool_segment_allocs": 5, "model.pool_mallocs": 6,
+        "num_device_free": 1, "segment.all.current": 5}),
+    # Use counts: create 1, begin 2, release 1 (live: empty_cache keeps its free small segment),
+    # release 0 (freeable: empty_cache releases the small segment but keeps the split large one and
+    # the pool). The 3 MiB block freed after its pool was released goes back to the pool and merges
+    # whole; a default 3 MiB request does not take it (a segment of its own); the last empty_cache
+    # releases both and erases the pool.
+    "pool_release_then_free": ("1GiB", "", [
+        PC(P1), PB(P1), A(1, 3 * MiB), A(2, 4096), PE(P1), PR(P1), F(2), E(), PR(P1), E(), F(1),
+        A(3, 3 * MiB), F(3), E(),
+    ], {"num_device_alloc": 3, "num_device_free": 3, "num_sync_all_streams": 3,
+        "model.pools_erased": 1, "model.pools_left": 0, "segment.all.current": 0,
+        "inactive_split.large_pool.allocated": 2}),
+    # PyTorch's emptyCache(pool) does nothing to a live pool or to an unknown one.
+    "pool_empty_live_pool_noop": ("1GiB", "", [
+        PC(P1), PB(P1), A(1, 4096), A(2, 3 * MiB), PE(P1), F(1), F(2), PX(P1), PX((7, 0)),
+    ], {"num_device_free": 0, "num_sync_all_streams": 0, "model.pools_left": 1,
+        "segment.all.current": 2}),
+    # accalloc's empty of a live pool: the whole free small segment goes (the large one is split);
+    # then the large one; the pool stays (two uses); released twice it is erased by the next empty
+    # although there is nothing left to release. Each call synchronizes as empty_cache does.
+    "pool_empty_live_true": ("1GiB", "", [
+        PC(P1), PB(P1), A(1, 4096), A(2, 3 * MiB), A(3, 4096), PE(P1), F(1), F(3), PX(P1, True),
+        F(2), PX(P1, True), PR(P1), PR(P1), PX(P1, True),
+    ], {"num_device_free": 2, "num_sync_all_streams": 3, "model.pools_erased": 1,
+        "model.pools_left": 0, "segment.all.current": 0}),
+    # no_split: 1000 B gets a whole 2 MiB segment, and so does the next one (a second segment);
+    # 3 MiB a whole 20 MiB one; 500 B reuses the first 2 MiB block whole. A later create without
+    # the flag leaves it set (6: a third whole 2 MiB segment). A default request still splits.
+    "pool_no_split": ("1GiB", "", [
+        PC(P1, no_split=True), PB(P1), A(1, 1000), A(2, 1000), A(3, 3 * MiB), F(1), A(4, 500),
+        PE(P1), PC(P1), PB(P1), A(6, 1000), PE(P1), A(5, 1000), F(2), F(3), F(4), F(5), F(6),
+    ], {"allocated_bytes.all.allocated": 28 * MiB + 1024,
+        "allocated_bytes.all.peak": 26 * MiB + 1024,
+        "requested_bytes.all.allocated": 3 * MiB + 4500, "inactive_split.all.allocated": 1,
+        "num_device_alloc": 5, "model.no_split_whole": 5}),
+    # use_on_oom (40 MiB device): P1 holds a 20 MiB segment, 5 MiB used. Default 12 MiB, then
+    # 10 MiB: no room (42 > 40), and right after that first failure P1's free 15 MiB block serves it
+    # (split, 5 MiB left; no retry, no synchronisation), going back to P1 when freed. The same
+    # request on stream 1 finds no block of its stream in P1: the release of every cached block
+    # frees nothing (the default pools cache nothing, P1 is live) and the retry fails: out of
+    # memory. On stream 0 again it is served by P1. A request routed to P2 (a thread's pool, no
+    # capture: it takes the last resort, a retry) never borrows from P1: out of memory. Tried after
+    # the last resort, the two hits would count two retries more.
+    "pool_use_on_oom": ("40MiB", "", [
+        PC(P1, use_on_oom=True), PB(P1), A(1, 5 * MiB), PE(P1), A(2, 12 * MiB), A(3, 10 * MiB),
+        F(3), A(4, 10 * MiB, 1), A(5, 10 * MiB), F(5), PB(P2), A(6, 10 * MiB), PE(P2), F(2), F(1),
+        E(),
+    ], {"model.use_on_oom_hits": 2, "num_ooms": 2, "num_alloc_retries": 2,
+        "num_sync_all_streams": 3, "num_device_alloc": 2, "num_device_free": 1,
+        "segment.all.current": 1, "model.last_resort_skipped": 0}),
+    # use_on_oom comes before release_available_cached_blocks and the last resort (max_split_size
+    # 20 MiB, 100 MiB device): P1 caches a free whole 30 MiB segment, the default pools a 50 MiB
+    # one (too large for 25 MiB: 50 >= 25 + 20). 25 MiB needs a 26 MiB segment (106 > 100); P1's
+    # 30 MiB block serves it whole (25 >= max_split_size: no split). Tried later, the 50 MiB segment
+    # would have been released (release_available_cached_blocks) for a new 26 MiB one. empty_cache
+    # releases the 50 MiB segment (P1 is live).
+    "pool_use_on_oom_first": ("100MiB", M20, [
+        PC(P1, use_on_oom=True), PB(P1), A(1, 30 * MiB), PE(P1), F(1), A(2, 50 * MiB), F(2),
+        A(3, 25 * MiB), F(3), E(),
+    ], {"model.use_on_oom_hits": 1, "model.release_available_ok": 0,
+        "model.release_available_short": 0, "num_alloc_retries": 0, "num_sync_all_streams": 1,
+        "num_device_alloc": 2, "num_device_free": 1, "num_ooms": 0,
+        "allocated_bytes.large_pool.allocated": (30 + 50 + 30) * MiB,
+        "oversize_allocations.allocated": 3, "segment.all.current": 1}),
+    # The same without the flag (set, then overwritten by a second create): both 10 MiB requests
+    # run out of memory.
+    "pool_use_on_oom_without_flag": ("40MiB", "", [
+        PC(P1, use_on_oom=True), PC(P1), PB(P1), A(1, 5 * MiB), PE(P1), A(2, 12 * MiB),
+        A(3, 10 * MiB), F(3), A(4, 10 * MiB), F(2), F(1), E(),
+    ], {"model.use_on_oom_hits": 0, "num_ooms": 2, "num_alloc_retries": 2,
+        "model.failed_allocs": 2, "num_sync_all_streams": 3}),
+    # max_split_size 40 MiB (150 MiB device): the default pools cache an oversize 42 MiB segment;
+    # P1 caches 50 and 46 MiB ones. P1's 30 MiB misses (oversize blocks), its new segment does not
+    # fit (168 MiB), and release_available_cached_blocks releases from P1's own pool: its 46 MiB
+    # block (not the default 42). The default pools' 30 MiB request then releases their 42 MiB.
+    "pool_mss_release_available": ("150MiB", M40, [
+        A(0, 42 * MiB), F(0), PC(P1), PB(P1), A(1, 50 * MiB), A(2, 45 * MiB), F(1), F(2),
+        A(3, 30 * MiB), PE(P1), A(4, 30 * MiB), F(3), F(4),
+    ], {"model.release_available_ok": 2, "num_device_free": 2, "num_alloc_retries": 0,
+        "num_sync_all_streams": 0, "num_device_alloc": 5, "oversize_segments.allocated": 3,
+        "segment.all.current": 3, "reserved_bytes.all.peak": 138 * MiB}),
+    # During a capture (a pool begun for a stream) the last resort is skipped (40 MiB device, a free
+    # 12 MiB default segment cached): 30 MiB on stream 5, routed to P1, fails without releasing it;
+    # so does a default-pool request on stream 0. P1 is then ended and released (freeable, empty).
+    # A pool begun for a thread (use_mem_pool's) is no capture: 30 MiB routed to P2 takes the last
+    # resort (the default segment released, P1 erased) and its retry succeeds. Released, P2 goes
+    # with the last empty_cache.
+    "pool_skips_last_resort": ("40MiB", "", [
+        A(1, 12 * MiB), F(1), PB(P1, 5), A(2, 30 * MiB, 5), A(3, 30 * MiB, 0), PE(P1), PR(P1),
+        PB(P2), A(4, 30 * MiB), F(4), PE(P2), PR(P2), E(),
+    ], {"num_ooms": 2, "num_alloc_retries": 1, "num_sync_all_streams": 2,
+        "model.last_resort_skipped": 2, "num_device_free": 2, "num_device_alloc": 2,
+        "model.failed_allocs": 2, "model.pool_mallocs": 2, "model.pool_segment_allocs": 1,
+        "model.pools_erased": 2, "model.pools_left": 0}),
+    # PyTorch's emptyCache(pool) of a freeable pool (P1 released to a use count of 0, a default
+    # segment cached): it synchronizes first (num_sync_all_streams +1, the pool's blocks waiting on
+    # events returned), releases P1's two segments and erases it, and leaves the default pools
+    # alone.
+    "pool_empty_freeable_syncs": ("1GiB", "", [
+        PC(P1), PB(P1), A(1, 4096), A(2, 3 * MiB), PE(P1), F(1), F(2), PR(P1), PR(P1), A(3, 4096),
+        F(3), PX(P1),
+    ], {"num_device_free": 2, "model.pools_erased": 1, "segment.all.current": 1,
+        "num_sync_all_streams": 1}),
+    # empty_cache while P1 captures stream 5, with a cached default segment and a freeable P2
+    # holding a free segment: P2's segment goes (P2 erased), but during a capture nothing
+    # synchronizes and the default pools keep theirs.
+    "empty_cache_during_capture": ("1GiB", "", [
+        A(1, 4096), F(1), PB(P2), A(2, 4096), PE(P2), F(2), PR(P2), PB(P1, 5), E(), PE(P1),
+    ], {"model.default_release_skipped": 1, "model.pools_erased": 1, "num_device_free": 1,
+        "num_sync_all_streams": 0, "segment.all.current": 1}),
+    # The same with P1 begun for a thread (use_mem_pool's, no capture): empty_cache synchronizes
+    # and releases the default segment too.
+    "empty_cache_during_thread_route": ("1GiB", "", [
+        A(1, 4096), F(1), PB(P2), A(2, 4096), PE(P2), F(2), PR(P2), PB(P1), E(), PE(P1),
+    ], {"model.default_release_skipped": 0, "model.pools_erased": 1, "num_device_free": 2,
+        "num_sync_all_streams": 1, "segment.all.current": 0}),
+    # With expandable segments on, a pool's segments are ordinary ones (accalloc; a segment
+    # counts) but split by the expandable rule (>= 512 B left: 16.5 MiB leaves 512 KiB); the default
+    # pools map pages (no segment).
+    "pool_es_ordinary_segments": ("1GiB", ES, [
+        PB(P1), A(1, 3 * MiB), A(2, 16 * MiB + 512 * KiB), PE(P1), A(3, 3 * MiB), F(1), F(2),
+        F(3), E(),
+    ], {"segment.all.peak": 1, "segment.large_pool.current": 1, "model.maps": 1,
+        "model.pool_segment_allocs": 1,
+        "allocated_bytes.large_pool.allocated": 3 * MiB + 16 * MiB + 512 * KiB + 3 * MiB}),
 }
+
+# Cases where the model follows PyTorch and accalloc does not: name -> (capacity, settings, ops,
+# expected values in the model's output, the keys expected to differ, the explanation). None at
+# present.
+KNOWN_DIFFERENCES: dict[str, tuple[str, str, list[TraceOp], dict[str, object], set[str], str]] = {}
 
 # The sample traces again under settings: (trace file, capacity, settings, expected values).
 GC_TRACE = "garbage_collection_threshold:0.6,per_process_memory_fraction:0.5"
@@ -688,7 +860,8 @@ def main(argv: list[str]) -> int:
             trace_format.write_trace(path, ops)
             results.append(check(name, path, capacity, expect))
         for name, (capacity, settings, ops, expect) in (*CRAFTED_SETTINGS.items(),
-                                                        *CRAFTED_EXPANDABLE.items()):
+                                                        *CRAFTED_EXPANDABLE.items(),
+                                                        *CRAFTED_POOLS.items()):
             path = Path(tmp) / f"{name}.jsonl"
             trace_format.write_trace(path, ops)
             results.append(check(name, path, capacity, expect, settings))

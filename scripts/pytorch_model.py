@@ -10,7 +10,9 @@ object.
 
 Usage: python3 scripts/pytorch_model.py TRACE.jsonl [--config SETTINGS]
   TRACE: JSON lines {"op":"alloc","id":7,"size":4096,"stream":0}, {"op":"free","id":7},
-         {"op":"empty_cache"}. "stream" defaults to 0; a "device" other than 0 is an error.
+         {"op":"empty_cache"} and the private pools' pool_create, pool_begin, pool_end,
+         pool_release, pool_empty (scripts/trace_format.py). "stream" defaults to 0; a "device"
+         other than 0 is an error, and so is a pool call the rules refuse.
   SETTINGS: PYTORCH_ALLOC_CONF syntax, e.g. "max_split_size_mb:40,roundup_power2_divisions:[4:2]".
          Without --config, the ACCALLOC_CONF environment variable, if set. Keys:
          max_split_size_mb, max_non_split_rounding_mb, roundup_power2_divisions,
@@ -49,6 +51,24 @@ per_process_memory_fraction key (added by PR 161035, 2025), the constructor call
 setMemoryFraction(per_process_memory_fraction()) and a fraction of 1.0 leaves
 allowed_memory_maximum std::nullopt, so garbage collection stays off; in older versions
 setMemoryFraction set set_fraction = true for any fraction, 1.0 included.
+
+Private pools (PrivatePool: MemPool's and CUDA graphs' pools) follow the same file as torch 2.15
+has it (the use_on_oom timing and the capture rules checked by disassembling malloc and
+release_cached_blocks in its libc10_cuda.so), which accalloc follows: create_or_incref_pool,
+beginAllocateToPool (captures_underway routes the allocations its filter accepts; a replay has one
+thread, so a thread's pool takes every allocation, a stream's those on its stream; the newest entry
+that accepts wins, as get_pool has scanned captures_underway since PR 168382), endAllocateToPool,
+releasePool, emptyCache(id) (a freeable pool: synchronize, release, erase if empty); malloc's
+use_on_oom pools (try_mempool_fallback, right after the first failed allocation of a default-pool
+request, before release_available_cached_blocks and the last resort: a hit counts no retry);
+the capture rules, which hold only while a CUDA graph is being captured (is_capture_context: a pool
+begun for a stream; a pool begun for a thread, use_mem_pool's, routes but is no capture): malloc
+processes no events and skips the last-resort release of every cached block, and
+release_cached_blocks neither synchronizes nor releases the default pools (the freeable pools, use
+count 0, are released and erased once they hold no segment all the same); should_split's no_split
+pools. accalloc's own rules are modelled where PyTorch has none: a private pool's segments are
+always ordinary ones (PyTorch would map expandable segments for them too), a pool still begun is
+never erased (PyTorch asserts), and pool_empty with live true empties a live pool.
 
 One documented deviation of accalloc is modelled on purpose: a request whose segment allocation
 size exceeds C fails at once without touching the cache; it counts in num_ooms and in no other
@@ -278,14 +298,18 @@ def parse_settings(text: str) -> Settings:
 class Block:
     """struct Block: a piece of a segment, linked to its neighbours in that segment."""
 
-    __slots__ = ("stream", "size", "addr", "small", "prev", "next", "allocated", "requested_size",
-                 "gc_count_base", "mapped", "es")
+    __slots__ = ("stream", "size", "addr", "small", "owner", "prev", "next", "allocated",
+                 "requested_size", "gc_count_base", "mapped", "es")
 
-    def __init__(self, stream: int, size: int, addr: int, small: bool):
+    def __init__(self, stream: int, size: int, addr: int, small: bool,
+                 owner: PrivatePool | None = None):
         self.stream = stream
         self.size = size
         self.addr = addr
         self.small = small  # which pool (small_blocks / large_blocks) the block belongs to
+        # Block::pool->owner_PrivatePool: the private pool whose BlockPool that is (None: the
+        # default pools). A block stays its pool's for life: a free returns it there.
+        self.owner = owner
         self.prev: Block | None = None
         self.next: Block | None = None
         self.allocated = False
@@ -309,6 +333,25 @@ class Block:
 
     def key(self) -> tuple[int, int, int]:  # BlockComparatorSize: (stream, size, ptr)
         return (self.stream, self.size, self.addr)
+
+
+class PrivatePool:
+    """struct PrivatePool: a pool of its own (a MemPool's, or a CUDA graph's) with its own small and
+    large BlockPools, kept in graph_pools by its id (a pair; (0, 0) is the default pools)."""
+
+    def __init__(self, pool_id: tuple[int, int]):
+        self.id = pool_id
+        # create_or_incref_pool: a new pool starts with one use (its creator's); releasePool
+        # uncounts one; at 0 the pool is freeable (graph_pools_freeable).
+        self.use_count = 1
+        self.segments = 0  # cudaMalloc_count: its segments held from the device
+        # Its BlockPools (sorted (stream, size, addr) keys) and their get_free_blocks_call_count.
+        self.keys: dict[bool, list[tuple[int, int, int]]] = {True: [], False: []}
+        self.free_block_calls = {True: 0, False: 0}
+        # MemPool(use_on_oom, no_split): PyTorch keeps them by id in use_on_oom_pools (setUseOnOOM
+        # inserts or erases: the last call wins) and no_split_pools (setNoSplit only inserts).
+        self.use_on_oom = False
+        self.no_split = False
 
 
 class ExpandableSegment:
@@ -368,6 +411,10 @@ class PyTorchModel:
         self.expandable = st.expandable_segments
         self.unmapped_keys = {True: [], False: []}
         self.unmapped_blocks: dict[int, Block] = {}
+        # Private pools: graph_pools by id, and captures_underway: (id, route) oldest first, the
+        # route a stream (a capture's filter) or None (a thread's filter: in a replay, everything).
+        self.private_pools: dict[tuple[int, int], PrivatePool] = {}
+        self.captures: list[tuple[tuple[int, int], int | None]] = []
         # Replay bookkeeping.
         self.live: dict[int, Block | None] = {}  # trace id -> block (None: a size-0 request)
         self.failed_ids: set[int] = set()
@@ -384,6 +431,17 @@ class PyTorchModel:
         self.maps = 0
         self.map_failures = 0
         self.unmaps = 0
+        # Private pools: requests routed to one, segments made for them, pools erased, requests
+        # served by a use_on_oom pool, last-resort releases skipped because of a capture, empty_cache
+        # calls that left the default pools alone because of a capture, hand-outs kept whole by
+        # no_split that would have been split.
+        self.pool_mallocs = 0
+        self.pool_segment_allocs = 0
+        self.pools_erased = 0
+        self.use_on_oom_hits = 0
+        self.last_resort_skipped = 0
+        self.default_release_skipped = 0
+        self.no_split_whole = 0
 
     # ---- Stat::increase / Stat::decrease, for_each_selected_stat_type -------------------------
 
@@ -446,14 +504,22 @@ class PyTorchModel:
 
     # ---- pools ----------------------------------------------------------------------------------
 
+    def keys_of(self, owner: PrivatePool | None, small: bool) -> list[tuple[int, int, int]]:
+        # The BlockPool a block or a request uses: the default pools' or a private pool's own.
+        return self.pool_keys[small] if owner is None else owner.keys[small]
+
+    def calls_of(self, owner: PrivatePool | None) -> dict[bool, int]:
+        # Each BlockPool has its own get_free_blocks_call_count.
+        return self.free_block_calls if owner is None else owner.free_block_calls
+
     def pool_insert(self, block: Block) -> None:  # BlockPool::insert_into_blocks
         # insert_into_blocks also stamps gc_count_base = get_free_blocks_call_count.
-        block.gc_count_base = self.free_block_calls[block.small]
-        bisect.insort(self.pool_keys[block.small], block.key())
+        block.gc_count_base = self.calls_of(block.owner)[block.small]
+        bisect.insort(self.keys_of(block.owner, block.small), block.key())
         self.pool_blocks[block.addr] = block
 
     def pool_erase(self, block: Block) -> None:  # pool.blocks.erase(block)
-        keys = self.pool_keys[block.small]
+        keys = self.keys_of(block.owner, block.small)
         i = bisect.bisect_left(keys, block.key())
         assert keys[i] == block.key()
         del keys[i]
@@ -471,7 +537,7 @@ class PyTorchModel:
         del self.unmapped_blocks[block.addr]
 
     def gc_count(self, block: Block) -> int:  # Block::gc_count: lookups of its pool since cached
-        return self.free_block_calls[block.small] - block.gc_count_base
+        return self.calls_of(block.owner)[block.small] - block.gc_count_base
 
     # ---- the simulated device (cudaMalloc / cudaFree) -------------------------------------------
 
@@ -490,12 +556,18 @@ class PyTorchModel:
     # ---- DeviceCachingAllocator::malloc and its helpers -----------------------------------------
 
     def malloc(self, orig_size: int, stream: int) -> Block:
-        # process_events(): nothing to do without record_stream.
+        # process_events(): nothing to do without record_stream (and skipped while a capture is
+        # underway).
         size = self.round_size(orig_size)
         small = size <= K_SMALL_SIZE  # get_pool: small_blocks when size <= kSmallSize
+        # get_pool: the BlockPools of the newest pool begun whose filter accepts the request, else
+        # the default pools. Everything below (best fit, new segments, release_available) uses them.
+        owner = self.route(stream)
+        if owner is not None:
+            self.pool_mallocs += 1
         alloc_size = self.get_allocation_size(size)
 
-        block = self.get_free_block(size, stream, small)
+        block = self.get_free_block(size, stream, small, owner)
         # (trigger_free_memory_callbacks: none registered.) accalloc's deviation: on a miss, a
         # segment no device of this capacity could ever hold fails at once, without releasing cached
         # memory; it counts in num_ooms and changes no other statistic. (With expandable segments
@@ -508,14 +580,25 @@ class PyTorchModel:
             # garbage_collect_cached_blocks when a fraction is set and the threshold > 0.
             if self.gc_enabled:
                 self.garbage_collect_cached_blocks()
-            block = self.alloc_block(size, alloc_size, stream, small, is_retry=False)
+            block = self.alloc_block(size, alloc_size, stream, small, False, owner)
+            if block is None and owner is None:
+                # try_mempool_fallback, right after the first failed allocation: a default-pool
+                # request may take a free block of a use_on_oom pool (by id here; PyTorch's set is
+                # unordered). No new segment, no synchronisation, not a retry.
+                block = self.use_on_oom_block(size, stream, small)
             # release_available_cached_blocks (false when max_split_size is unset), then ask again:
             # not counted as a retry.
-            if block is None and self.release_available_cached_blocks(size, stream, small):
-                block = self.alloc_block(size, alloc_size, stream, small, is_retry=False)
+            if block is None and self.release_available_cached_blocks(size, stream, small, owner):
+                block = self.alloc_block(size, alloc_size, stream, small, False, owner)
             if block is None:
-                self.release_cached_blocks()  # always returns true
-                block = self.alloc_block(size, alloc_size, stream, small, is_retry=True)
+                # C10_LIKELY(!is_capture_context) && release_cached_blocks && retry: while a
+                # capture is underway (a pool begun for a stream; a thread's pool, use_mem_pool's,
+                # is none) the last resort is not taken, and nothing counts as a retry.
+                if self.capturing():
+                    self.last_resort_skipped += 1
+                else:
+                    self.release_cached_blocks()  # always returns true
+                    block = self.alloc_block(size, alloc_size, stream, small, True, owner)
         if block is None:
             # malloc: stats.num_ooms += 1, then OutOfMemoryError naming alloc_size.
             self.num_ooms += 1
@@ -523,12 +606,44 @@ class PyTorchModel:
         split_remainder = self.should_split(block, size)
         return self.alloc_found_block(block, size, orig_size, split_remainder)
 
-    def get_free_block(self, size: int, stream: int, small: bool) -> Block | None:
+    def capturing(self) -> bool:
+        # is_capture_context (torch 2.15): a CUDA graph capture is underway, i.e. a pool begun for
+        # a stream. A pool begun for a thread (use_mem_pool) routes allocations but is no capture:
+        # events are processed, the last resort is taken and empty_cache releases the default pools
+        # as without it (pytorch#159674's fix).
+        return any(route is not None for _, route in self.captures)
+
+    def route(self, stream: int) -> PrivatePool | None:
+        # get_pool: captures_underway newest first (LIFO since PR 168382; before it, oldest first,
+        # which sent nested use_mem_pool allocations to the outer pool: pytorch#161193). A thread's
+        # filter accepts every request of a replay (one thread); a stream's, those on its stream.
+        for pool_id, route in reversed(self.captures):
+            if route is None or route == stream:
+                return self.private_pools[pool_id]
+        return None
+
+    def use_on_oom_block(self, size: int, stream: int, small: bool) -> Block | None:
+        # try_mempool_fallback (torch 2.15: right after the first failed allocation, before
+        # release_available_cached_blocks and the last resort): for each use_on_oom pool,
+        # get_free_block in its BlockPool of the request's size class (the normal best fit, stream
+        # and max_split_size rules included; never a new segment). The use count ends where it
+        # was. The block stays that pool's.
+        for pool_id in sorted(self.private_pools):
+            pool = self.private_pools[pool_id]
+            if pool.use_on_oom:
+                block = self.get_free_block(size, stream, small, pool)
+                if block is not None:
+                    self.use_on_oom_hits += 1
+                    return block
+        return None
+
+    def get_free_block(self, size: int, stream: int, small: bool,
+                       owner: PrivatePool | None = None) -> Block | None:
         # get_free_block: with garbage collection enabled, count the lookup (block ages); then
         # lower_bound of (stream, size, nullptr); a miss if the stream differs.
         if self.gc_enabled:
-            self.free_block_calls[small] += 1
-        keys = self.pool_keys[small]
+            self.calls_of(owner)[small] += 1
+        keys = self.keys_of(owner, small)
         i = bisect.bisect_left(keys, (stream, size, 0))
         if i == len(keys) or keys[i][0] != stream:
             return None
@@ -596,29 +711,36 @@ class PyTorchModel:
             self.gc_runs += 1
 
     def alloc_block(self, size: int, alloc_size: int, stream: int, small: bool,
-                    is_retry: bool) -> Block | None:
+                    is_retry: bool, owner: PrivatePool | None = None) -> Block | None:
         # alloc_block: num_alloc_retries counts the retry attempt whether or not it succeeds.
         if is_retry:
             self.num_alloc_retries += 1
         # With a memory fraction: fail without asking the device past the allowed bytes.
         if self.allowed is not None and self.held + alloc_size > self.allowed:
             return None
-        if self.expandable:
+        if self.expandable and owner is None:
             # try_allocate_expandable_block with p.size(), the rounded request (not alloc_size).
+            # (accalloc: only the default pools grow expandable segments; a private pool's segments
+            # are ordinary ones, where PyTorch would map pages for it too.)
             return self.try_allocate_expandable_block(stream, small, size)
         addr = self.device_malloc(alloc_size)
         if addr is None:
             return None
         # Success: total_allocated_memory += size; segment +1, reserved_bytes +size;
-        # oversize_segments +1 when size >= max_split_size; num_device_alloc +1.
+        # oversize_segments +1 when size >= max_split_size; num_device_alloc +1; a private pool's
+        # cudaMalloc_count +1. The statistics are the device's: a pool's segment counts as any.
         self.increase("segment", small, 1)
         self.increase("reserved_bytes", small, alloc_size)
         if alloc_size >= self.max_split:
             self._increase(self.single["oversize_segments"], 1)
         self.num_device_alloc += 1
-        return Block(stream, alloc_size, addr, small)
+        if owner is not None:
+            owner.segments += 1
+            self.pool_segment_allocs += 1
+        return Block(stream, alloc_size, addr, small, owner)
 
-    def release_available_cached_blocks(self, size: int, stream: int, small: bool) -> bool:
+    def release_available_cached_blocks(self, size: int, stream: int, small: bool,
+                                        owner: PrivatePool | None = None) -> bool:
         # release_available_cached_blocks: only with max_split_size set. In this pool, the first
         # key >= (stream, max(size, M), nullptr): if it is of this stream, release that one block;
         # otherwise walk down from the key before it, releasing blocks of this stream that are
@@ -630,7 +752,7 @@ class PyTorchModel:
             return False
         m = self.max_split
         key_size = max(size, m)
-        keys = self.pool_keys[small]
+        keys = self.keys_of(owner, small)  # p.pool: the request's own pool, private or default
         i = bisect.bisect_left(keys, (stream, key_size, 0))
         if i < len(keys) and keys[i][0] == stream and self.pool_blocks[keys[i][2]].es is None:
             self.release_block(self.pool_blocks[keys[i][2]])
@@ -658,22 +780,43 @@ class PyTorchModel:
         return True
 
     def release_cached_blocks(self) -> bool:
-        # release_cached_blocks: synchronize_and_free_events (num_sync_all_streams +1; no events
-        # to free here), then release_blocks(large_blocks) and release_blocks(small_blocks).
-        self.synchronize_and_free_events()
-        self.release_blocks(small=False)
-        self.release_blocks(small=True)
+        # release_cached_blocks(context, {0, 0}): while no capture is underway (a pool begun for a
+        # thread is none), synchronize_and_free_events (num_sync_all_streams +1; no events to free
+        # here), then release_blocks(large_blocks) and release_blocks(small_blocks); during a
+        # capture neither (synchronizing is illegal then). Then every freeable private pool (use
+        # count 0): its free whole segments go, and the pool is erased once it holds none.
+        if self.capturing():
+            self.default_release_skipped += 1
+        else:
+            self.synchronize_and_free_events()
+            self.release_blocks(small=False)
+            self.release_blocks(small=True)
+        for pool_id in sorted(self.private_pools):
+            pool = self.private_pools[pool_id]
+            if pool.use_count == 0:
+                self.release_pool_blocks(pool)
         return True
+
+    def release_pool_blocks(self, pool: PrivatePool) -> None:
+        # release_blocks(small_blocks) and release_blocks(large_blocks) of a private pool; erase it
+        # when it is freeable and holds no segment (graph_pools.erase), unless it is still begun
+        # (accalloc keeps it until it ends, as allocations still go there; PyTorch asserts later).
+        self.release_blocks(small=True, owner=pool)
+        self.release_blocks(small=False, owner=pool)
+        begun = any(pool_id == pool.id for pool_id, _ in self.captures)
+        if pool.use_count == 0 and pool.segments == 0 and not begun:
+            del self.private_pools[pool.id]
+            self.pools_erased += 1
 
     def synchronize_and_free_events(self) -> None:
         self.num_sync_all_streams += 1
 
-    def release_blocks(self, small: bool) -> None:
+    def release_blocks(self, small: bool, owner: PrivatePool | None = None) -> None:
         # release_blocks: every cached block that is a whole segment (no prev, no next); then, for
         # every cached block of an expandable segment (gathered first, in pool order), unmap_block,
         # and release the reservation when the block has become the whole range, unmapped.
         to_unmap = []
-        for key in list(self.pool_keys[small]):
+        for key in list(self.keys_of(owner, small)):
             block = self.pool_blocks[key[2]]
             if block.es is not None:
                 to_unmap.append(block)
@@ -693,15 +836,23 @@ class PyTorchModel:
         self.decrease("reserved_bytes", block.small, block.size)
         if block.size >= self.max_split:
             self._decrease(self.single["oversize_segments"], 1)
+        if block.owner is not None:
+            block.owner.segments -= 1  # cudaMalloc_count -1
         self.pool_erase(block)
 
     def should_split(self, block: Block, size: int) -> bool:
-        # should_split: small pool, or any pool with expandable segments on, when
+        # should_split: never in a no_split pool (the whole block goes, and every statistic counts
+        # its whole size); else small pool, or any pool with expandable segments on, when
         # remaining >= kMinBlockSize; large pool when size < max_split_size and remaining > kSmallSize.
         remaining = block.size - size
         if block.small or self.expandable:
-            return remaining >= K_MIN_BLOCK_SIZE
-        return size < self.max_split and remaining > K_SMALL_SIZE
+            split = remaining >= K_MIN_BLOCK_SIZE
+        else:
+            split = size < self.max_split and remaining > K_SMALL_SIZE
+        if split and block.owner is not None and block.owner.no_split:
+            self.no_split_whole += 1
+            return False
+        return split
 
     def alloc_found_block(self, block: Block, size: int, orig_size: int, split_remainder: bool) -> Block:
         small = block.small
@@ -710,7 +861,7 @@ class PyTorchModel:
             # The caller's block is cut from the start; the remainder keeps the old Block object
             # (its address moves up by size) and goes back to the pool.
             remaining = block
-            block = Block(remaining.stream, size, remaining.addr, small)
+            block = Block(remaining.stream, size, remaining.addr, small, remaining.owner)
             block.es = remaining.es
             block.prev = remaining.prev
             if block.prev is not None:
@@ -949,10 +1100,70 @@ class PyTorchModel:
         self.unmapped_erase(block)
         self.reservations_released += 1
 
+    # ---- private pools --------------------------------------------------------------------------
+
+    def create_or_incref_pool(self, pool_id: tuple[int, int]) -> PrivatePool:
+        # create_or_incref_pool: a new pool with one use, or one use more of an existing one
+        # (PyTorch asserts that an existing pool is still live; accalloc revives a freeable one).
+        pool = self.private_pools.get(pool_id)
+        if pool is None:
+            pool = self.private_pools[pool_id] = PrivatePool(pool_id)
+        else:
+            pool.use_count += 1
+        return pool
+
+    def pool_create(self, pool_id: tuple[int, int], use_on_oom: bool, no_split: bool) -> None:
+        # MemPool(allocator=None, use_on_oom, no_split): createOrIncrefPool, setUseOnOOM (the flag
+        # is overwritten), and setNoSplit when asked (once set, it stays).
+        pool = self.create_or_incref_pool(pool_id)
+        pool.use_on_oom = use_on_oom
+        pool.no_split = pool.no_split or no_split
+
+    def pool_begin(self, pool_id: tuple[int, int], stream: int | None) -> None:
+        # beginAllocateToPool: refused (TORCH_CHECK) if the pool is begun already; else
+        # create_or_incref_pool and push (id, filter) on captures_underway.
+        if any(begun == pool_id for begun, _ in self.captures):
+            raise ValueError(f"beginAllocateToPool: already recording to pool {pool_id}")
+        self.create_or_incref_pool(pool_id)
+        self.captures.append((pool_id, stream))
+
+    def pool_end(self, pool_id: tuple[int, int]) -> None:
+        # endAllocateToPool: remove the pool's entry (refused if none); its use count is unchanged.
+        for i, (begun, _) in enumerate(self.captures):
+            if begun == pool_id:
+                del self.captures[i]
+                return
+        raise ValueError(f"endAllocateToPool: not currently recording to pool {pool_id}")
+
+    def pool_release(self, pool_id: tuple[int, int]) -> None:
+        # releasePool: one use less; at 0 the pool is freeable (nothing is freed yet). An unknown
+        # pool or a use count already 0 is refused (PyTorch asserts).
+        pool = self.private_pools.get(pool_id)
+        if pool is None or pool.use_count == 0:
+            raise ValueError(f"releasePool: pool {pool_id} does not exist or has no use left")
+        pool.use_count -= 1
+
+    def pool_empty(self, pool_id: tuple[int, int], live: bool) -> None:
+        pool = self.private_pools.get(pool_id)
+        if not live:
+            # PyTorch's emptyCache(id) -> release_cached_blocks(context, id): only a freeable pool
+            # of that id: synchronize_and_free_events(context, pool) (num_sync_all_streams +1),
+            # release its free whole segments, erase it if it holds none. A live or unknown pool:
+            # nothing at all, and the default pools are never touched.
+            if pool is None or pool.use_count > 0:
+                return
+        elif pool is None:
+            raise ValueError(f"pool_empty: pool {pool_id} does not exist")
+        # live: accalloc's own empty of a pool, live or not (pytorch#159674): synchronize as
+        # empty_cache does, release the free whole segments, erase the pool if freeable and empty.
+        self.synchronize_and_free_events()
+        self.release_pool_blocks(pool)
+
     # ---- empty_cache ----------------------------------------------------------------------------
 
     def empty_cache(self) -> None:
-        # emptyCache -> release_cached_blocks (num_sync_all_streams +1, whole segments released).
+        # emptyCache -> release_cached_blocks (outside a capture num_sync_all_streams +1 and the
+        # default pools' whole segments released; the freeable pools' in any case).
         self.release_cached_blocks()
 
     # ---- trace replay ---------------------------------------------------------------------------
@@ -982,6 +1193,16 @@ class PyTorchModel:
                 self.free(block)
         elif op.op == "empty_cache":
             self.empty_cache()
+        elif op.op == "pool_create":
+            self.pool_create(op.pool, op.use_on_oom, op.no_split)
+        elif op.op == "pool_begin":
+            self.pool_begin(op.pool, op.stream)
+        elif op.op == "pool_end":
+            self.pool_end(op.pool)
+        elif op.op == "pool_release":
+            self.pool_release(op.pool)
+        elif op.op == "pool_empty":
+            self.pool_empty(op.pool, op.live)
         else:
             raise ValueError(f"{op.op} is not modelled: {format_op(op)}")
 
@@ -1062,7 +1283,15 @@ def main(argv: list[str]) -> int:
                       "model.reservations_released": model.reservations_released,
                       "model.maps": model.maps,
                       "model.map_failures": model.map_failures,
-                      "model.unmaps": model.unmaps}), file=sys.stderr)
+                      "model.unmaps": model.unmaps,
+                      "model.pool_mallocs": model.pool_mallocs,
+                      "model.pool_segment_allocs": model.pool_segment_allocs,
+                      "model.pools_erased": model.pools_erased,
+                      "model.pools_left": len(model.private_pools),
+                      "model.use_on_oom_hits": model.use_on_oom_hits,
+                      "model.last_resort_skipped": model.last_resort_skipped,
+                      "model.default_release_skipped": model.default_release_skipped,
+                      "model.no_split_whole": model.no_split_whole}), file=sys.stderr)
     return 0
 
 
