@@ -78,6 +78,17 @@ fn after_each(text: &str, prefix: &str) -> Vec<String> {
     out
 }
 
+/// Each named list of the Python file `file` (its text `source`) is the table's.
+fn assert_python_lists(file: &str, source: &str, lists: &[(&str, &[&str])]) {
+    for &(name, want) in lists {
+        assert_same(
+            &format!("{file}'s {name}"),
+            &python_list(source, name, file),
+            want,
+        );
+    }
+}
+
 /// The strings of a Python list or tuple literal assigned at the top level: `NAME = [...]`.
 fn python_list(source: &str, name: &str, file: &str) -> Vec<String> {
     let start = format!("\n{name} = ");
@@ -178,37 +189,33 @@ fn the_python_package_reads_the_statistics_from_the_header() {
 fn the_ctypes_test_lists_the_tables_statistics() {
     let file = "c_tests/test_ctypes.py";
     let source = read(file);
-    for (name, want) in [
-        ("FAMILIES", POOLED_FAMILIES),
-        ("SINGLES", SINGLE_FAMILIES),
-        ("SCALARS", SCALARS),
-        ("POOLS", &STAT_TYPE_NAMES),
-        ("FIELDS", &STAT_FIELDS),
-    ] {
-        assert_same(
-            &format!("{file}'s {name}"),
-            &python_list(&source, name, file),
-            want,
-        );
-    }
+    assert_python_lists(
+        file,
+        &source,
+        &[
+            ("FAMILIES", POOLED_FAMILIES),
+            ("SINGLES", SINGLE_FAMILIES),
+            ("SCALARS", SCALARS),
+            ("POOLS", &STAT_TYPE_NAMES),
+            ("FIELDS", &STAT_FIELDS),
+        ],
+    );
 }
 
 #[test]
 fn the_pytorch_model_lists_the_tables_statistics() {
     let file = "scripts/pytorch_model.py";
     let source = read(file);
-    for (name, want) in [
-        ("ARRAY_FAMILIES", POOLED_FAMILIES),
-        ("SINGLE_FAMILIES", SINGLE_FAMILIES),
-        ("POOLS", &STAT_TYPE_NAMES),
-        ("FIELDS", &STAT_FIELDS),
-    ] {
-        assert_same(
-            &format!("{file}'s {name}"),
-            &python_list(&source, name, file),
-            want,
-        );
-    }
+    assert_python_lists(
+        file,
+        &source,
+        &[
+            ("ARRAY_FAMILIES", POOLED_FAMILIES),
+            ("SINGLE_FAMILIES", SINGLE_FAMILIES),
+            ("POOLS", &STAT_TYPE_NAMES),
+            ("FIELDS", &STAT_FIELDS),
+        ],
+    );
     // The scalars are the keys memory_stats() writes by name (the others by family).
     let body = section(
         &source,

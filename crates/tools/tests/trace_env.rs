@@ -51,6 +51,11 @@ fn program() {
     for ptr in live.drain(..live.len() / 2) {
         assert_eq!(unsafe { accalloc_free(ptr) }, AccallocStatus::ACCALLOC_OK);
     }
+    print_stats();
+}
+
+/// Print device 0's statistics for the parent (record_and_read reads them).
+fn print_stats() {
     let stats = accalloc::runtime::runtime()
         .unwrap()
         .current()
@@ -59,6 +64,46 @@ fn program() {
         .flat();
     let stats: BTreeMap<String, i64> = stats.into_iter().collect();
     println!("STATS {}", serde_json::to_string(&stats).unwrap());
+}
+
+/// Run test `test` as the recorded child, writing its trace to `file` in a folder of this process:
+/// (the statistics it printed, the trace's text).
+fn record_and_read(test: &str, file: &str) -> (BTreeMap<String, i64>, String) {
+    let dir = std::env::temp_dir().join(format!("accalloc-trace-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(file);
+    let out = run_child(test, &path);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = stdout
+        .lines()
+        .find_map(|l| l.split_once("STATS ").map(|(_, json)| json))
+        .unwrap_or_else(|| panic!("the program printed no statistics: {stdout}"));
+    (
+        serde_json::from_str(line).unwrap(),
+        std::fs::read_to_string(&path).unwrap(),
+    )
+}
+
+/// Device 0's statistics after replaying `ops` on a 1 GiB host device.
+fn replayed_stats(ops: &[TraceOp]) -> BTreeMap<String, i64> {
+    let settings = HostSettings {
+        capacity: 1 << 30,
+        ..accalloc::runtime::Environment::read()
+            .host_settings()
+            .unwrap()
+    };
+    let report = replay(
+        ops,
+        Arc::new(HostBackend::new(settings)),
+        &CachingConfig::default(),
+    )
+    .unwrap();
+    report.device_stats[0].flat().into_iter().collect()
 }
 
 fn run_child(test: &str, trace: &std::path::Path) -> std::process::Output {
@@ -78,23 +123,10 @@ fn a_recorded_program_replays_with_its_figures() {
         program();
         return;
     }
-    let dir = std::env::temp_dir().join(format!("accalloc-trace-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("program.jsonl");
-    let out = run_child("a_recorded_program_replays_with_its_figures", &path);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
+    let (seen, text) = record_and_read(
+        "a_recorded_program_replays_with_its_figures",
+        "program.jsonl",
     );
-    let line = stdout
-        .lines()
-        .find_map(|l| l.split_once("STATS ").map(|(_, json)| json))
-        .unwrap_or_else(|| panic!("the program printed no statistics: {stdout}"));
-    let seen: BTreeMap<String, i64> = serde_json::from_str(line).unwrap();
-
-    let text = std::fs::read_to_string(&path).unwrap();
     let ops = parse_trace(&text).unwrap();
     // 100 allocations and 60 frees in the rounds, one empty_cache, the OOM as an allocation freed at
     // once, then the frees of half the 40 blocks kept: everything, up to the program's exit.
@@ -104,19 +136,7 @@ fn a_recorded_program_replays_with_its_figures() {
     assert_eq!(count(|op| *op == TraceOp::EmptyCache), 1);
     assert!(text.starts_with("{\"op\":\"alloc\",\"id\":0,\"size\":512,\"stream\":0}\n"));
 
-    let settings = HostSettings {
-        capacity: 1 << 30,
-        ..accalloc::runtime::Environment::read()
-            .host_settings()
-            .unwrap()
-    };
-    let report = replay(
-        &ops,
-        Arc::new(HostBackend::new(settings)),
-        &CachingConfig::default(),
-    )
-    .unwrap();
-    let replayed: BTreeMap<String, i64> = report.device_stats[0].flat().into_iter().collect();
+    let replayed = replayed_stats(&ops);
     assert_eq!(
         replayed, seen,
         "the replay's 122 statistics are the program's"
@@ -184,14 +204,7 @@ fn pool_program() {
     free(in_pool[2]);
     free(outside);
     assert_eq!(accalloc_empty_cache(), AccallocStatus::ACCALLOC_OK);
-    let stats = accalloc::runtime::runtime()
-        .unwrap()
-        .current()
-        .device_stats(0)
-        .unwrap()
-        .flat();
-    let stats: BTreeMap<String, i64> = stats.into_iter().collect();
-    println!("STATS {}", serde_json::to_string(&stats).unwrap());
+    print_stats();
 }
 
 #[test]
@@ -200,25 +213,10 @@ fn a_recorded_program_with_a_pool_replays_with_its_figures() {
         pool_program();
         return;
     }
-    let dir = std::env::temp_dir().join(format!("accalloc-trace-pool-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("pool_program.jsonl");
-    let out = run_child(
+    let (seen, text) = record_and_read(
         "a_recorded_program_with_a_pool_replays_with_its_figures",
-        &path,
+        "pool_program.jsonl",
     );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let line = stdout
-        .lines()
-        .find_map(|l| l.split_once("STATS ").map(|(_, json)| json))
-        .unwrap_or_else(|| panic!("the program printed no statistics: {stdout}"));
-    let seen: BTreeMap<String, i64> = serde_json::from_str(line).unwrap();
-    let text = std::fs::read_to_string(&path).unwrap();
     assert!(
         text.contains(
             "{\"op\":\"pool_create\",\"pool\":[0,1],\"use_on_oom\":false,\"no_split\":true}\n"
@@ -230,19 +228,7 @@ fn a_recorded_program_with_a_pool_replays_with_its_figures() {
         "{text}"
     );
     let ops = parse_trace(&text).unwrap();
-    let settings = HostSettings {
-        capacity: 1 << 30,
-        ..accalloc::runtime::Environment::read()
-            .host_settings()
-            .unwrap()
-    };
-    let report = replay(
-        &ops,
-        Arc::new(HostBackend::new(settings)),
-        &CachingConfig::default(),
-    )
-    .unwrap();
-    let replayed: BTreeMap<String, i64> = report.device_stats[0].flat().into_iter().collect();
+    let replayed = replayed_stats(&ops);
     assert_eq!(
         replayed, seen,
         "the replay's 122 statistics are the program's"

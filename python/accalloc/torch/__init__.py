@@ -131,27 +131,22 @@ def _device_module(accalloc_device_type):
     return module
 
 
-def _registered_type_name():
-    # The accelerator PyTorch's PrivateUse1 device is, once registered (its name maps to its accalloc
-    # device type); else None: accalloc's current accelerator.
-    return _host_name
-
-
 def host_memory_stats():
     """The pinned host allocator's statistics of the accalloc accelerator, as torch.cuda.host_memory_stats()
     names them (allocations, allocated_bytes, active_requests, active_bytes, num_host_alloc, num_host_free,
     host_alloc_time, host_free_time; plus accalloc's page_locked_bytes), sorted by key."""
-    return accalloc.host_memory_stats(_registered_type_name())
+    # Before registration (_host_name None): accalloc's current accelerator.
+    return accalloc.host_memory_stats(_host_name)
 
 
 def reset_peak_host_memory_stats():
     """Set every peak of host_memory_stats() to its current value."""
-    accalloc.reset_peak_host_memory_stats(_registered_type_name())
+    accalloc.reset_peak_host_memory_stats(_host_name)
 
 
 def reset_accumulated_host_memory_stats():
     """Zero the running totals of host_memory_stats() (.allocated, .freed, num_host_*, the timings)."""
-    accalloc.reset_accumulated_host_memory_stats(_registered_type_name())
+    accalloc.reset_accumulated_host_memory_stats(_host_name)
 
 
 def _device_index(device):

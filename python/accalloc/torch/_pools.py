@@ -14,7 +14,6 @@ import contextlib
 import ctypes
 import json
 
-import torch
 
 import accalloc
 from accalloc._library import ROUTE_THREAD, PoolId, check, library
@@ -28,13 +27,7 @@ def _device_type_and_index(device):
     if name is None:
         raise RuntimeError("register the accalloc device first (accalloc.torch.register_host_device())")
     device_type = accalloc._DEVICE_TYPES[name]
-    if device is None:
-        index = -1
-    elif isinstance(device, int):
-        index = device
-    else:
-        index = torch.device(device).index
-        index = -1 if index is None else index
+    index = accalloc_torch._device_index(device)
     if index < 0:
         current = ctypes.c_int32()
         check(library().accalloc_current_device_on(device_type, ctypes.byref(current)))

@@ -269,7 +269,7 @@ impl PrivatePools {
         Ok(())
     }
 
-    /// The pools' BlockPools, for renumbering and recounting: (index, small, large).
+    /// Every pool's BlockPools, (small, large), for renumbering.
     pub fn block_pools_mut(
         &mut self,
     ) -> impl Iterator<Item = (&mut BlockPool, &mut BlockPool)> + '_ {

@@ -44,14 +44,7 @@ impl CachingAllocator {
         if self.private_pools.get(index).use_count > 0 {
             return Ok(());
         }
-        // PyTorch synchronizes (and counts it) before emptying a freeable pool, so that its blocks
-        // waiting on events come back first.
-        let result = self
-            .synchronize_and_free_events()
-            .and_then(|()| self.release_pool_blocks(index));
-        self.private_pools.erase_if_empty(index);
-        self.verify("empty_pool_cache");
-        result
+        self.empty_pool_at(index)
     }
 
     /// accalloc's own, beyond PyTorch: the free whole segments of pool `id` go back to the backend
@@ -61,11 +54,17 @@ impl CachingAllocator {
         let index = self.private_pools.index_of(id).ok_or_else(|| {
             Error::invalid_argument(format!("pool ({}, {}) does not exist", id.0, id.1))
         })?;
+        self.empty_pool_at(index)
+    }
+
+    /// Both empties: synchronize first (PyTorch counts it), so that the pool's blocks waiting on
+    /// events come back; then its free whole segments go, and a freeable pool left empty is erased.
+    fn empty_pool_at(&mut self, index: crate::caching::block::PoolIndex) -> Result<()> {
         let result = self
             .synchronize_and_free_events()
             .and_then(|()| self.release_pool_blocks(index));
         self.private_pools.erase_if_empty(index);
-        self.verify("empty_live_pool");
+        self.verify("pool empty");
         result
     }
 
