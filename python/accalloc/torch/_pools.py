@@ -14,7 +14,6 @@ import contextlib
 import ctypes
 import json
 
-
 import accalloc
 from accalloc._library import ROUTE_THREAD, PoolId, check, library
 
