@@ -95,8 +95,9 @@ impl SimulatedBackend {
     }
 
     /// Make the next `times` calls of `call` fail with an error: "create_event", "record_event",
-    /// "query_event", "synchronize_event", "destroy_event", "stream_synchronize", "vm_release",
-    /// "pinned_host_alloc" (which then fails as out of memory) or "pinned_host_free".
+    /// "query_event", "synchronize_event", "destroy_event", "stream_synchronize", "raw_free",
+    /// "vm_unmap", "vm_release", "pinned_host_alloc" (which then fails as out of memory) or
+    /// "pinned_host_free".
     pub fn fail_calls(&self, call: &'static str, times: usize) {
         self.fail_calls_after(call, 0, times);
     }
@@ -223,6 +224,7 @@ impl Backend for SimulatedBackend {
     }
 
     fn raw_free(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError> {
+        self.injected("raw_free")?;
         let mut states = self.state.lock().unwrap();
         let state = &mut states[device];
         match state.live.remove(&ptr) {
@@ -275,6 +277,7 @@ impl Backend for SimulatedBackend {
     }
 
     fn vm_unmap(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError> {
+        self.injected("vm_unmap")?;
         let mut states = self.state.lock().unwrap();
         let state = &mut states[device];
         // Unmap whole mappings covering exactly [ptr, ptr + size).

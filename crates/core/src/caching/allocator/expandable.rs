@@ -4,6 +4,7 @@
 //! reserved memory close to allocated memory when request sizes keep changing.
 
 use super::*;
+use crate::caching::observers::SegmentAction;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Set once the fallback warning has been printed (it is printed once per process).
@@ -424,6 +425,13 @@ impl CachingAllocator {
             mapped_size,
             block.stream,
         );
+        self.announce(
+            SegmentAction::Map,
+            block.private,
+            block.ptr,
+            mapped_size,
+            block.stream,
+        );
         Ok(mapped_size)
     }
 
@@ -440,9 +448,18 @@ impl CachingAllocator {
             return Ok(());
         }
         let (start, size) = (segment.page_address(first), (last - first) * segment.page);
-        self.backend
-            .vm_unmap(self.device, start, size)
-            .map_err(|e| backend_error(&*self.backend, self.device, "vm_unmap", e))?;
+        self.announce(
+            SegmentAction::Unmap,
+            block.private,
+            start,
+            size,
+            block.stream,
+        );
+        if let Err(e) = self.backend.vm_unmap(self.device, start, size) {
+            // The pages stay mapped: observers learn that they are there again.
+            self.announce(SegmentAction::Map, block.private, start, size, block.stream);
+            return Err(backend_error(&*self.backend, self.device, "vm_unmap", e));
+        }
         self.expandable[segment_index].mapped[first..last].fill(false);
 
         self.pool_mut(DEFAULT_POOLS, block.pool).remove(&block);

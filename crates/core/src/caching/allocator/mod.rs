@@ -12,6 +12,7 @@ mod gc;
 mod inspect;
 mod invariants;
 mod metadata;
+mod observers;
 mod private_pools;
 mod segments;
 
@@ -84,6 +85,8 @@ pub struct CachingAllocator {
     routing: bool,
     /// Whether a capture (a pool begun for a stream) is underway.
     capturing: bool,
+    /// The segment observer and the OOM reports waiting for the runtime.
+    observers: Box<observers::Observers>,
 }
 
 impl Drop for CachingAllocator {
@@ -119,6 +122,7 @@ impl CachingAllocator {
             private_pools: Box::default(),
             routing: false,
             capturing: false,
+            observers: Box::default(),
         };
         allocator.set_config(config);
         Ok(allocator)

@@ -2,6 +2,7 @@
 //! out of memory) and giving segments back.
 
 use super::*;
+use crate::caching::observers::SegmentAction;
 
 impl CachingAllocator {
     /// The miss path: a new segment, else free oversize cached blocks and ask again, else free every
@@ -65,7 +66,8 @@ impl CachingAllocator {
 
     /// A request (of `rounded` bytes after rounding, needing a segment of `alloc_size`) that ends in
     /// out of memory: counted in num_ooms, recorded in the history with the rounded size (as
-    /// PyTorch's trace entry has it), and answered with PyTorch's message, which names alloc_size.
+    /// PyTorch's trace entry has it), queued for the OOM observers, and answered with PyTorch's
+    /// message, which names alloc_size.
     pub(super) fn out_of_memory(
         &mut self,
         alloc_size: usize,
@@ -73,14 +75,13 @@ impl CachingAllocator {
         stream: StreamId,
     ) -> Error {
         self.stats.num_ooms += 1;
-        if self.history.is_some() {
-            let free = self
-                .backend
-                .mem_get_info(self.device)
-                .map_or(0, |info| info.free);
-            self.trace(TraceAction::Oom, free, rounded, stream);
-        }
-        self.out_of_memory_message(alloc_size)
+        let info = self.backend.mem_get_info(self.device).unwrap_or(MemInfo {
+            free: 0,
+            total: self.capacity,
+        });
+        self.trace(TraceAction::Oom, info.free, rounded, stream);
+        self.report_oom(alloc_size, info.free);
+        self.out_of_memory_message(alloc_size, info)
     }
 
     /// Whether a new segment of `size` bytes stays within the memory fraction, counting the
@@ -154,6 +155,7 @@ impl CachingAllocator {
         }
         self.stats.num_device_alloc += 1;
         self.trace(TraceAction::SegmentAlloc, ptr, size, stream);
+        self.announce(SegmentAction::Alloc, private, ptr, size, stream);
         self.blocks.insert(Block {
             counted_oversize_segment: oversize,
             private,
@@ -251,9 +253,13 @@ impl CachingAllocator {
     pub(super) fn release_block(&mut self, id: BlockId) -> Result<()> {
         let block = self.blocks[id];
         debug_assert!(!block.is_split() && !block.allocated);
-        self.backend
-            .raw_free(self.device, block.ptr, block.size)
-            .map_err(|e| backend_error(&*self.backend, self.device, "raw_free", e))?;
+        let (private, ptr, size, stream) = (block.private, block.ptr, block.size, block.stream);
+        self.announce(SegmentAction::Free, private, ptr, size, stream);
+        if let Err(e) = self.backend.raw_free(self.device, ptr, size) {
+            // The segment stays: observers learn that it is there again.
+            self.announce(SegmentAction::Alloc, private, ptr, size, stream);
+            return Err(backend_error(&*self.backend, self.device, "raw_free", e));
+        }
         self.pool_mut(block.private, block.pool).remove(&block);
         self.blocks.remove(id);
         if block.private != DEFAULT_POOLS {
@@ -278,11 +284,7 @@ impl CachingAllocator {
     }
 
     /// PyTorch's out-of-memory text, with the device's figures at the time of failure.
-    pub(super) fn out_of_memory_message(&self, alloc_size: usize) -> Error {
-        let info = self.backend.mem_get_info(self.device).unwrap_or(MemInfo {
-            free: 0,
-            total: self.capacity,
-        });
+    fn out_of_memory_message(&self, alloc_size: usize, info: MemInfo) -> Error {
         let allowed = self
             .allowed_maximum
             .map(|a| format!("{} allowed; ", format_size(a as u64)))
