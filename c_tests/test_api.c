@@ -2116,6 +2116,112 @@ static void section_pools(void)
     CHECK_STATUS(accalloc_pool_create(9, 0, 0, &pool), ACCALLOC_ERROR_INVALID_DEVICE);
 }
 
+/* Observers: a mock network library registers the segments of device 1 as the segment observer
+ * tells it, and an OOM observer sees PyTorch's figures. Run last: from the first segment observer on,
+ * calls back into accalloc from an observer are refused for the rest of the process. */
+struct mock_net {
+    uintptr_t base[16];
+    size_t size[16];
+    int live, events, alloc_seen_in_pool, reentry_status;
+    AccallocPoolId pool;
+};
+
+static void mock_net_on_segment(const AccallocSegmentEvent *e, void *user)
+{
+    struct mock_net *net = user;
+    void *p = NULL;
+    if (e->device_type != ACCALLOC_DEVICE_HOST || e->device != 1)
+        return;
+    net->events++;
+    if (e->action == ACCALLOC_SEGMENT_ALLOC || e->action == ACCALLOC_SEGMENT_MAP) {
+        if (net->live < 16) {
+            net->base[net->live] = (uintptr_t)e->address;
+            net->size[net->live++] = e->size;
+        }
+        if (e->pool.first == net->pool.first && e->pool.second == net->pool.second)
+            net->alloc_seen_in_pool++;
+    } else {
+        for (int i = 0; i < net->live; i++)
+            if (net->base[i] == (uintptr_t)e->address && net->size[i] == e->size) {
+                net->base[i] = net->base[--net->live];
+                net->size[i] = net->size[net->live];
+                break;
+            }
+    }
+    /* The device is held: a call for its own device type is refused, never a deadlock. */
+    net->reentry_status = accalloc_malloc(&p, 16, 1, NULL);
+}
+
+struct oom_seen {
+    int calls;
+    int64_t device;
+    size_t alloc_size, limit_or_total, device_free;
+};
+
+static void record_oom(AccallocDeviceType type, int64_t device, size_t alloc_size, size_t limit_or_total,
+                       size_t device_free, void *user)
+{
+    struct oom_seen *seen = user;
+    (void)type;
+    seen->calls++;
+    seen->device = device;
+    seen->alloc_size = alloc_size;
+    seen->limit_or_total = limit_or_total;
+    seen->device_free = device_free;
+    /* Outside the device's lock: calling accalloc is fine here. */
+    accalloc_empty_cache();
+}
+
+static void section_observers(void)
+{
+    struct mock_net net = {0};
+    struct oom_seen seen = {0};
+    uint64_t segment_handle = 0, oom_handle = 0;
+    void *p = NULL, *q = NULL;
+
+    CHECK_STATUS(accalloc_empty_cache(), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_pool_create(1, 0, 1, &net.pool), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_segment_observer_add(mock_net_on_segment, &net, &segment_handle), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_segment_observer_add(NULL, &net, &segment_handle), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(accalloc_segment_observer_add(mock_net_on_segment, &net, NULL), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(accalloc_pool_begin(1, net.pool, ACCALLOC_ROUTE_THREAD, NULL), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_malloc(&p, 3 * MiB, 1, NULL), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_pool_end(1, net.pool), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_malloc(&q, 1000, 1, NULL), ACCALLOC_OK);
+    /* Two segments registered, in the pool a 20 MiB one (3 MiB is a large request) at p. */
+    CHECK_EQ(net.live, 2);
+    CHECK_EQ(net.alloc_seen_in_pool, 1);
+    CHECK(net.base[0] == (uintptr_t)p && net.size[0] == (size_t)(20 * MiB));
+    CHECK_EQ(net.reentry_status, ACCALLOC_ERROR_NOT_SUPPORTED);
+    CHECK_STATUS(accalloc_free(p), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_free(q), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_empty_cache(), ACCALLOC_OK); /* the default segment goes; the live pool's stays */
+    CHECK_EQ(net.live, 1);
+    CHECK_STATUS(accalloc_pool_empty_cache(1, net.pool, 1), ACCALLOC_OK);
+    CHECK_EQ(net.live, 0);
+    CHECK_EQ(net.events, 4);
+    /* After remove returns the observer is never called again. */
+    CHECK_STATUS(accalloc_segment_observer_remove(segment_handle), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_segment_observer_remove(segment_handle), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(accalloc_malloc(&p, 1000, 1, NULL), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_free(p), ACCALLOC_OK);
+    CHECK_EQ(net.events, 4);
+    CHECK_STATUS(accalloc_pool_release(1, net.pool), ACCALLOC_OK);
+
+    /* OOM: device 1 has 1 GiB; a 2 GiB request fails, the observer hears of it first. */
+    CHECK_STATUS(accalloc_oom_observer_add(record_oom, &seen, &oom_handle), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_oom_observer_add(NULL, &seen, &oom_handle), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(accalloc_malloc(&p, 2048 * MiB, 1, NULL), ACCALLOC_ERROR_OUT_OF_MEMORY);
+    CHECK_EQ(seen.calls, 1);
+    CHECK_EQ(seen.device, 1);
+    CHECK_EQ(seen.alloc_size, 2048 * MiB);
+    CHECK_EQ(seen.limit_or_total, 1024 * MiB);
+    CHECK_STATUS(accalloc_oom_observer_remove(oom_handle), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_oom_observer_remove(oom_handle), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(accalloc_malloc(&p, 2048 * MiB, 1, NULL), ACCALLOC_ERROR_OUT_OF_MEMORY);
+    CHECK_EQ(seen.calls, 1);
+}
+
 int main(void)
 {
     require_test_env();
@@ -2138,6 +2244,7 @@ int main(void)
     section_threads();
     section_settings();
     section_pools();
+    section_observers();
 
     CHECK_STATUS(accalloc_empty_cache(), ACCALLOC_OK);
     {

@@ -47,6 +47,24 @@ typedef AccallocStatus (*pool_begin_fn)(int32_t, AccallocPoolId, int32_t, void *
 typedef AccallocStatus (*pool_fn)(int32_t, AccallocPoolId);
 typedef AccallocStatus (*pool_empty_fn)(int32_t, AccallocPoolId, int32_t);
 typedef AccallocStatus (*pool_info_fn)(int32_t, AccallocPoolId, int64_t *, int64_t *);
+typedef AccallocStatus (*segment_observer_add_fn)(AccallocSegmentObserver, void *, uint64_t *);
+typedef AccallocStatus (*oom_observer_add_fn)(AccallocOomObserver, void *, uint64_t *);
+typedef AccallocStatus (*observer_remove_fn)(uint64_t);
+
+/* Observers: each counts its calls; the segment observer the bytes it was told are live. */
+static void count_segment(const AccallocSegmentEvent *e, void *user)
+{
+    int64_t *live = user;
+    *live += (e->action == ACCALLOC_SEGMENT_ALLOC || e->action == ACCALLOC_SEGMENT_MAP) ? (int64_t)e->size
+                                                                                        : -(int64_t)e->size;
+}
+
+static void note_limit(AccallocDeviceType type, int64_t device, size_t alloc_size, size_t limit_or_total,
+                       size_t device_free, void *user)
+{
+    (void)type, (void)device, (void)alloc_size, (void)device_free;
+    *(size_t *)user = limit_or_total;
+}
 typedef AccallocStatus (*host_record_stream_fn)(const void *, int32_t, void *, bool *);
 typedef AccallocStatus (*host_is_pinned_fn)(const void *, bool *);
 typedef AccallocStatus (*host_json_fn)(char *, size_t, size_t *);
@@ -137,6 +155,12 @@ int main(int argc, char **argv)
     pool_info_fn p_pool_info;
     AccallocPoolId pool;
     int64_t uses = 0, held = 0;
+    segment_observer_add_fn p_segment_observer_add;
+    oom_observer_add_fn p_oom_observer_add;
+    observer_remove_fn p_segment_observer_remove, p_oom_observer_remove;
+    uint64_t segment_handle = 0, oom_handle = 0;
+    int64_t live_bytes = 0;
+    size_t oom_limit = 0;
     char settings[256];
     AccallocDeviceStats s;
     void *ptr = NULL;
@@ -195,6 +219,10 @@ int main(int argc, char **argv)
     TYPECHECK(pool_fn, accalloc_pool_release);
     TYPECHECK(pool_empty_fn, accalloc_pool_empty_cache);
     TYPECHECK(pool_info_fn, accalloc_pool_info);
+    TYPECHECK(segment_observer_add_fn, accalloc_segment_observer_add);
+    TYPECHECK(observer_remove_fn, accalloc_segment_observer_remove);
+    TYPECHECK(oom_observer_add_fn, accalloc_oom_observer_add);
+    TYPECHECK(observer_remove_fn, accalloc_oom_observer_remove);
 
     /* Not linked: nothing named accalloc_malloc is in the process before dlopen. */
     CHECK(dlsym(RTLD_DEFAULT, "accalloc_malloc") == NULL);
@@ -251,6 +279,10 @@ int main(int argc, char **argv)
     LOAD(p_pool_release, "accalloc_pool_release");
     LOAD(p_pool_empty_cache, "accalloc_pool_empty_cache");
     LOAD(p_pool_info, "accalloc_pool_info");
+    LOAD(p_segment_observer_add, "accalloc_segment_observer_add");
+    LOAD(p_segment_observer_remove, "accalloc_segment_observer_remove");
+    LOAD(p_oom_observer_add, "accalloc_oom_observer_add");
+    LOAD(p_oom_observer_remove, "accalloc_oom_observer_remove");
     if (g_missing) {
         fprintf(stderr, "FAIL %d functions missing from %s\n", g_missing, path);
         return 1;
@@ -380,7 +412,9 @@ int main(int argc, char **argv)
     CHECK_STATUS(p_host_stat("num_host_free", &v), ACCALLOC_OK);
     CHECK_EQ(v, 0);
 
-    /* A private pool: its own segment, kept while it lives, forgotten once released and emptied. */
+    /* A private pool: its own segment, kept while it lives, forgotten once released and emptied; a
+     * segment observer sees it come (2 MiB live) and go. */
+    CHECK_STATUS(p_segment_observer_add(count_segment, &live_bytes, &segment_handle), ACCALLOC_OK);
     CHECK_STATUS(p_pool_create(0, 0, 0, &pool), ACCALLOC_OK);
     CHECK_STATUS(p_pool_begin(0, pool, ACCALLOC_ROUTE_THREAD, NULL), ACCALLOC_OK);
     CHECK_STATUS(p_malloc(&ptr, 1000, 0, NULL), ACCALLOC_OK);
@@ -393,11 +427,14 @@ int main(int argc, char **argv)
     CHECK_STATUS(p_pool_empty_cache(0, pool, 0), ACCALLOC_OK); /* live: PyTorch's empty keeps it */
     CHECK_STATUS(p_pool_info(0, pool, NULL, &held), ACCALLOC_OK);
     CHECK_EQ(held, 1);
+    CHECK_EQ(live_bytes, 2 << 20);
     CHECK_STATUS(p_pool_release(0, pool), ACCALLOC_OK);
     CHECK_STATUS(p_pool_release(0, pool), ACCALLOC_OK);
     CHECK_STATUS(p_empty_cache(), ACCALLOC_OK);
     CHECK_STATUS(p_pool_info(0, pool, &uses, &held), ACCALLOC_OK);
     CHECK_EQ(uses, -1);
+    CHECK_EQ(live_bytes, 0);
+    CHECK_STATUS(p_segment_observer_remove(segment_handle), ACCALLOC_OK);
     CHECK_STATUS(p_memory_stat(0, "num_device_free", &v), ACCALLOC_OK);
     CHECK_EQ(v, 1); /* the pool's segment */
     CHECK_STATUS(p_reset_accumulated(0), ACCALLOC_OK);
@@ -409,7 +446,10 @@ int main(int argc, char **argv)
     CHECK_STATUS(p_current_device(&n), ACCALLOC_OK);
     CHECK_EQ(n, 1);
     CHECK_STATUS(p_set_memory_fraction(0.25, -1), ACCALLOC_OK);
+    CHECK_STATUS(p_oom_observer_add(note_limit, &oom_limit, &oom_handle), ACCALLOC_OK);
     CHECK_STATUS(p_malloc(&ptr, (size_t)300 << 20, -1, NULL), ACCALLOC_ERROR_OUT_OF_MEMORY); /* 300 MiB > 256 MiB */
+    CHECK_EQ(oom_limit, 256 << 20); /* the observer heard of it, with the fraction's limit */
+    CHECK_STATUS(p_oom_observer_remove(oom_handle), ACCALLOC_OK);
     CHECK_CONTAINS(p_last_error(), "out of memory");
     CHECK_STATUS(p_memory_stat(1, "num_ooms", &v), ACCALLOC_OK);
     CHECK_EQ(v, 1);

@@ -132,6 +132,28 @@ typedef enum AccallocStatus {
 } AccallocStatus;
 
 /**
+ * What happened to a segment.
+ */
+typedef enum AccallocSegmentAction {
+  /**
+   * A new segment came from the device: register it.
+   */
+  ACCALLOC_SEGMENT_ALLOC = 0,
+  /**
+   * The segment is about to go back to the device: deregister it.
+   */
+  ACCALLOC_SEGMENT_FREE = 1,
+  /**
+   * Pages of an expandable segment were mapped: register them.
+   */
+  ACCALLOC_SEGMENT_MAP = 2,
+  /**
+   * Pages of an expandable segment are about to be unmapped: deregister them.
+   */
+  ACCALLOC_SEGMENT_UNMAP = 3,
+} AccallocSegmentAction;
+
+/**
  * A kind of accelerator. Built-in values are ACCALLOC_DEVICE_HOST and ACCALLOC_DEVICE_CUDA.
  */
 typedef int32_t AccallocDeviceType;
@@ -240,6 +262,49 @@ typedef struct AccallocPoolId {
   uint64_t first;
   uint64_t second;
 } AccallocPoolId;
+
+/**
+ * One segment event.
+ */
+typedef struct AccallocSegmentEvent {
+  enum AccallocSegmentAction action;
+  AccallocDeviceType device_type;
+  int32_t device;
+  /**
+   * The pool the memory belongs to ({0, 0}: the default pools).
+   */
+  struct AccallocPoolId pool;
+  /**
+   * The whole segment (alloc, free) or the pages mapped or unmapped.
+   */
+  void *address;
+  size_t size;
+  /**
+   * The stream the segment serves (NULL: the default stream).
+   */
+  void *stream;
+} AccallocSegmentEvent;
+
+/**
+ * Told of every segment event, in order, while accalloc holds the event's device: it may not call
+ * accalloc for that device type (such calls fail with ACCALLOC_ERROR_NOT_SUPPORTED), nor add or
+ * remove observers. A free or unmap is told before the memory goes; if the device then refuses to
+ * give it back, the memory stays and is told again as an alloc or map. May run on any thread.
+ */
+typedef void (*AccallocSegmentObserver)(const struct AccallocSegmentEvent *event, void *user_data);
+
+/**
+ * Told of every out-of-memory failure of a device after accalloc let the device go and before the
+ * failing call returns, with PyTorch's figures: the segment size that could not be had, the memory
+ * fraction's limit where one is set (else the device's total memory), and the device's free memory.
+ * It may call accalloc (accalloc_empty_cache, say); a failure inside it is not told again.
+ */
+typedef void (*AccallocOomObserver)(AccallocDeviceType device_type,
+                                    int64_t device,
+                                    size_t alloc_size,
+                                    size_t limit_or_total,
+                                    size_t device_free,
+                                    void *user_data);
 
 /**
  * One statistic, as PyTorch keeps it.
@@ -584,6 +649,43 @@ enum AccallocStatus accalloc_empty_cache(void);
  * accalloc_empty_cache on the accelerator of `device_type`.
  */
 enum AccallocStatus accalloc_empty_cache_on(AccallocDeviceType device_type);
+
+/**
+ * Call `observer` with `user_data` for every segment event of every device from now on, and store
+ * the handle that removes it in `*handle`. Observers are called in the order they were added.
+ *
+ * Errors: ACCALLOC_ERROR_INVALID_ARGUMENT (observer or handle is NULL; called from inside an
+ * observer).
+ */
+enum AccallocStatus accalloc_segment_observer_add(AccallocSegmentObserver observer,
+                                                  void *user_data,
+                                                  uint64_t *handle);
+
+/**
+ * Stop calling the segment observer of `handle`. When this returns the observer is not running
+ * on any thread and is never called again, so its user data may be freed.
+ *
+ * Errors: ACCALLOC_ERROR_INVALID_ARGUMENT (no such handle; called from inside an observer).
+ */
+enum AccallocStatus accalloc_segment_observer_remove(uint64_t handle);
+
+/**
+ * Call `observer` with `user_data` after every out-of-memory failure of every device from now on,
+ * and store the handle that removes it in `*handle`.
+ *
+ * Errors: ACCALLOC_ERROR_INVALID_ARGUMENT (observer or handle is NULL; called from inside an
+ * observer).
+ */
+enum AccallocStatus accalloc_oom_observer_add(AccallocOomObserver observer,
+                                              void *user_data,
+                                              uint64_t *handle);
+
+/**
+ * Stop calling the OOM observer of `handle`; as accalloc_segment_observer_remove.
+ *
+ * Errors: ACCALLOC_ERROR_INVALID_ARGUMENT (no such handle; called from inside an observer).
+ */
+enum AccallocStatus accalloc_oom_observer_remove(uint64_t handle);
 
 /**
  * Make an ONNX Runtime allocator (an `OrtAllocator*`, stored in `*out_allocator`) whose memory comes

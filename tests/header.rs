@@ -76,6 +76,10 @@ fn header_declares_every_exported_function() {
     ];
     // Functions that do not depend on the accelerator.
     let global = [
+        "accalloc_segment_observer_add",
+        "accalloc_segment_observer_remove",
+        "accalloc_oom_observer_add",
+        "accalloc_oom_observer_remove",
         "accalloc_free",
         "accalloc_record_stream",
         "accalloc_current_accelerator",

@@ -13,6 +13,7 @@ pub(crate) mod guard;
 pub mod info;
 pub mod inspect;
 pub mod memory;
+pub mod observers;
 pub mod ort;
 pub mod pinned_host;
 pub mod pluggable;

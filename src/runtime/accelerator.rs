@@ -157,6 +157,10 @@ impl Accelerator {
             // The settings are copied first: the backend's mem_get_info runs without our locks.
             let config = self.config().clone();
             let mut allocator = CachingAllocator::new(self.backend.clone(), index, config)?;
+            let device_type = self.device_type;
+            allocator.set_segment_observer(Some(Box::new(move |event| {
+                super::observers::segment_event(device_type, event)
+            })));
             if let Some(entries) = *self.history.lock().unwrap_or_else(|p| p.into_inner()) {
                 allocator.record_history(true, entries);
             }
@@ -227,6 +231,27 @@ impl Accelerator {
         }
         let step = device.malloc_begin(size, stream);
         drop(device);
+        match self.malloc_miss(index, step) {
+            Ok(ptr) => Ok(ptr),
+            Err(e) if e.kind == ErrorKind::OutOfMemory => Err(self.out_of_memory(index, e)),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The OOM observers hear of the failure, with the device let go, before the caller does.
+    #[cold]
+    #[inline(never)]
+    fn out_of_memory(&self, index: usize, error: Error) -> Error {
+        let reports = match self.lock(index) {
+            Ok(mut device) => device.take_oom_reports(),
+            Err(_) => return error,
+        };
+        super::observers::out_of_memory(self.device_type, &reports);
+        error
+    }
+
+    /// The rest of a malloc the cache could not serve at once.
+    fn malloc_miss(&self, index: usize, step: Result<MallocStep>) -> Result<usize> {
         match step? {
             MallocStep::Done(ptr) => Ok(ptr),
             MallocStep::NeedSegment(request) => {

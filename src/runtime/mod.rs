@@ -18,6 +18,7 @@ pub mod device_lock;
 pub mod environment;
 mod fork;
 pub(crate) mod last_error;
+pub mod observers;
 mod owner_guess;
 pub mod pinned_host;
 pub mod pools;
@@ -269,7 +270,7 @@ impl Runtime {
         if let Some(ptr) = Self::malloc_on_sole(device_type, size, device, stream) {
             return Ok(ptr);
         }
-        self.malloc_slow(self.current(), size, device, stream)
+        self.malloc_slow(self.accelerator(device_type)?, size, device, stream)
     }
 
     /// malloc on the accelerator of `device_type` (the C ABI's accalloc_malloc_on).

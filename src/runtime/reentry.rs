@@ -1,5 +1,5 @@
-//! Calls back into accalloc from a backend's own callbacks. While a backend function runs, the
-//! device's lock may be held (raw_alloc, the event calls) or the device may be half made (the first
+//! Calls back into accalloc from a backend's own callbacks (or a segment observer, which runs with
+//! the device held). While a backend function runs, the device's lock may be held (raw_alloc, the event calls) or the device may be half made (the first
 //! mem_get_info), so a call for the same device type from inside it would deadlock or spin. Each
 //! thread remembers which device types it is inside a callback of, and such a call is answered with
 //! ACCALLOC_ERROR_NOT_SUPPORTED and a message instead. Calls for other device types are fine.
@@ -59,11 +59,12 @@ pub(crate) fn check(device_type: DeviceType, name: &str) -> Result<()> {
     Err(reentered(device_type, name))
 }
 
-/// Whether `device_type`'s backend may call back into accalloc: only registered backends have
-/// callbacks of someone else's; the host and CUDA backends never call back.
+/// Whether code of someone else's may run while `device_type`'s device is held: a registered
+/// backend's callbacks, or, once one was added, a segment observer (of any device type). Until then
+/// the host and CUDA backends never call back, and their calls skip the thread-local read.
 #[inline]
 pub(crate) fn may_call_back(device_type: DeviceType) -> bool {
-    device_type >= FIRST_REGISTERED_TYPE
+    device_type >= FIRST_REGISTERED_TYPE || super::observers::segment_observed()
 }
 
 /// Whether this thread is inside a callback of `device_type`'s backend (never for a backend that
@@ -80,9 +81,9 @@ fn reentered(device_type: DeviceType, name: &str) -> Error {
         ErrorKind::NotSupported,
         format!(
             "accalloc was called for device type {device_type} ({name}) from inside that backend's \
-             own {call} callback: a backend's callbacks may not call accalloc for their own device \
-             type (the device is locked or being set up; the call would deadlock). Calls for other \
-             device types are allowed"
+             own {call} callback: a backend's callbacks and segment observers may not call accalloc \
+             for their own device type (the device is locked or being set up; the call would \
+             deadlock). Calls for other device types are allowed"
         ),
     )
 }

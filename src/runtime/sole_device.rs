@@ -10,7 +10,8 @@
 //! path) and given up for good when a segment of a second device is recorded (`give_up`, called by
 //! the segment index before that segment can hold a block). A backend registered from C may call
 //! back into accalloc from its callbacks, which the general path refuses (runtime/reentry.rs): for
-//! such a device the shortcut steps aside while this thread is inside one of its callbacks.
+//! such a device (and for every device once a segment observer exists) the shortcut steps aside
+//! while this thread is inside one of its callbacks.
 
 use super::device_lock::DeviceLock;
 use super::ownership::Owners;
@@ -56,8 +57,8 @@ impl Sole {
             && !self.reentered()
     }
 
-    /// Whether this thread is inside one of the device's backend callbacks (only a registered
-    /// backend has any): the general path answers then, with the error that says so.
+    /// Whether this thread is inside one of the device's callbacks (a registered backend's, or a
+    /// segment observer): the general path answers then, with the error that says so.
     #[inline(always)]
     pub fn reentered(&self) -> bool {
         self.calls_back && inside_callback(self.device_type)
@@ -81,7 +82,7 @@ pub(super) fn sole() -> Option<Sole> {
     })
 }
 
-/// reentry::inside, out of line: only registered backends' calls get here.
+/// reentry::inside, out of line: only calls for a device that may call back get here.
 #[cold]
 #[inline(never)]
 fn inside_callback(device_type: DeviceType) -> bool {
@@ -177,5 +178,17 @@ impl Runtime {
             Ordering::SeqCst,
             Ordering::Relaxed,
         );
+        // A segment observer added meanwhile may have found SOLE unset: mark it here instead.
+        if reentry::may_call_back(device_type) {
+            callbacks_possible();
+        }
     }
+}
+
+/// Someone else's code may now run while the sole device is held (a segment observer was added):
+/// its calls must check for reentry, so the shortcut marks the device as calling back.
+pub(super) fn callbacks_possible() {
+    let _ = SOLE.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |word| {
+        (word > NEVER && word & CALLS_BACK == 0).then_some(word | CALLS_BACK)
+    });
 }
