@@ -110,7 +110,7 @@ fn observers_keep_a_network_librarys_view_exact_under_threads() {
                         .wrapping_mul(6364136223846793005)
                         .wrapping_add(1442695040888963407);
                     let pick = (state >> 33) as usize;
-                    if pick % 3 == 0 && !mine.is_empty() {
+                    if pick.is_multiple_of(3) && !mine.is_empty() {
                         let ptr = mine.swap_remove(pick % mine.len());
                         assert_eq!(unsafe { accalloc_free(ptr) }, AccallocStatus::ACCALLOC_OK);
                         continue;
@@ -126,7 +126,7 @@ fn observers_keep_a_network_librarys_view_exact_under_threads() {
                     if status == AccallocStatus::ACCALLOC_OK {
                         mine.push(p);
                     }
-                    if t == 0 && round % 50 == 0 {
+                    if t == 0 && round.is_multiple_of(50) {
                         assert_eq!(accalloc_empty_cache(), AccallocStatus::ACCALLOC_OK);
                     }
                 }
