@@ -685,14 +685,18 @@ CRAFTED_POOLS: dict[str, tuple[str, str, list[TraceOp], dict[str, object]]] = {
         A(1, 4096), F(1), PB(P2), A(2, 4096), PE(P2), F(2), PR(P2), PB(P1), E(), PE(P1),
     ], {"model.default_release_skipped": 0, "model.pools_erased": 1, "num_device_free": 2,
         "num_sync_all_streams": 1, "segment.all.current": 0}),
-    # With expandable segments on, a pool's segments are ordinary ones (accalloc; a segment
-    # counts) but split by the expandable rule (>= 512 B left: 16.5 MiB leaves 512 KiB); the default
-    # pools map pages (no segment).
-    "pool_es_ordinary_segments": ("1GiB", ES, [
+    # With expandable segments on, a pool grows a reserved range of its own, as the default pools
+    # do: P1's 3 MiB maps one 20 MiB page, and its 16.5 MiB fits in the rest (split by the
+    # expandable rule: >= 512 B left); the default 3 MiB maps a page of another range. No segment
+    # counts. The first empty_cache unmaps the default page only (P1 is live); released, P1's page
+    # goes at the next one, its range with it, and the pool is erased.
+    "pool_es_own_ranges": ("1GiB", ES, [
         PB(P1), A(1, 3 * MiB), A(2, 16 * MiB + 512 * KiB), PE(P1), A(3, 3 * MiB), F(1), F(2),
-        F(3), E(),
-    ], {"segment.all.peak": 1, "segment.large_pool.current": 1, "model.maps": 1,
-        "model.pool_segment_allocs": 1,
+        F(3), E(), PR(P1), E(),
+    ], {"segment.all.peak": 0, "model.maps": 2, "model.unmaps": 2, "model.reservations": 2,
+        "model.reservations_released": 2, "model.pool_segment_allocs": 0,
+        "model.pools_erased": 1, "model.pools_left": 0, "reserved_bytes.all.peak": 40 * MiB,
+        "num_device_alloc": 2, "num_device_free": 2,
         "allocated_bytes.large_pool.allocated": 3 * MiB + 16 * MiB + 512 * KiB + 3 * MiB}),
 }
 

@@ -66,9 +66,11 @@ begun for a stream; a pool begun for a thread, use_mem_pool's, routes but is no 
 processes no events and skips the last-resort release of every cached block, and
 release_cached_blocks neither synchronizes nor releases the default pools (the freeable pools, use
 count 0, are released and erased once they hold no segment all the same); should_split's no_split
-pools. accalloc's own rules are modelled where PyTorch has none: a private pool's segments are
-always ordinary ones (PyTorch would map expandable segments for them too), a pool still begun is
-never erased (PyTorch asserts), and pool_empty with live true empties a live pool.
+pools; with expandable segments on, a private pool (none has an allocator of its own here) maps
+pages of reserved ranges of its own, as the default pools do. accalloc's own rules are modelled where
+PyTorch has none: a pool still begun, or still holding a reserved range, is never erased (PyTorch
+asserts, or erases a pool whose mapped pages are in use), and pool_empty with live true empties a
+live pool.
 
 One documented deviation of accalloc is modelled on purpose: a request whose segment allocation
 size exceeds C fails at once without touching the cache; it counts in num_ooms and in no other
@@ -345,6 +347,10 @@ class PrivatePool:
         # uncounts one; at 0 the pool is freeable (graph_pools_freeable).
         self.use_count = 1
         self.segments = 0  # cudaMalloc_count: its segments held from the device
+        # Its expandable segments' reserved ranges (accalloc erases a pool only once it holds none)
+        # and its BlockPools' unmapped sets.
+        self.reservations = 0
+        self.unmapped_keys: dict[bool, list[tuple[int, int]]] = {True: [], False: []}
         # Its BlockPools (sorted (stream, size, addr) keys) and their get_free_blocks_call_count.
         self.keys: dict[bool, list[tuple[int, int, int]]] = {True: [], False: []}
         self.free_block_calls = {True: 0, False: 0}
@@ -525,12 +531,16 @@ class PyTorchModel:
         del keys[i]
         del self.pool_blocks[block.addr]
 
+    def unmapped_of(self, owner: PrivatePool | None, small: bool) -> list[tuple[int, int]]:
+        # The unmapped set of the default pools' or a private pool's BlockPool.
+        return self.unmapped_keys[small] if owner is None else owner.unmapped_keys[small]
+
     def unmapped_insert(self, block: Block) -> None:  # pool.unmapped.insert(block)
-        bisect.insort(self.unmapped_keys[block.small], (block.stream, block.addr))
+        bisect.insort(self.unmapped_of(block.owner, block.small), (block.stream, block.addr))
         self.unmapped_blocks[block.addr] = block
 
     def unmapped_erase(self, block: Block) -> None:  # pool.unmapped.erase(block)
-        keys = self.unmapped_keys[block.small]
+        keys = self.unmapped_of(block.owner, block.small)
         i = bisect.bisect_left(keys, (block.stream, block.addr))
         assert keys[i] == (block.stream, block.addr)
         del keys[i]
@@ -718,11 +728,11 @@ class PyTorchModel:
         # With a memory fraction: fail without asking the device past the allowed bytes.
         if self.allowed is not None and self.held + alloc_size > self.allowed:
             return None
-        if self.expandable and owner is None:
-            # try_allocate_expandable_block with p.size(), the rounded request (not alloc_size).
-            # (accalloc: only the default pools grow expandable segments; a private pool's segments
-            # are ordinary ones, where PyTorch would map pages for it too.)
-            return self.try_allocate_expandable_block(stream, small, size)
+        if self.expandable:
+            # try_allocate_expandable_block with p.size(), the rounded request (not alloc_size), in
+            # the request's own pool: a private pool with no allocator of its own grows expandable
+            # segments of its own, as the default pools do.
+            return self.try_allocate_expandable_block(stream, small, size, owner)
         addr = self.device_malloc(alloc_size)
         if addr is None:
             return None
@@ -804,7 +814,7 @@ class PyTorchModel:
         self.release_blocks(small=True, owner=pool)
         self.release_blocks(small=False, owner=pool)
         begun = any(pool_id == pool.id for pool_id, _ in self.captures)
-        if pool.use_count == 0 and pool.segments == 0 and not begun:
+        if pool.use_count == 0 and pool.segments == 0 and pool.reservations == 0 and not begun:
             del self.private_pools[pool.id]
             self.pools_erased += 1
 
@@ -970,7 +980,8 @@ class PyTorchModel:
         self.next_reservation += rounded + SIM_ADDRESS_GAP
         return addr
 
-    def find_expandable_block(self, stream: int, small: bool, size: int) -> Block:
+    def find_expandable_block(self, stream: int, small: bool, size: int,
+                              owner: PrivatePool | None) -> Block:
         # find_expandable_block: the lowest address, in any range of this stream and pool, from
         # which the chain of allocatable blocks (free mapped or unmapped) holds >= size bytes: walk
         # pool.unmapped from (stream, 0); for each unmapped block start from its previous block if
@@ -985,7 +996,7 @@ class PyTorchModel:
                 b = b.next
             return total >= size
 
-        keys = self.unmapped_keys[small]
+        keys = self.unmapped_of(owner, small)
         i = bisect.bisect_left(keys, (stream, 0))
         while i < len(keys) and keys[i][0] == stream:
             c = self.unmapped_blocks[keys[i][1]]
@@ -1001,7 +1012,9 @@ class PyTorchModel:
         es = ExpandableSegment(self.reserve_range(max_handles * segment_size), stream,
                                segment_size, max_handles)
         self.reservations += 1
-        candidate = Block(stream, es.size(), es.base, small)
+        if owner is not None:
+            owner.reservations += 1
+        candidate = Block(stream, es.size(), es.base, small, owner)
         candidate.mapped = False
         candidate.es = es
         self.unmapped_insert(candidate)
@@ -1026,7 +1039,7 @@ class PyTorchModel:
         to_map.mapped = True
         if mapped_size < to_map.size:
             remaining = Block(to_map.stream, to_map.size - mapped_size, to_map.addr + mapped_size,
-                              to_map.small)
+                              to_map.small, to_map.owner)
             remaining.mapped = False
             remaining.es = es
             remaining.splice(to_map, to_map.next)
@@ -1041,11 +1054,12 @@ class PyTorchModel:
         self.maps += 1
         return True
 
-    def try_allocate_expandable_block(self, stream: int, small: bool, size: int) -> Block | None:
+    def try_allocate_expandable_block(self, stream: int, small: bool, size: int,
+                                      owner: PrivatePool | None = None) -> Block | None:
         # try_allocate_expandable_block: map the candidate if it is unmapped (min(its size, size)
         # bytes), then, while it is smaller than size, map enough of the unmapped block after it
         # (which merges into it). A failed mapping returns nullptr and keeps what was mapped before.
-        candidate = self.find_expandable_block(stream, small, size)
+        candidate = self.find_expandable_block(stream, small, size, owner)
         if not candidate.mapped and not self.map_block(candidate, min(candidate.size, size)):
             return None
         assert candidate.mapped
@@ -1073,13 +1087,14 @@ class PyTorchModel:
         unmapped_size = (end - begin) * es.segment_size
         before_size = unmapped_addr - block.addr
         if before_size > 0:
-            before_free = Block(block.stream, before_size, block.addr, block.small)
+            before_free = Block(block.stream, before_size, block.addr, block.small, block.owner)
             before_free.es = es
             before_free.splice(block.prev, block)
             self.pool_insert(before_free)
         after_size = block.size - (before_size + unmapped_size)
         if after_size > 0:
-            after_free = Block(block.stream, after_size, unmapped_addr + unmapped_size, block.small)
+            after_free = Block(block.stream, after_size, unmapped_addr + unmapped_size, block.small,
+                               block.owner)
             after_free.es = es
             after_free.splice(block, block.next)
             self.pool_insert(after_free)
@@ -1099,6 +1114,8 @@ class PyTorchModel:
         assert not block.mapped and block.size == block.es.size()
         self.unmapped_erase(block)
         self.reservations_released += 1
+        if block.owner is not None:
+            block.owner.reservations -= 1
 
     # ---- private pools --------------------------------------------------------------------------
 

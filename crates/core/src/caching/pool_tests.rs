@@ -346,3 +346,87 @@ fn only_a_capture_skips_the_last_resort_and_keeps_empty_cache_off_the_default_po
         a.end_allocate_to_pool(POOL).unwrap();
     }
 }
+
+fn expandable_allocator(capacity: usize) -> (CachingAllocator, Arc<SimulatedBackend>) {
+    let backend = Arc::new(SimulatedBackend::new(1, capacity));
+    let config = CachingConfig {
+        expandable_segments: true,
+        ..CachingConfig::default()
+    };
+    let allocator = CachingAllocator::new(backend.clone(), 0, config).unwrap();
+    (allocator, backend)
+}
+
+#[test]
+fn a_pool_grows_expandable_segments_of_its_own() {
+    let (mut a, backend) = expandable_allocator(1 << 30);
+    a.create_pool(POOL, false, false).unwrap();
+    a.begin_allocate_to_pool(POOL, this_thread()).unwrap();
+    let in_pool = a.malloc(5 << 20, 0).unwrap();
+    let in_pool_too = a.malloc(5 << 20, 0).unwrap();
+    a.end_allocate_to_pool(POOL).unwrap();
+    // One 20 MiB page of the pool's own range serves both: a map counts reserved bytes and
+    // num_device_alloc, never a segment (PyTorch's rule, pools too).
+    assert_eq!(in_pool_too, in_pool + (5 << 20));
+    let s = a.stats();
+    assert_eq!(
+        (
+            s.reserved_bytes[ALL].current,
+            s.num_device_alloc,
+            s.segment[ALL].current
+        ),
+        (20 * MIB, 1, 0)
+    );
+    assert_eq!(a.pool_segment_count(POOL), Some(0));
+    // The default pools' request has a range of its own: the pool's free 10 MiB are not its.
+    let outside = a.malloc(5 << 20, 0).unwrap();
+    assert_eq!(backend.live_reservations(0), 2);
+    assert!(outside.abs_diff(in_pool) >= 1 << 30, "another reservation");
+    assert_eq!(a.stats().reserved_bytes[ALL].current, 40 * MIB);
+    let pools: Vec<_> = a
+        .segments()
+        .iter()
+        .map(|s| (s.address, s.pool_id))
+        .collect();
+    assert_eq!(pools.len(), 2);
+    assert!(pools.contains(&(in_pool, POOL)) && pools.contains(&(outside, (0, 0))));
+
+    a.free(in_pool).unwrap();
+    a.free(in_pool_too).unwrap();
+    a.free(outside).unwrap();
+    // A live pool keeps its mapped page through empty_cache; the default pools' goes, with its range.
+    a.empty_cache().unwrap();
+    assert_eq!(a.stats().reserved_bytes[ALL].current, 20 * MIB);
+    assert_eq!(backend.live_reservations(0), 1);
+    // The live-pool empty unmaps it and gives the range back.
+    a.empty_live_pool(POOL).unwrap();
+    let s = a.stats();
+    assert_eq!((s.reserved_bytes[ALL].current, s.num_device_free), (0, 2));
+    assert_eq!(backend.live_reservations(0), 0);
+    assert_eq!(backend.mapped_bytes(0), 0);
+    a.release_pool(POOL).unwrap();
+    a.release_pool(POOL).unwrap();
+    a.empty_cache().unwrap();
+    assert_eq!(a.pool_use_count(POOL), None, "freeable and empty: erased");
+}
+
+#[test]
+fn a_freeable_pool_with_live_expandable_blocks_stays_until_they_are_freed() {
+    let (mut a, backend) = expandable_allocator(1 << 30);
+    a.create_pool(POOL, false, false).unwrap();
+    a.begin_allocate_to_pool(POOL, this_thread()).unwrap();
+    let p = a.malloc(1000, 0).unwrap();
+    a.end_allocate_to_pool(POOL).unwrap();
+    a.release_pool(POOL).unwrap();
+    a.release_pool(POOL).unwrap();
+    // No ordinary segment, but a mapped page in use: the pool is not erased.
+    a.empty_cache().unwrap();
+    assert_eq!(a.pool_use_count(POOL), Some(0));
+    assert_eq!(a.stats().reserved_bytes[SMALL].current, 2 * MIB);
+    a.free(p).unwrap();
+    a.empty_cache().unwrap();
+    assert_eq!(a.pool_use_count(POOL), None);
+    assert_eq!(backend.live_reservations(0), 0);
+    assert_eq!(a.stats().reserved_bytes[ALL].current, 0);
+    a.check_invariants().unwrap();
+}

@@ -36,6 +36,8 @@ pub struct PrivatePool {
     pub use_count: u32,
     /// Its segments held from the backend (PyTorch's cudaMalloc_count).
     pub segments: usize,
+    /// Its expandable segments' address ranges (a pool is erased only once it holds none).
+    pub reservations: usize,
     pub small: BlockPool,
     pub large: BlockPool,
     /// A default-pool request about to fail may take one of its free blocks.
@@ -108,6 +110,15 @@ impl PrivatePools {
     }
 
     /// The BlockPool of `kind` of the pool at `index`.
+    pub fn blocks(&self, index: PoolIndex, kind: PoolKind) -> &BlockPool {
+        let pool = self.get(index);
+        match kind {
+            PoolKind::Small => &pool.small,
+            PoolKind::Large => &pool.large,
+        }
+    }
+
+    /// The same, to change.
     #[inline]
     pub fn blocks_mut(&mut self, index: PoolIndex, kind: PoolKind) -> &mut BlockPool {
         let pool = self.get_mut(index);
@@ -155,13 +166,21 @@ impl PrivatePools {
         self.get_mut(index).segments -= 1;
     }
 
-    /// Erase a freeable pool that holds no segment (empty_cache's last step for it). One still begun
+    pub fn reservation_added(&mut self, index: PoolIndex) {
+        self.get_mut(index).reservations += 1;
+    }
+
+    pub fn reservation_removed(&mut self, index: PoolIndex) {
+        self.get_mut(index).reservations -= 1;
+    }
+
+    /// Erase a freeable pool that holds no segment and no reservation (empty_cache's last step for it). One still begun
     /// (released more often than it was ended) stays until it is ended: allocations are routed to
     /// it meanwhile (PyTorch asserts there instead).
     pub fn erase_if_empty(&mut self, index: PoolIndex) {
         let pool = self.get(index);
         let begun = self.captures.iter().any(|&(_, i, _)| i == index);
-        if pool.use_count == 0 && pool.segments == 0 && !begun {
+        if pool.use_count == 0 && pool.segments == 0 && pool.reservations == 0 && !begun {
             let id = pool.id;
             self.by_id.remove(&id);
             self.slots[Self::slot(index)] = None;
@@ -184,6 +203,7 @@ impl PrivatePools {
             id,
             use_count: 1,
             segments: 0,
+            reservations: 0,
             small: BlockPool::default(),
             large: BlockPool::default(),
             use_on_oom: false,

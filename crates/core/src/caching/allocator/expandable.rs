@@ -75,14 +75,18 @@ impl CachingAllocator {
     /// return the free block covering them, out of the pool. Ok(None) when the device has no room.
     pub(super) fn try_allocate_expandable_block(
         &mut self,
+        private: PoolIndex,
         pool: PoolKind,
         stream: StreamId,
         size: usize,
     ) -> Result<Option<BlockId>> {
-        // expandable_trim: unmap free pages elsewhere first if this growth would cross the line.
-        let trimmed = self.config.expandable_trim && self.trim_before_growth(pool, stream, size)?;
+        // expandable_trim: unmap free pages elsewhere first if this growth would cross the line
+        // (not during a capture, whose device may not be asked to unmap).
+        let trimmed = self.config.expandable_trim
+            && !self.capturing
+            && self.trim_before_growth(private, pool, stream, size)?;
         // A chain of blocks with room for `size`: unmapped; unmapped then free; or free then unmapped.
-        let mut candidate = self.find_expandable_block(pool, stream, size)?;
+        let mut candidate = self.find_expandable_block(private, pool, stream, size)?;
         let mut target = if trimmed {
             // Mapping ahead now would map again what the trim has just unmapped.
             size
@@ -122,7 +126,7 @@ impl CachingAllocator {
             }
         }
         let block = self.blocks[candidate];
-        self.pool_mut(DEFAULT_POOLS, pool).remove(&block);
+        self.pool_mut(private, pool).remove(&block);
         Ok(Some(candidate))
     }
 
@@ -130,11 +134,12 @@ impl CachingAllocator {
     /// reserving a new range when no segment of this pool and stream has room.
     fn find_expandable_block(
         &mut self,
+        private: PoolIndex,
         pool: PoolKind,
         stream: StreamId,
         size: usize,
     ) -> Result<BlockId> {
-        if let Some(start) = self.growth_chain(pool, stream, size) {
+        if let Some(start) = self.growth_chain(private, pool, stream, size) {
             return Ok(start);
         }
         // PyTorch maps 20 MiB pages in the large pool; expandable_trim maps 2 MiB pages everywhere.
@@ -173,11 +178,15 @@ impl CachingAllocator {
         let id = self.blocks.insert(Block {
             mapped: false,
             expandable: Some(index),
+            private,
             ..Block::new(base, reserve, stream, pool)
         });
-        self.pool_mut(DEFAULT_POOLS, pool)
+        self.pool_mut(private, pool)
             .unmapped
             .insert((stream, base), id);
+        if private != DEFAULT_POOLS {
+            self.private_pools.reservation_added(private);
+        }
         Ok(id)
     }
 
@@ -185,11 +194,14 @@ impl CachingAllocator {
     /// least `size` bytes of address space, if there is one: the lowest such chain (PyTorch's
     /// choice), or with expandable_trim the one whose first `size` bytes need the fewest new bytes
     /// mapped (the lowest of those), so that free pages are used before new ones are mapped.
-    fn growth_chain(&self, pool: PoolKind, stream: StreamId, size: usize) -> Option<BlockId> {
-        let pool = match pool {
-            PoolKind::Small => &self.small,
-            PoolKind::Large => &self.large,
-        };
+    fn growth_chain(
+        &self,
+        private: PoolIndex,
+        pool: PoolKind,
+        stream: StreamId,
+        size: usize,
+    ) -> Option<BlockId> {
+        let pool = self.block_pool(private, pool);
         let mut chains = pool
             .unmapped
             .range((stream, 0)..)
@@ -289,12 +301,13 @@ impl CachingAllocator {
     /// unmapped.
     fn trim_before_growth(
         &mut self,
+        private: PoolIndex,
         pool: PoolKind,
         stream: StreamId,
         size: usize,
     ) -> Result<bool> {
         let page = SMALL_PAGE;
-        let (taken, new_bytes) = match self.growth_chain(pool, stream, size) {
+        let (taken, new_bytes) = match self.growth_chain(private, pool, stream, size) {
             Some(start) => (
                 self.chain(start, size).0,
                 self.unmapped_in_growth(start, size).next_multiple_of(page),
@@ -306,10 +319,16 @@ impl CachingAllocator {
         if excess == 0 {
             return Ok(false);
         }
+        // Free pages anywhere on the device: the default pools' and every private pool's.
         let mut candidates: Vec<(usize, BlockId)> = self
             .small
             .entries()
             .chain(self.large.entries())
+            .chain(
+                self.private_pools
+                    .iter()
+                    .flat_map(|(_, p)| p.small.entries().chain(p.large.entries())),
+            )
             .filter(|((_, size, _), id)| *size >= page && !taken.contains(id))
             .filter_map(|(_, id)| {
                 let block = &self.blocks[id];
@@ -383,7 +402,7 @@ impl CachingAllocator {
             block.ptr
         );
 
-        self.pool_mut(DEFAULT_POOLS, block.pool)
+        self.pool_mut(block.private, block.pool)
             .unmapped
             .remove(&(block.stream, block.ptr));
         self.blocks[id].mapped = true;
@@ -392,6 +411,7 @@ impl CachingAllocator {
             let rest = self.blocks.insert(Block {
                 mapped: false,
                 expandable: block.expandable,
+                private: block.private,
                 prev: Some(id),
                 next: block.next,
                 ..Block::new(
@@ -406,7 +426,7 @@ impl CachingAllocator {
             }
             self.blocks[id].next = Some(rest);
             self.blocks[id].size = mapped_size;
-            self.pool_mut(DEFAULT_POOLS, block.pool)
+            self.pool_mut(block.private, block.pool)
                 .unmapped
                 .insert((block.stream, block.ptr + mapped_size), rest);
         }
@@ -462,11 +482,12 @@ impl CachingAllocator {
         }
         self.expandable[segment_index].mapped[first..last].fill(false);
 
-        self.pool_mut(DEFAULT_POOLS, block.pool).remove(&block);
+        self.pool_mut(block.private, block.pool).remove(&block);
         let before = start - block.ptr;
         if before > 0 {
             let piece = self.blocks.insert(Block {
                 expandable: block.expandable,
+                private: block.private,
                 prev: block.prev,
                 next: Some(id),
                 ..Block::new(block.ptr, before, block.stream, block.pool)
@@ -481,6 +502,7 @@ impl CachingAllocator {
         if after > 0 {
             let piece = self.blocks.insert(Block {
                 expandable: block.expandable,
+                private: block.private,
                 prev: Some(id),
                 next: self.blocks[id].next,
                 ..Block::new(start + size, after, block.stream, block.pool)
@@ -498,7 +520,7 @@ impl CachingAllocator {
         self.try_merge(id, self.blocks[id].prev);
         self.try_merge(id, self.blocks[id].next);
         let merged = self.blocks[id];
-        self.pool_mut(DEFAULT_POOLS, block.pool)
+        self.pool_mut(block.private, block.pool)
             .unmapped
             .insert((merged.stream, merged.ptr), id);
 
@@ -509,17 +531,27 @@ impl CachingAllocator {
         Ok(())
     }
 
-    /// empty_cache: give back each reservation that holds nothing (a single unmapped block covers
-    /// it), so that streams used once do not keep their address space for ever. Nothing in the
-    /// statistics changes: only mapped memory counts as reserved.
+    /// empty_cache: give back each reservation of the default pools and of every freeable private
+    /// pool that holds nothing (a single unmapped block covers it), so that streams used once do not
+    /// keep their address space for ever. Nothing in the statistics changes: only mapped memory
+    /// counts as reserved.
     pub(super) fn release_empty_reservations(&mut self) -> Result<()> {
+        if !self.capturing {
+            self.release_empty_reservations_of(DEFAULT_POOLS)?;
+        }
+        for private in self.private_pools.freeable() {
+            self.release_empty_reservations_of(private)?;
+        }
+        Ok(())
+    }
+
+    /// Give back the reservations of one set of pools that hold nothing.
+    pub(super) fn release_empty_reservations_of(&mut self, private: PoolIndex) -> Result<()> {
         for pool in [PoolKind::Large, PoolKind::Small] {
-            let unmapped = match pool {
-                PoolKind::Small => &self.small.unmapped,
-                PoolKind::Large => &self.large.unmapped,
-            };
             let blocks = &self.blocks;
-            let empty: Vec<BlockId> = unmapped
+            let empty: Vec<BlockId> = self
+                .block_pool(private, pool)
+                .unmapped
                 .values()
                 .copied()
                 .filter(|&id| blocks[id].prev.is_none() && blocks[id].next.is_none())
@@ -531,10 +563,13 @@ impl CachingAllocator {
                 self.backend
                     .vm_release(self.device, base, size)
                     .map_err(|e| backend_error(&*self.backend, self.device, "vm_release", e))?;
-                self.pool_mut(DEFAULT_POOLS, pool)
+                self.pool_mut(private, pool)
                     .unmapped
                     .remove(&(block.stream, block.ptr));
                 self.blocks.remove(id);
+                if private != DEFAULT_POOLS {
+                    self.private_pools.reservation_removed(private);
+                }
                 self.expandable[index] = ExpandableSegment {
                     base: 0,
                     size: 0,

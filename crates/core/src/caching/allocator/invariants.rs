@@ -67,6 +67,7 @@ impl CachingAllocator {
                     || block.ptr != ptr
                     || block.stream != stream
                     || block.pool != pool_kind
+                    || block.private != private
                 {
                     return Err(format!(
                         "unmapped entry {ptr:#x} does not match its block {block:?}"

@@ -408,6 +408,15 @@ impl CachingAllocator {
         }
     }
 
+    /// The BlockPool of `kind` of the default pools or of a private pool, to read.
+    fn block_pool(&self, private: PoolIndex, pool: PoolKind) -> &BlockPool {
+        match (private == DEFAULT_POOLS, pool) {
+            (true, PoolKind::Small) => &self.small,
+            (true, PoolKind::Large) => &self.large,
+            (false, _) => self.private_pools.blocks(private, pool),
+        }
+    }
+
     /// pool_mut's private-pool branch, out of line: the hot path's is the default pools'.
     #[cold]
     #[inline(never)]
@@ -445,12 +454,12 @@ impl CachingAllocator {
                 && !(rounded < max_split && block_size >= max_split)
                 && !(rounded >= max_split && block_size >= rounded.saturating_add(max_rounding))
         };
-        if self.expandable.is_empty() || private != DEFAULT_POOLS {
+        if self.expandable.is_empty() {
             return self
                 .pool_mut(private, pool_kind)
                 .take_lower_bound(stream, rounded, acceptable);
         }
-        let (key, id) = self.lower_bound_with_expandable(pool_kind, stream, rounded)?;
+        let (key, id) = self.lower_bound_with_expandable(private, pool_kind, stream, rounded)?;
         if !acceptable(key) {
             return None;
         }
@@ -463,6 +472,7 @@ impl CachingAllocator {
     /// preferred; with them off, expandable blocks are passed over.
     fn lower_bound_with_expandable(
         &mut self,
+        private: PoolIndex,
         pool: PoolKind,
         stream: StreamId,
         rounded: usize,
@@ -477,13 +487,16 @@ impl CachingAllocator {
                     .filter(|&n| !blocks[n].mapped)
                     .map_or(0, |n| blocks[n].size)
         };
-        let mut candidates = match pool {
-            PoolKind::Small => &mut self.small,
-            PoolKind::Large => &mut self.large,
-        }
-        .ordered()
-        .range((stream, rounded, 0)..)
-        .map(|(k, v)| (*k, *v));
+        // The pool's BlockPool, borrowed beside `blocks` (pool_mut would take all of self).
+        let block_pool = match (private == DEFAULT_POOLS, pool) {
+            (true, PoolKind::Small) => &mut self.small,
+            (true, PoolKind::Large) => &mut self.large,
+            (false, _) => self.private_pools.blocks_mut(private, pool),
+        };
+        let mut candidates = block_pool
+            .ordered()
+            .range((stream, rounded, 0)..)
+            .map(|(k, v)| (*k, *v));
         let mut best = candidates.next()?;
         if blocks[best.1].expandable.is_some() {
             if on {

@@ -62,7 +62,8 @@ impl CachingAllocator {
     fn empty_pool_at(&mut self, index: crate::caching::block::PoolIndex) -> Result<()> {
         let result = self
             .synchronize_and_free_events()
-            .and_then(|()| self.release_pool_blocks(index));
+            .and_then(|()| self.release_pool_blocks(index))
+            .and_then(|()| self.release_empty_reservations_of(index));
         self.private_pools.erase_if_empty(index);
         self.verify("pool empty");
         result

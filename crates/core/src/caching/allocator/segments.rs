@@ -123,9 +123,10 @@ impl CachingAllocator {
         if !self.within_fraction(size) {
             return Ok(None);
         }
-        if self.grows_expandable() && private == DEFAULT_POOLS {
-            // Grow an expandable segment by the rounded request, not a whole new segment.
-            return self.try_allocate_expandable_block(pool, stream, rounded);
+        if self.grows_expandable() {
+            // Grow an expandable segment of this pool by the rounded request, not a whole new
+            // segment (private pools too, as PyTorch does for a pool with no allocator of its own).
+            return self.try_allocate_expandable_block(private, pool, stream, rounded);
         }
         match self.backend.raw_alloc(self.device, size, stream) {
             Ok(ptr) => Ok(Some(self.account_segment(private, pool, stream, ptr, size))),
@@ -219,6 +220,7 @@ impl CachingAllocator {
         }
         for private in self.private_pools.freeable() {
             self.release_pool_blocks(private)?;
+            self.release_empty_reservations_of(private)?;
             self.private_pools.erase_if_empty(private);
         }
         Ok(())
