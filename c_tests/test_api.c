@@ -2071,6 +2071,17 @@ static void section_pools(void)
     CHECK_STATUS(accalloc_pool_info(1, pool, &uses, &segments), ACCALLOC_OK);
     CHECK_EQ(uses, 2);
     CHECK_EQ(segments, 1);
+    {
+        /* Its share of reserved_bytes: its one small segment, not the default pools'. */
+        AccallocStat all = {0}, small = {0}, large = {0};
+        CHECK_STATUS(accalloc_pool_reserved_bytes(1, pool, &all, &small, &large), ACCALLOC_OK);
+        CHECK_EQ(all.current, 2 * MiB);
+        CHECK_EQ(small.current, 2 * MiB);
+        CHECK_EQ(large.allocated, 0);
+        CHECK_STATUS(accalloc_pool_reserved_bytes(1, (AccallocPoolId){0, 999}, &all, NULL, NULL),
+                     ACCALLOC_ERROR_INVALID_ARGUMENT);
+        CHECK_CONTAINS(accalloc_last_error_message(), "does not exist");
+    }
     CHECK_STATUS(accalloc_free(in_pool), ACCALLOC_OK);
     CHECK_STATUS(accalloc_free(outside), ACCALLOC_OK);
 

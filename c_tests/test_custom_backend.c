@@ -409,6 +409,14 @@ static void test_pools(AccallocDeviceType type)
     EXPECT(accalloc_pool_empty_cache_on(type, 0, pool, 1), ACCALLOC_OK); /* live, emptied anyway */
     EXPECT(accalloc_pool_info_on(type, 0, pool, NULL, &segments), ACCALLOC_OK);
     CHECK_EQ(segments, 0);
+    {
+        /* The pool's reserved bytes: its one 2 MiB segment came and went. */
+        AccallocStat all = {0}, small = {0};
+        EXPECT(accalloc_pool_reserved_bytes_on(type, 0, pool, &all, &small, NULL), ACCALLOC_OK);
+        CHECK_EQ(all.current, 0);
+        CHECK_EQ(small.peak, 2 << 20);
+        CHECK_EQ(all.freed, 2 << 20);
+    }
     EXPECT(accalloc_pool_release_on(type, 0, pool), ACCALLOC_OK);
     EXPECT(accalloc_pool_release_on(type, 0, pool), ACCALLOC_OK);
     EXPECT(accalloc_empty_cache_on(type), ACCALLOC_OK);

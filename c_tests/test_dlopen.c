@@ -50,6 +50,7 @@ typedef AccallocStatus (*pool_info_fn)(int32_t, AccallocPoolId, int64_t *, int64
 typedef AccallocStatus (*segment_observer_add_fn)(AccallocSegmentObserver, void *, uint64_t *);
 typedef AccallocStatus (*oom_observer_add_fn)(AccallocOomObserver, void *, uint64_t *);
 typedef AccallocStatus (*observer_remove_fn)(uint64_t);
+typedef AccallocStatus (*pool_reserved_fn)(int32_t, AccallocPoolId, AccallocStat *, AccallocStat *, AccallocStat *);
 
 /* Observers: each counts its calls; the segment observer the bytes it was told are live. */
 static void count_segment(const AccallocSegmentEvent *e, void *user)
@@ -153,6 +154,8 @@ int main(int argc, char **argv)
     pool_fn p_pool_end, p_pool_release;
     pool_empty_fn p_pool_empty_cache;
     pool_info_fn p_pool_info;
+    pool_reserved_fn p_pool_reserved_bytes;
+    AccallocStat pool_reserved = {0};
     AccallocPoolId pool;
     int64_t uses = 0, held = 0;
     segment_observer_add_fn p_segment_observer_add;
@@ -219,6 +222,7 @@ int main(int argc, char **argv)
     TYPECHECK(pool_fn, accalloc_pool_release);
     TYPECHECK(pool_empty_fn, accalloc_pool_empty_cache);
     TYPECHECK(pool_info_fn, accalloc_pool_info);
+    TYPECHECK(pool_reserved_fn, accalloc_pool_reserved_bytes);
     TYPECHECK(segment_observer_add_fn, accalloc_segment_observer_add);
     TYPECHECK(observer_remove_fn, accalloc_segment_observer_remove);
     TYPECHECK(oom_observer_add_fn, accalloc_oom_observer_add);
@@ -279,6 +283,7 @@ int main(int argc, char **argv)
     LOAD(p_pool_release, "accalloc_pool_release");
     LOAD(p_pool_empty_cache, "accalloc_pool_empty_cache");
     LOAD(p_pool_info, "accalloc_pool_info");
+    LOAD(p_pool_reserved_bytes, "accalloc_pool_reserved_bytes");
     LOAD(p_segment_observer_add, "accalloc_segment_observer_add");
     LOAD(p_segment_observer_remove, "accalloc_segment_observer_remove");
     LOAD(p_oom_observer_add, "accalloc_oom_observer_add");
@@ -428,6 +433,8 @@ int main(int argc, char **argv)
     CHECK_STATUS(p_pool_info(0, pool, NULL, &held), ACCALLOC_OK);
     CHECK_EQ(held, 1);
     CHECK_EQ(live_bytes, 2 << 20);
+    CHECK_STATUS(p_pool_reserved_bytes(0, pool, &pool_reserved, NULL, NULL), ACCALLOC_OK);
+    CHECK_EQ(pool_reserved.current, 2 << 20);
     CHECK_STATUS(p_pool_release(0, pool), ACCALLOC_OK);
     CHECK_STATUS(p_pool_release(0, pool), ACCALLOC_OK);
     CHECK_STATUS(p_empty_cache(), ACCALLOC_OK);

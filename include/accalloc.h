@@ -1019,6 +1019,31 @@ enum AccallocStatus accalloc_pool_info_on(AccallocDeviceType device_type,
                                           int64_t *segments);
 
 /**
+ * Store `pool`'s share of reserved_bytes (PyTorch's reserved_bytes_by_private_pools: its segments
+ * and mapped pages) for all, the small pool and the large pool in `*all`, `*small_pool` and
+ * `*large_pool` (any may be NULL). It moves with every segment and page of the pool as
+ * reserved_bytes does, and the resets reset it.
+ *
+ * Errors: ACCALLOC_ERROR_INVALID_ARGUMENT (the pool does not exist; nothing is written),
+ * ACCALLOC_ERROR_INVALID_DEVICE.
+ */
+enum AccallocStatus accalloc_pool_reserved_bytes(int32_t device,
+                                                 struct AccallocPoolId pool,
+                                                 struct AccallocStat *all,
+                                                 struct AccallocStat *small_pool,
+                                                 struct AccallocStat *large_pool);
+
+/**
+ * accalloc_pool_reserved_bytes on the accelerator of `device_type`.
+ */
+enum AccallocStatus accalloc_pool_reserved_bytes_on(AccallocDeviceType device_type,
+                                                    int32_t device,
+                                                    struct AccallocPoolId pool,
+                                                    struct AccallocStat *all,
+                                                    struct AccallocStat *small_pool,
+                                                    struct AccallocStat *large_pool);
+
+/**
  * Change the current accelerator's allocator settings, in PYTORCH_ALLOC_CONF's syntax (the same as
  * the ACCALLOC_CONF environment variable), e.g.
  * "max_split_size_mb:128,roundup_power2_divisions:[64:8,>:1]". max_split_size_mb,

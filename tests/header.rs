@@ -73,6 +73,7 @@ fn header_declares_every_exported_function() {
         "accalloc_pool_release",
         "accalloc_pool_empty_cache",
         "accalloc_pool_info",
+        "accalloc_pool_reserved_bytes",
     ];
     // Functions that do not depend on the accelerator.
     let global = [

@@ -30,6 +30,10 @@ def test_a_pools_tensors_come_from_its_own_segments(fresh_device):
     [segment] = pool.snapshot()
     assert segment["segment_pool_id"] == list(pool.id)
     assert segment["total_size"] == 2 * MiB and segment["allocated_size"] == 1024
+    # Its share of memory_reserved: its own small segment only.
+    reserved = pool.reserved_bytes()
+    assert reserved["all"] == {"current": 2 * MiB, "peak": 2 * MiB, "allocated": 2 * MiB, "freed": 0}
+    assert reserved["large_pool"]["current"] == 0
     del inside, outside
     torch.accelerator.empty_cache()
     # The pool lives: its segment stays reserved; the default one went.

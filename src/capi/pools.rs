@@ -2,7 +2,7 @@
 //! pools), routed by thread or by stream, with PyTorch's rules.
 
 use super::guard::{current_type, guard, on, out_ptr};
-use super::types::{AccallocDeviceType, AccallocStatus};
+use super::types::{stat, AccallocDeviceType, AccallocStat, AccallocStatus};
 use std::ffi::c_void;
 
 /// A pool's id, PyTorch's MempoolId_t: {0, 0} is the default pools; accalloc_pool_create makes
@@ -202,6 +202,53 @@ pub unsafe extern "C" fn accalloc_pool_info_on(
             }
             if !segments.is_null() {
                 *segments = held;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Store `pool`'s share of reserved_bytes (PyTorch's reserved_bytes_by_private_pools: its segments
+/// and mapped pages) for all, the small pool and the large pool in `*all`, `*small_pool` and
+/// `*large_pool` (any may be NULL). It moves with every segment and page of the pool as
+/// reserved_bytes does, and the resets reset it.
+///
+/// Errors: ACCALLOC_ERROR_INVALID_ARGUMENT (the pool does not exist; nothing is written),
+/// ACCALLOC_ERROR_INVALID_DEVICE.
+#[no_mangle]
+pub unsafe extern "C" fn accalloc_pool_reserved_bytes(
+    device: i32,
+    pool: AccallocPoolId,
+    all: *mut AccallocStat,
+    small_pool: *mut AccallocStat,
+    large_pool: *mut AccallocStat,
+) -> AccallocStatus {
+    accalloc_pool_reserved_bytes_on(current_type(), device, pool, all, small_pool, large_pool)
+}
+
+/// accalloc_pool_reserved_bytes on the accelerator of `device_type`.
+#[no_mangle]
+pub unsafe extern "C" fn accalloc_pool_reserved_bytes_on(
+    device_type: AccallocDeviceType,
+    device: i32,
+    pool: AccallocPoolId,
+    all: *mut AccallocStat,
+    small_pool: *mut AccallocStat,
+    large_pool: *mut AccallocStat,
+) -> AccallocStatus {
+    guard(|| {
+        let slots = on(device_type)?
+            .pool_reserved_bytes(device, pool.pair())?
+            .ok_or_else(|| {
+                crate::error::Error::invalid_argument(format!(
+                    "pool ({}, {}) does not exist",
+                    pool.first, pool.second
+                ))
+            })?;
+        for (out, slot) in [all, small_pool, large_pool].into_iter().zip(&slots) {
+            // SAFETY: a non-NULL out-pointer is valid for a write (the header's contract).
+            if let Some(out) = unsafe { out.as_mut() } {
+                *out = stat(slot);
             }
         }
         Ok(())

@@ -131,7 +131,7 @@ pub struct AccallocDeviceStats {
     pub max_split_size: i64,
 }
 
-fn stat(s: &Stat) -> AccallocStat {
+pub(crate) fn stat(s: &Stat) -> AccallocStat {
     AccallocStat {
         current: s.current,
         peak: s.peak,

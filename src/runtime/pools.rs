@@ -76,6 +76,15 @@ impl Accelerator {
         Ok(())
     }
 
+    /// Pool `id`'s reserved bytes, [all, small pool, large pool]; None where it does not exist.
+    pub fn pool_reserved_bytes(
+        &self,
+        device: i32,
+        id: MempoolId,
+    ) -> Result<Option<crate::caching::stats::StatArray>> {
+        Ok(self.lock(self.resolve(device)?)?.pool_reserved_bytes(id))
+    }
+
     /// (use count, segments) of pool `id`; None where it does not exist.
     pub fn pool_counts(&self, device: i32, id: MempoolId) -> Result<Option<(u32, usize)>> {
         let allocator = self.lock(self.resolve(device)?)?;

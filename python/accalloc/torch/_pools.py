@@ -74,6 +74,18 @@ class MemPool:
         check(library().accalloc_pool_info_on(self._type, self._device, self._pool(), None, ctypes.byref(held)))
         return max(held.value, 0)
 
+    def reserved_bytes(self):
+        """The pool's share of memory_reserved (PyTorch's reserved_bytes_by_private_pools): for "all",
+        "small_pool" and "large_pool", its "current", "peak", "allocated" and "freed" bytes."""
+        from accalloc._library import Stat
+
+        slots = [Stat(), Stat(), Stat()]
+        check(library().accalloc_pool_reserved_bytes_on(self._type, self._device, self._pool(),
+                                                         *(ctypes.byref(s) for s in slots)))
+        fields = ("current", "peak", "allocated", "freed")
+        return {name: {f: getattr(slot, f) for f in fields}
+                for name, slot in zip(("all", "small_pool", "large_pool"), slots)}
+
     def snapshot(self, include_traces=True):
         """The pool's segments, as torch.cuda.MemPool.snapshot() gives them (the snapshot's segments
         whose segment_pool_id is this pool's)."""

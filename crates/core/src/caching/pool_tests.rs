@@ -430,3 +430,39 @@ fn a_freeable_pool_with_live_expandable_blocks_stays_until_they_are_freed() {
     assert_eq!(a.stats().reserved_bytes[ALL].current, 0);
     a.check_invariants().unwrap();
 }
+
+#[test]
+fn each_pool_keeps_its_own_reserved_bytes() {
+    let (mut a, _) = allocator(1 << 30);
+    let outside = a.malloc(1000, 0).unwrap();
+    a.create_pool(POOL, false, false).unwrap();
+    a.begin_allocate_to_pool(POOL, this_thread()).unwrap();
+    let small = a.malloc(1000, 0).unwrap();
+    let large = a.malloc(3 << 20, 0).unwrap();
+    a.end_allocate_to_pool(POOL).unwrap();
+    // A 2 MiB small segment and a 20 MiB large one; the default pools' segment is not the pool's.
+    let [all, small_pool, large_pool] = a.pool_reserved_bytes(POOL).unwrap();
+    let stat = |current: i64, peak: i64, allocated: i64, freed: i64| Stat {
+        current,
+        peak,
+        allocated,
+        freed,
+    };
+    assert_eq!(all, stat(22 * MIB, 22 * MIB, 22 * MIB, 0));
+    assert_eq!(small_pool, stat(2 * MIB, 2 * MIB, 2 * MIB, 0));
+    assert_eq!(large_pool, stat(20 * MIB, 20 * MIB, 20 * MIB, 0));
+    assert_eq!(a.stats().reserved_bytes[ALL].current, 24 * MIB);
+    a.free(small).unwrap();
+    a.free(large).unwrap();
+    a.empty_live_pool(POOL).unwrap();
+    assert_eq!(
+        a.pool_reserved_bytes(POOL).unwrap()[0],
+        stat(0, 22 * MIB, 22 * MIB, 22 * MIB)
+    );
+    a.reset_peak_stats();
+    a.reset_accumulated_stats();
+    assert_eq!(a.pool_reserved_bytes(POOL).unwrap()[0], Stat::default());
+    assert_eq!(a.pool_reserved_bytes((0, 9)), None);
+    a.free(outside).unwrap();
+    a.check_invariants().unwrap();
+}

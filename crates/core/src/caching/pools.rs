@@ -11,6 +11,7 @@
 
 use super::block::{BlockPool, PoolIndex, DEFAULT_POOLS};
 use super::policy::PoolKind;
+use super::stats::PooledStat;
 use crate::backend::StreamId;
 use crate::error::{Error, Result};
 use std::collections::BTreeMap;
@@ -38,6 +39,9 @@ pub struct PrivatePool {
     pub segments: usize,
     /// Its expandable segments' address ranges (a pool is erased only once it holds none).
     pub reservations: usize,
+    /// Its share of reserved_bytes (PyTorch's reserved_bytes_by_private_pools): its segments and
+    /// its mapped pages.
+    pub reserved_bytes: PooledStat,
     pub small: BlockPool,
     pub large: BlockPool,
     /// A default-pool request about to fail may take one of its free blocks.
@@ -166,6 +170,23 @@ impl PrivatePools {
         self.get_mut(index).segments -= 1;
     }
 
+    /// The pool's reserved bytes moved by `amount` (an increase when positive).
+    pub fn reserved_moved(&mut self, index: PoolIndex, kind: PoolKind, amount: i64) {
+        self.get_mut(index).reserved_bytes.add(kind, amount);
+    }
+
+    /// reset_accumulated_memory_stats and reset_peak_memory_stats, for every pool's figures.
+    pub fn reset_stats(&mut self, accumulated: bool, peak: bool) {
+        for pool in self.slots.iter_mut().flatten() {
+            if accumulated {
+                pool.reserved_bytes.reset_accumulated();
+            }
+            if peak {
+                pool.reserved_bytes.reset_peak();
+            }
+        }
+    }
+
     pub fn reservation_added(&mut self, index: PoolIndex) {
         self.get_mut(index).reservations += 1;
     }
@@ -204,6 +225,7 @@ impl PrivatePools {
             use_count: 1,
             segments: 0,
             reservations: 0,
+            reserved_bytes: PooledStat::default(),
             small: BlockPool::default(),
             large: BlockPool::default(),
             use_on_oom: false,

@@ -258,12 +258,12 @@ impl PooledStat {
         [all, small, large]
     }
 
-    fn reset_accumulated(&mut self) {
+    pub(crate) fn reset_accumulated(&mut self) {
         self.allocated = [0; 2];
         self.base = self.current;
     }
 
-    fn reset_peak(&mut self) {
+    pub(crate) fn reset_peak(&mut self) {
         self.peak = [self.current_all(), self.current[0], self.current[1]];
     }
 }

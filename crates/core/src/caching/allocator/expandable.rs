@@ -438,6 +438,7 @@ impl CachingAllocator {
         self.stats
             .reserved_bytes
             .increase(block.pool, mapped_size as u64);
+        self.pool_reserved_moved(block.private, block.pool, mapped_size as i64);
         self.stats.num_device_alloc += 1;
         self.trace(
             TraceAction::SegmentMap,
@@ -526,6 +527,7 @@ impl CachingAllocator {
 
         self.reserved_total -= size;
         self.stats.reserved_bytes.decrease(block.pool, size as u64);
+        self.pool_reserved_moved(block.private, block.pool, -(size as i64));
         self.stats.num_device_free += 1;
         self.trace(TraceAction::SegmentUnmap, start, size, block.stream);
         Ok(())

@@ -103,6 +103,8 @@ impl CachingAllocator {
         let mut recount = DeviceStats::default();
         let mut ranges: Vec<(usize, usize)> = Vec::new();
         let mut reserved = 0usize;
+        // Per private pool: [small, large] reserved bytes.
+        let mut pool_reserved: HashMap<PoolIndex, [i64; 2]> = HashMap::new();
         let mut seen = 0usize;
         for &head in known.iter().filter(|&&id| self.blocks[id].prev.is_none()) {
             let first = self.blocks[head];
@@ -171,6 +173,10 @@ impl CachingAllocator {
                 if block.expandable.is_some() && block.mapped {
                     recount.reserved_bytes[slot].current += block.size as i64;
                     reserved += block.size;
+                    if block.private != DEFAULT_POOLS {
+                        pool_reserved.entry(block.private).or_default()[slot - 1] +=
+                            block.size as i64;
+                    }
                 }
                 end += block.size;
                 total += block.size;
@@ -184,6 +190,9 @@ impl CachingAllocator {
                     recount.segment[slot].current += 1;
                     recount.reserved_bytes[slot].current += total as i64;
                     reserved += total;
+                    if first.private != DEFAULT_POOLS {
+                        pool_reserved.entry(first.private).or_default()[slot - 1] += total as i64;
+                    }
                 }
                 Some(index) => {
                     let segment = &self.expandable[index as usize];
@@ -208,6 +217,22 @@ impl CachingAllocator {
             return Err(format!(
                 "segments overlap: {:#x}+{} and {:#x}",
                 pair[0].0, pair[0].1, pair[1].0
+            ));
+        }
+        for (index, pool) in self.private_pools.iter() {
+            let kept = pool.reserved_bytes;
+            let counted = pool_reserved.remove(&index).unwrap_or_default();
+            if [kept.current(PoolKind::Small), kept.current(PoolKind::Large)] != counted {
+                return Err(format!(
+                    "pool {:?} counts {:?} reserved bytes (small, large) but holds {counted:?}",
+                    pool.id,
+                    [kept.current(PoolKind::Small), kept.current(PoolKind::Large)]
+                ));
+            }
+        }
+        if let Some((index, _)) = pool_reserved.into_iter().next() {
+            return Err(format!(
+                "segments belong to pool slot {index}, which does not exist"
             ));
         }
         if reserved != self.reserved_total {

@@ -366,10 +366,21 @@ impl CachingAllocator {
 
     pub fn reset_accumulated_stats(&mut self) {
         self.stats.reset_accumulated();
+        self.private_pools.reset_stats(true, false);
     }
 
     pub fn reset_peak_stats(&mut self) {
         self.stats.reset_peak();
+        self.private_pools.reset_stats(false, true);
+    }
+
+    /// A private pool's reserved bytes moved (its segments and mapped pages); nothing for the
+    /// default pools. Out of line: only segment and page changes get here.
+    #[inline(never)]
+    fn pool_reserved_moved(&mut self, private: PoolIndex, pool: PoolKind, amount: i64) {
+        if private != DEFAULT_POOLS {
+            self.private_pools.reserved_moved(private, pool, amount);
+        }
     }
 
     /// Limit reserved memory to `fraction` of the device's total memory.

@@ -81,6 +81,13 @@ impl CachingAllocator {
         Some(self.private_pools.get(index).segments)
     }
 
+    /// Pool `id`'s reserved bytes, [all, small pool, large pool] (PyTorch's
+    /// reserved_bytes_by_private_pools; None: no such pool).
+    pub fn pool_reserved_bytes(&self, id: MempoolId) -> Option<crate::caching::stats::StatArray> {
+        let index = self.private_pools.index_of(id)?;
+        Some(self.private_pools.get(index).reserved_bytes.slots())
+    }
+
     /// The pool a segment starting at `ptr` belongs to, (0, 0) for the default pools (snapshots'
     /// segment_pool_id).
     pub fn pool_of_block(&self, private: crate::caching::block::PoolIndex) -> MempoolId {

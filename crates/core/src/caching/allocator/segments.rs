@@ -150,6 +150,7 @@ impl CachingAllocator {
         self.reserved_total += size;
         self.stats.segment.increase(pool, 1);
         self.stats.reserved_bytes.increase(pool, size as u64);
+        self.pool_reserved_moved(private, pool, size as i64);
         let oversize = size >= self.config.max_split_size;
         if oversize {
             self.stats.oversize_segments.increase(1);
@@ -278,6 +279,7 @@ impl CachingAllocator {
         let pool = block.pool;
         self.stats.segment.decrease(pool, 1);
         self.stats.reserved_bytes.decrease(pool, block.size as u64);
+        self.pool_reserved_moved(block.private, pool, -(block.size as i64));
         // Uncount what was counted when the segment came, even if max_split_size changed since.
         if block.counted_oversize_segment {
             self.stats.oversize_segments.decrease(1);
