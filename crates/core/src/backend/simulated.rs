@@ -68,6 +68,8 @@ pub struct SimulatedBackend {
     events_on: bool,
     /// Pinned host memory handed out and not yet freed: address -> size; and the next address.
     pinned: Mutex<(usize, BTreeMap<usize, usize>)>,
+    /// Added to every segment and reservation address (see `elsewhere`).
+    offset: usize,
 }
 
 impl SimulatedBackend {
@@ -83,7 +85,15 @@ impl SimulatedBackend {
             stream_sync: true,
             events_on: true,
             pinned: Mutex::new((PINNED_HOST_BASE, BTreeMap::new())),
+            offset: 0,
         }
+    }
+
+    /// The same backend handing out addresses `offset` bytes higher: a second source of memory
+    /// (a private pool's own allocator, say) whose ranges never meet the first's.
+    pub fn elsewhere(mut self, offset: usize) -> Self {
+        self.offset = offset;
+        self
     }
 
     /// The same without events: blocks used by other streams are handled by stream_synchronize.
@@ -214,7 +224,7 @@ impl Backend for SimulatedBackend {
         let mut states = self.state.lock().unwrap();
         let state = &mut states[device];
         state.check_room(size, self.capacity)?;
-        let address = BASE_ADDRESS + (device << 40) + state.next_address;
+        let address = BASE_ADDRESS + self.offset + (device << 40) + state.next_address;
         // Leave a 2 MiB gap so neighbouring segments never look contiguous.
         state.next_address += size.next_multiple_of(2 << 20) + (2 << 20);
         state.used += size;
@@ -255,7 +265,11 @@ impl Backend for SimulatedBackend {
     fn vm_reserve(&self, device: usize, size: usize) -> Result<usize, BackendError> {
         let mut states = self.state.lock().unwrap();
         let state = &mut states[device];
-        let address = BASE_ADDRESS + (device << 40) + RESERVATION_OFFSET + state.next_reservation;
+        let address = BASE_ADDRESS
+            + self.offset
+            + (device << 40)
+            + RESERVATION_OFFSET
+            + state.next_reservation;
         state.next_reservation += size.next_multiple_of(2 << 20) + (2 << 20);
         state.reservations.insert(address, size);
         Ok(address)

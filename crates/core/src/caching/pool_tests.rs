@@ -466,3 +466,92 @@ fn each_pool_keeps_its_own_reserved_bytes() {
     a.free(outside).unwrap();
     a.check_invariants().unwrap();
 }
+
+/// The device (A, with virtual memory) and a pool allocator (B) whose addresses never meet A's.
+fn with_pool_allocator(
+    b: SimulatedBackend,
+) -> (
+    CachingAllocator,
+    Arc<SimulatedBackend>,
+    Arc<SimulatedBackend>,
+) {
+    let (a, device) = expandable_allocator(1 << 30);
+    (a, device, Arc::new(b.elsewhere(1 << 44)))
+}
+
+#[test]
+fn a_pool_with_its_own_allocator_takes_its_segments_from_it() {
+    let (mut a, device, own) =
+        with_pool_allocator(SimulatedBackend::without_virtual_memory(1, 1 << 30));
+    a.create_pool_with_allocator(POOL, false, false, own.clone())
+        .unwrap();
+    a.begin_allocate_to_pool(POOL, this_thread()).unwrap();
+    let p = a.malloc(1000, 0).unwrap();
+    a.end_allocate_to_pool(POOL).unwrap();
+    // No virtual memory in the pool's allocator: an ordinary 2 MiB segment, though the device's
+    // default pools grow expandable segments.
+    assert_eq!(own.live_segments(0), vec![(p, 2 << 20)]);
+    assert_eq!((device.alloc_calls(0), device.mapped_bytes(0)), (0, 0));
+    let q = a.malloc(1000, 0).unwrap();
+    assert_eq!(device.mapped_bytes(0), 2 << 20);
+    let s = a.stats();
+    assert_eq!(
+        (s.segment[ALL].current, s.reserved_bytes[ALL].current),
+        (1, 4 * MIB)
+    );
+    assert_eq!(a.pool_segment_count(POOL), Some(1));
+    a.free(p).unwrap();
+    a.free(q).unwrap();
+    a.empty_live_pool(POOL).unwrap();
+    assert_eq!((own.free_calls(0), own.live_segments(0).len()), (1, 0));
+    assert!(
+        a.create_pool_with_allocator(POOL, false, false, own.clone())
+            .is_err(),
+        "an allocator is given when a pool is made"
+    );
+    assert_eq!(a.pool_use_count(POOL), Some(2), "nothing changed");
+    a.check_invariants().unwrap();
+}
+
+#[test]
+fn a_pool_allocator_with_virtual_memory_grows_expandable_segments_from_it() {
+    let (mut a, device, own) = with_pool_allocator(SimulatedBackend::new(1, 1 << 30));
+    a.create_pool_with_allocator(POOL, false, false, own.clone())
+        .unwrap();
+    a.begin_allocate_to_pool(POOL, this_thread()).unwrap();
+    let p = a.malloc(5 << 20, 0).unwrap();
+    a.end_allocate_to_pool(POOL).unwrap();
+    assert_eq!(
+        (own.live_reservations(0), own.mapped_bytes(0)),
+        (1, 20 << 20)
+    );
+    assert_eq!((device.live_reservations(0), device.alloc_calls(0)), (0, 0));
+    let s = a.stats();
+    assert_eq!(
+        (s.segment[ALL].current, s.reserved_bytes[ALL].current),
+        (0, 20 * MIB)
+    );
+    a.free(p).unwrap();
+    a.empty_live_pool(POOL).unwrap();
+    assert_eq!((own.live_reservations(0), own.mapped_bytes(0)), (0, 0));
+    assert_eq!(a.stats().reserved_bytes[ALL].current, 0);
+}
+
+#[test]
+fn a_pool_allocator_out_of_room_is_the_pools_out_of_memory() {
+    let (mut a, device, own) =
+        with_pool_allocator(SimulatedBackend::without_virtual_memory(1, 8 << 20));
+    a.create_pool_with_allocator(POOL, false, false, own.clone())
+        .unwrap();
+    a.begin_allocate_to_pool(POOL, this_thread()).unwrap();
+    // 3 MiB needs a 20 MiB segment: the pool's allocator has 8 MiB; the device is not asked.
+    let error = a.malloc(3 << 20, 0).unwrap_err();
+    assert_eq!(error.kind, ErrorKind::OutOfMemory);
+    assert_eq!((device.alloc_calls(0), device.mapped_bytes(0)), (0, 0));
+    assert_eq!(a.stats().num_ooms, 1);
+    // A request it can serve still works.
+    let p = a.malloc(1000, 0).unwrap();
+    a.end_allocate_to_pool(POOL).unwrap();
+    a.free(p).unwrap();
+    a.check_invariants().unwrap();
+}

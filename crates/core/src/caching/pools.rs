@@ -12,9 +12,10 @@
 use super::block::{BlockPool, PoolIndex, DEFAULT_POOLS};
 use super::policy::PoolKind;
 use super::stats::PooledStat;
-use crate::backend::StreamId;
+use crate::backend::{Backend, StreamId};
 use crate::error::{Error, Result};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::thread::ThreadId;
 
 /// A pool's id, PyTorch's MempoolId_t: (0, 0) is the default pools; MemPool() and
@@ -48,6 +49,9 @@ pub struct PrivatePool {
     pub use_on_oom: bool,
     /// Its blocks are never split: a request gets a whole free block or segment.
     pub no_split: bool,
+    /// Where its segments come from, when not from the device's backend (MemPool(allocator=...)):
+    /// raw alloc and free, and virtual memory if it has any; everything else is the device's.
+    pub allocator: Option<Arc<dyn Backend>>,
 }
 
 /// Every private pool of one device, and the pools allocations are being routed to.
@@ -230,6 +234,7 @@ impl PrivatePools {
             large: BlockPool::default(),
             use_on_oom: false,
             no_split: false,
+            allocator: None,
         };
         let slot = match self.slots.iter().position(Option::is_none) {
             Some(free) => {
@@ -256,6 +261,26 @@ impl PrivatePools {
         self.index_of(id).ok_or_else(|| {
             Error::invalid_argument(format!("{what}: pool ({}, {}) does not exist", id.0, id.1))
         })
+    }
+
+    /// Give a pool just made its own allocator (a pool that exists already keeps its own).
+    pub fn set_allocator(&mut self, id: MempoolId, allocator: Arc<dyn Backend>) -> Result<()> {
+        let index = self.existing(id, "give a pool its allocator")?;
+        let pool = self.get_mut(index);
+        if pool.allocator.is_some() || pool.segments > 0 || pool.reservations > 0 {
+            return Err(Error::invalid_argument(format!(
+                "pool ({}, {}) already has its segments' source: an allocator is given when a pool \
+                 is made",
+                id.0, id.1
+            )));
+        }
+        pool.allocator = Some(allocator);
+        Ok(())
+    }
+
+    /// The pool's own allocator, if it has one.
+    pub fn allocator(&self, index: PoolIndex) -> Option<&Arc<dyn Backend>> {
+        self.get(index).allocator.as_ref()
     }
 
     /// Set a pool's flags; no_split, once set, stays (as in PyTorch).

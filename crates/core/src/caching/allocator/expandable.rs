@@ -12,6 +12,8 @@ static FALLBACK_WARNED: AtomicBool = AtomicBool::new(false);
 
 /// One reserved address range and which of its pages are mapped.
 pub(super) struct ExpandableSegment {
+    /// The pools it serves (whose allocator, if they have one, holds the range).
+    owner: PoolIndex,
     base: usize,
     size: usize,
     page: usize,
@@ -48,9 +50,7 @@ impl ExpandableSegment {
 impl CachingAllocator {
     /// Whether the backend can do expandable segments; warns once when it cannot.
     pub(super) fn virtual_memory_available(&self) -> bool {
-        let page = self.backend.vm_granularity(self.device);
-        let fits = page
-            .is_some_and(|g| g > 0 && SMALL_PAGE.is_multiple_of(g) && LARGE_PAGE.is_multiple_of(g));
+        let fits = pages_fit(self.backend.vm_granularity(self.device));
         if !fits && !FALLBACK_WARNED.swap(true, Ordering::Relaxed) {
             eprintln!(
                 "accalloc: warning: expandable_segments:True is set but the {} backend has no virtual \
@@ -59,6 +59,19 @@ impl CachingAllocator {
             );
         }
         fits
+    }
+
+    /// Whether the pools `private` grow expandable segments (with them on): the default pools and
+    /// a pool with no allocator of its own do (set_config checked the device); a pool with one, when
+    /// its allocator has virtual memory with pages that fit (else its segments are ordinary ones).
+    pub(super) fn expandable_in(&self, private: PoolIndex) -> bool {
+        if private == DEFAULT_POOLS {
+            return true;
+        }
+        match self.private_pools.allocator(private) {
+            None => true,
+            Some(allocator) => pages_fit(allocator.vm_granularity(self.device)),
+        }
     }
 
     /// The address space of a new reservation: 1 1/8 of the device's memory, as PyTorch reserves, in
@@ -154,11 +167,12 @@ impl CachingAllocator {
                 "expandable segments were used with a capacity too large for a reservation",
             ));
         };
-        let base = self
-            .backend
+        let source = self.segment_backend(private);
+        let base = source
             .vm_reserve(self.device, reserve)
-            .map_err(|e| backend_error(&*self.backend, self.device, "vm_reserve", e))?;
+            .map_err(|e| backend_error(&*source, self.device, "vm_reserve", e))?;
         let segment = ExpandableSegment {
+            owner: private,
             base,
             size: reserve,
             page,
@@ -369,9 +383,10 @@ impl CachingAllocator {
         let (first, mut last) = segment.pages_covering(block.ptr, size);
         let required_pages = required.div_ceil(segment.page);
         let page = segment.page;
+        let source = self.segment_backend(block.private);
         for p in first..last {
             let address = self.expandable[segment_index].page_address(p);
-            match self.backend.vm_map(self.device, address, page) {
+            match source.vm_map(self.device, address, page) {
                 Ok(()) => self.expandable[segment_index].mapped[p] = true,
                 Err(BackendError::OutOfMemory) if p > first && p - first >= required_pages => {
                     // The required pages are in: keep them (and the others mapped so far).
@@ -382,16 +397,14 @@ impl CachingAllocator {
                     // Give back what this call mapped, then report.
                     for q in first..p {
                         let address = self.expandable[segment_index].page_address(q);
-                        self.backend
+                        source
                             .vm_unmap(self.device, address, page)
-                            .map_err(|e| {
-                                backend_error(&*self.backend, self.device, "vm_unmap", e)
-                            })?;
+                            .map_err(|e| backend_error(&*source, self.device, "vm_unmap", e))?;
                         self.expandable[segment_index].mapped[q] = false;
                     }
                     return match error {
                         BackendError::OutOfMemory => Ok(0),
-                        e => Err(backend_error(&*self.backend, self.device, "vm_map", e)),
+                        e => Err(backend_error(&*source, self.device, "vm_map", e)),
                     };
                 }
             }
@@ -476,10 +489,11 @@ impl CachingAllocator {
             size,
             block.stream,
         );
-        if let Err(e) = self.backend.vm_unmap(self.device, start, size) {
+        let source = self.segment_backend(block.private);
+        if let Err(e) = source.vm_unmap(self.device, start, size) {
             // The pages stay mapped: observers learn that they are there again.
             self.announce(SegmentAction::Map, block.private, start, size, block.stream);
-            return Err(backend_error(&*self.backend, self.device, "vm_unmap", e));
+            return Err(backend_error(&*source, self.device, "vm_unmap", e));
         }
         self.expandable[segment_index].mapped[first..last].fill(false);
 
@@ -562,9 +576,10 @@ impl CachingAllocator {
                 let block = self.blocks[id];
                 let index = block.expandable.expect("unmapped blocks are expandable") as usize;
                 let (base, size) = self.expandable[index].range();
-                self.backend
+                let source = self.segment_backend(private);
+                source
                     .vm_release(self.device, base, size)
-                    .map_err(|e| backend_error(&*self.backend, self.device, "vm_release", e))?;
+                    .map_err(|e| backend_error(&*source, self.device, "vm_release", e))?;
                 self.pool_mut(private, pool)
                     .unmapped
                     .remove(&(block.stream, block.ptr));
@@ -573,6 +588,7 @@ impl CachingAllocator {
                     self.private_pools.reservation_removed(private);
                 }
                 self.expandable[index] = ExpandableSegment {
+                    owner: DEFAULT_POOLS,
                     base: 0,
                     size: 0,
                     page: SMALL_PAGE,
@@ -592,21 +608,24 @@ impl CachingAllocator {
             .into_iter()
             .filter(|s| s.size > 0)
         {
+            let source = self.segment_backend(segment.owner);
             for (page, _) in segment
                 .mapped
                 .iter()
                 .enumerate()
                 .filter(|(_, &mapped)| mapped)
             {
-                let _ =
-                    self.backend
-                        .vm_unmap(self.device, segment.page_address(page), segment.page);
+                let _ = source.vm_unmap(self.device, segment.page_address(page), segment.page);
             }
-            let _ = self
-                .backend
-                .vm_release(self.device, segment.base, segment.size);
+            let _ = source.vm_release(self.device, segment.base, segment.size);
         }
     }
+}
+
+/// Whether a backend's mapping granularity (None: no virtual memory) divides both page sizes.
+fn pages_fit(granularity: Option<usize>) -> bool {
+    granularity
+        .is_some_and(|g| g > 0 && SMALL_PAGE.is_multiple_of(g) && LARGE_PAGE.is_multiple_of(g))
 }
 
 /// The largest reservation: 4 TiB of address space (a device of about 3.5 TiB), whose page table

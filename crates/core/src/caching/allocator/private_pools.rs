@@ -12,6 +12,37 @@ impl CachingAllocator {
         self.private_pools.set_flags(id, use_on_oom, no_split)
     }
 
+    /// MemPool(allocator, use_on_oom, no_split): a new pool `id` whose segments come from
+    /// `allocator` (its raw_alloc and raw_free, and its virtual memory for expandable segments when
+    /// it has some: else the pool's segments are ordinary ones). Refused, nothing changed, when the
+    /// pool exists already.
+    pub fn create_pool_with_allocator(
+        &mut self,
+        id: MempoolId,
+        use_on_oom: bool,
+        no_split: bool,
+        allocator: Arc<dyn Backend>,
+    ) -> Result<()> {
+        if self.private_pools.index_of(id).is_some() {
+            return Err(Error::invalid_argument(format!(
+                "pool ({}, {}) exists already: an allocator is given when a pool is made",
+                id.0, id.1
+            )));
+        }
+        self.create_pool(id, use_on_oom, no_split)?;
+        self.private_pools.set_allocator(id, allocator)
+    }
+
+    /// Where the segments of `private` come from: its own allocator, else the device's backend.
+    pub(super) fn segment_backend(&self, private: PoolIndex) -> Arc<dyn Backend> {
+        if private != DEFAULT_POOLS {
+            if let Some(allocator) = self.private_pools.allocator(private) {
+                return allocator.clone();
+            }
+        }
+        self.backend.clone()
+    }
+
     /// beginAllocateToPool: allocations `route` accepts go to pool `id` (made with one use if new;
     /// else one use more) until end_allocate_to_pool.
     pub fn begin_allocate_to_pool(&mut self, id: MempoolId, route: Route) -> Result<()> {
@@ -59,7 +90,7 @@ impl CachingAllocator {
 
     /// Both empties: synchronize first (PyTorch counts it), so that the pool's blocks waiting on
     /// events come back; then its free whole segments go, and a freeable pool left empty is erased.
-    fn empty_pool_at(&mut self, index: crate::caching::block::PoolIndex) -> Result<()> {
+    fn empty_pool_at(&mut self, index: PoolIndex) -> Result<()> {
         let result = self
             .synchronize_and_free_events()
             .and_then(|()| self.release_pool_blocks(index))
@@ -90,7 +121,7 @@ impl CachingAllocator {
 
     /// The pool a segment starting at `ptr` belongs to, (0, 0) for the default pools (snapshots'
     /// segment_pool_id).
-    pub fn pool_of_block(&self, private: crate::caching::block::PoolIndex) -> MempoolId {
+    pub fn pool_of_block(&self, private: PoolIndex) -> MempoolId {
         if private == DEFAULT_POOLS {
             (0, 0)
         } else {

@@ -123,15 +123,16 @@ impl CachingAllocator {
         if !self.within_fraction(size) {
             return Ok(None);
         }
-        if self.grows_expandable() {
+        if self.grows_expandable() && self.expandable_in(private) {
             // Grow an expandable segment of this pool by the rounded request, not a whole new
             // segment (private pools too, as PyTorch does for a pool with no allocator of its own).
             return self.try_allocate_expandable_block(private, pool, stream, rounded);
         }
-        match self.backend.raw_alloc(self.device, size, stream) {
+        let source = self.segment_backend(private);
+        match source.raw_alloc(self.device, size, stream) {
             Ok(ptr) => Ok(Some(self.account_segment(private, pool, stream, ptr, size))),
             Err(BackendError::OutOfMemory) => Ok(None),
-            Err(e) => Err(backend_error(&*self.backend, self.device, "raw_alloc", e)),
+            Err(e) => Err(backend_error(&*source, self.device, "raw_alloc", e)),
         }
     }
 
@@ -258,10 +259,11 @@ impl CachingAllocator {
         debug_assert!(!block.is_split() && !block.allocated);
         let (private, ptr, size, stream) = (block.private, block.ptr, block.size, block.stream);
         self.announce(SegmentAction::Free, private, ptr, size, stream);
-        if let Err(e) = self.backend.raw_free(self.device, ptr, size) {
+        let source = self.segment_backend(private);
+        if let Err(e) = source.raw_free(self.device, ptr, size) {
             // The segment stays: observers learn that it is there again.
             self.announce(SegmentAction::Alloc, private, ptr, size, stream);
-            return Err(backend_error(&*self.backend, self.device, "raw_free", e));
+            return Err(backend_error(&*source, self.device, "raw_free", e));
         }
         self.pool_mut(block.private, block.pool).remove(&block);
         self.blocks.remove(id);
