@@ -6,12 +6,16 @@
  * Every check after a step compares the whole AccallocDeviceStats (all 122 figures) with the expected one,
  * then checks that accalloc_memory_stat agrees with accalloc_get_device_stats for each flat key and that the four
  * convenience getters agree with the struct. */
+/* mmap's MAP_ANONYMOUS and madvise, for the pool allocator with virtual memory below. */
+#define _DEFAULT_SOURCE
 #include "accalloc.h"
 
 #include "accalloc_test_util.h"
 
 #include <math.h>
 #include <pthread.h>
+#include <stdlib.h>
+#include <sys/mman.h>
 
 #define CHECK_STATUS(call, want) CHECK_STATUS_WITH(call, want, accalloc_status_name, accalloc_last_error_message)
 
@@ -2233,6 +2237,169 @@ static void section_observers(void)
     CHECK_EQ(seen.calls, 1);
 }
 
+/* A pool with an allocator of its own (MemPool(allocator=...)): plain memory from aligned_alloc, or
+ * with the virtual-memory group, address space from mmap whose pages it maps with mprotect. */
+struct own_allocator {
+    int allocs, frees, refuse, reentry_status;
+    int64_t live_bytes, reservations, mapped_bytes;
+};
+
+static int own_raw_alloc(void *ctx, int32_t device, size_t size, void *stream, void **out)
+{
+    struct own_allocator *a = ctx;
+    void *p = NULL;
+    (void)device, (void)stream;
+    /* Its device is held: a call back into accalloc for it is refused. */
+    a->reentry_status = accalloc_malloc(&p, 16, 1, NULL);
+    if (a->refuse)
+        return ACCALLOC_BACKEND_OUT_OF_MEMORY;
+    if (posix_memalign(out, 512, size) != 0)
+        return ACCALLOC_BACKEND_OUT_OF_MEMORY;
+    a->allocs++;
+    a->live_bytes += (int64_t)size;
+    return ACCALLOC_BACKEND_OK;
+}
+
+static int own_raw_free(void *ctx, int32_t device, void *ptr, size_t size)
+{
+    struct own_allocator *a = ctx;
+    (void)device;
+    free(ptr);
+    a->frees++;
+    a->live_bytes -= (int64_t)size;
+    return ACCALLOC_BACKEND_OK;
+}
+
+static int own_vm_granularity(void *ctx, int32_t device, size_t *out)
+{
+    (void)ctx, (void)device;
+    *out = 2 << 20;
+    return ACCALLOC_BACKEND_OK;
+}
+
+static int own_vm_reserve(void *ctx, int32_t device, size_t size, void **out)
+{
+    struct own_allocator *a = ctx;
+    const size_t align = 2 << 20;
+    (void)device;
+    /* mmap aligns to pages only: reserve more, keep the aligned part. */
+    char *raw = mmap(NULL, size + align, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (raw == MAP_FAILED)
+        return ACCALLOC_BACKEND_OUT_OF_MEMORY;
+    char *start = (char *)(((uintptr_t)raw + align - 1) & ~(uintptr_t)(align - 1));
+    if (start > raw)
+        munmap(raw, (size_t)(start - raw));
+    munmap(start + size, (size_t)(raw + size + align - (start + size)));
+    *out = start;
+    a->reservations++;
+    return ACCALLOC_BACKEND_OK;
+}
+
+static int own_vm_map(void *ctx, int32_t device, void *ptr, size_t size)
+{
+    struct own_allocator *a = ctx;
+    (void)device;
+    if (mprotect(ptr, size, PROT_READ | PROT_WRITE) != 0)
+        return 1;
+    a->mapped_bytes += (int64_t)size;
+    return ACCALLOC_BACKEND_OK;
+}
+
+static int own_vm_unmap(void *ctx, int32_t device, void *ptr, size_t size)
+{
+    struct own_allocator *a = ctx;
+    (void)device;
+    madvise(ptr, size, MADV_DONTNEED);
+    if (mprotect(ptr, size, PROT_NONE) != 0)
+        return 1;
+    a->mapped_bytes -= (int64_t)size;
+    return ACCALLOC_BACKEND_OK;
+}
+
+static int own_vm_release(void *ctx, int32_t device, void *ptr, size_t size)
+{
+    struct own_allocator *a = ctx;
+    (void)device;
+    if (munmap(ptr, size) != 0)
+        return 1;
+    a->reservations--;
+    return ACCALLOC_BACKEND_OK;
+}
+
+static void section_pool_allocator(void)
+{
+    struct own_allocator own = {0}, vm = {0};
+    AccallocBackendVTable table, broken;
+    AccallocPoolId pool = {0, 0}, vm_pool = {0, 0};
+    void *p = NULL, *q = NULL;
+    int64_t segments = -1;
+    const int64_t segments_before = stat1("segment.all.current");
+
+    memset(&table, 0, sizeof table);
+    table.struct_size = sizeof table;
+    table.context = &own;
+    table.raw_alloc = own_raw_alloc;
+    table.raw_free = own_raw_free;
+    CHECK_STATUS(accalloc_pool_create_with_allocator(1, 0, 0, &table, &pool), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_pool_begin(1, pool, ACCALLOC_ROUTE_THREAD, NULL), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_malloc(&p, 1000, 1, NULL), ACCALLOC_OK);
+    /* The pool's segment is the allocator's; it counts device-wide as any segment. */
+    CHECK_EQ(own.allocs, 1);
+    CHECK_EQ(own.live_bytes, 2 * MiB);
+    CHECK_EQ(own.reentry_status, ACCALLOC_ERROR_NOT_SUPPORTED);
+    CHECK_EQ(stat1("segment.all.current") - segments_before, 1);
+    memset(p, 0x5a, 1000);
+    /* The allocator has no room: the pool is out of memory; the device is not asked. */
+    own.refuse = 1;
+    CHECK_STATUS(accalloc_malloc(&q, 3 * MiB, 1, NULL), ACCALLOC_ERROR_OUT_OF_MEMORY);
+    own.refuse = 0;
+    CHECK_STATUS(accalloc_pool_end(1, pool), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_free(p), ACCALLOC_OK); /* found by its address, as any block */
+    CHECK_STATUS(accalloc_pool_empty_cache(1, pool, 1), ACCALLOC_OK);
+    CHECK_EQ(own.frees, 1);
+    CHECK_EQ(own.live_bytes, 0);
+    CHECK_STATUS(accalloc_pool_info(1, pool, NULL, &segments), ACCALLOC_OK);
+    CHECK_EQ(segments, 0);
+    CHECK_STATUS(accalloc_pool_release(1, pool), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_pool_release(1, pool), ACCALLOC_OK);
+
+    /* With its virtual-memory group and expandable segments on, the pool maps its own pages. */
+    table.context = &vm;
+    table.vm_granularity = own_vm_granularity;
+    table.vm_reserve = own_vm_reserve;
+    table.vm_map = own_vm_map;
+    table.vm_unmap = own_vm_unmap;
+    table.vm_release = own_vm_release;
+    CHECK_STATUS(accalloc_set_allocator_settings("expandable_segments:True"), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_pool_create_with_allocator(1, 0, 0, &table, &vm_pool), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_pool_begin(1, vm_pool, ACCALLOC_ROUTE_THREAD, NULL), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_malloc(&p, 5 * MiB, 1, NULL), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_pool_end(1, vm_pool), ACCALLOC_OK);
+    CHECK_EQ(vm.allocs, 0);
+    CHECK_EQ(vm.reservations, 1);
+    CHECK_EQ(vm.mapped_bytes, 20 * MiB); /* one large page */
+    memset(p, 0x6b, 5 * MiB);          /* really mapped */
+    CHECK_STATUS(accalloc_free(p), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_pool_empty_cache(1, vm_pool, 1), ACCALLOC_OK);
+    CHECK_EQ(vm.mapped_bytes, 0);
+    CHECK_EQ(vm.reservations, 0);
+    CHECK_STATUS(accalloc_pool_release(1, vm_pool), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_pool_release(1, vm_pool), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_set_allocator_settings("expandable_segments:False"), ACCALLOC_OK);
+
+    /* A table that cannot serve is refused, nothing made. */
+    CHECK_STATUS(accalloc_pool_create_with_allocator(1, 0, 0, NULL, &pool), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    broken = table;
+    broken.raw_free = NULL;
+    CHECK_STATUS(accalloc_pool_create_with_allocator(1, 0, 0, &broken, &pool), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(accalloc_last_error_message(), "raw_free is NULL");
+    broken = table;
+    broken.struct_size = 8;
+    CHECK_STATUS(accalloc_pool_create_with_allocator(1, 0, 0, &broken, &pool), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(accalloc_pool_create_with_allocator(1, 0, 0, &table, NULL), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(accalloc_empty_cache(), ACCALLOC_OK);
+}
+
 int main(void)
 {
     require_test_env();
@@ -2256,6 +2423,7 @@ int main(void)
     section_settings();
     section_pools();
     section_observers();
+    section_pool_allocator();
 
     CHECK_STATUS(accalloc_empty_cache(), ACCALLOC_OK);
     {

@@ -425,6 +425,50 @@ static void test_pools(AccallocDeviceType type)
     CHECK_EQ(stat_on(type, 0, "reserved_bytes.all.current"), 0);
 }
 
+/* A pool of the registered device whose segments come from the heap instead of the backend. */
+static int heap_alloc(void *ctx, int32_t device, size_t size, void *stream, void **out)
+{
+    (void)device, (void)stream;
+    if (posix_memalign(out, 512, size) != 0)
+        return ACCALLOC_BACKEND_OUT_OF_MEMORY;
+    ++*(int *)ctx;
+    return ACCALLOC_BACKEND_OK;
+}
+
+static int heap_free(void *ctx, int32_t device, void *ptr, size_t size)
+{
+    (void)device, (void)size;
+    free(ptr);
+    --*(int *)ctx;
+    return ACCALLOC_BACKEND_OK;
+}
+
+static void test_pool_allocator(AccallocDeviceType type)
+{
+    AccallocBackendVTable heap;
+    AccallocPoolId pool;
+    int held = 0, allocs = g_fake.raw_allocs;
+    void *p = NULL;
+
+    memset(&heap, 0, sizeof heap);
+    heap.struct_size = sizeof heap;
+    heap.context = &held;
+    heap.raw_alloc = heap_alloc;
+    heap.raw_free = heap_free;
+    EXPECT(accalloc_pool_create_with_allocator_on(type, 0, 0, 0, &heap, &pool), ACCALLOC_OK);
+    EXPECT(accalloc_pool_begin_on(type, 0, pool, ACCALLOC_ROUTE_THREAD, NULL), ACCALLOC_OK);
+    EXPECT(accalloc_malloc_on(type, &p, 4096, 0, NULL), ACCALLOC_OK);
+    EXPECT(accalloc_pool_end_on(type, 0, pool), ACCALLOC_OK);
+    CHECK_EQ(held, 1);
+    CHECK_EQ(g_fake.raw_allocs - allocs, 0); /* the backend was not asked */
+    EXPECT(accalloc_free(p), ACCALLOC_OK);
+    EXPECT(accalloc_pool_empty_cache_on(type, 0, pool, 1), ACCALLOC_OK);
+    CHECK_EQ(held, 0);
+    EXPECT(accalloc_pool_release_on(type, 0, pool), ACCALLOC_OK);
+    EXPECT(accalloc_pool_release_on(type, 0, pool), ACCALLOC_OK);
+    EXPECT(accalloc_empty_cache_on(type), ACCALLOC_OK);
+}
+
 static void test_out_of_memory_and_errors(AccallocDeviceType type)
 {
     void *big = NULL, *bigger = NULL, *none = NULL;
@@ -533,6 +577,7 @@ int main(void)
     test_stream_deferral(type);
     test_pinned_host(type);
     test_pools(type);
+    test_pool_allocator(type);
     test_out_of_memory_and_errors(type);
     test_every_on_form(type);
     test_current_accelerator(type);

@@ -6,6 +6,7 @@
 #include "accalloc.h"
 
 #include <dlfcn.h>
+#include <stdlib.h>
 
 #include "accalloc_test_util.h"
 
@@ -50,7 +51,27 @@ typedef AccallocStatus (*pool_info_fn)(int32_t, AccallocPoolId, int64_t *, int64
 typedef AccallocStatus (*segment_observer_add_fn)(AccallocSegmentObserver, void *, uint64_t *);
 typedef AccallocStatus (*oom_observer_add_fn)(AccallocOomObserver, void *, uint64_t *);
 typedef AccallocStatus (*observer_remove_fn)(uint64_t);
+typedef AccallocStatus (*pool_create_with_allocator_fn)(int32_t, int32_t, int32_t, const AccallocBackendVTable *,
+                                                       AccallocPoolId *);
 typedef AccallocStatus (*pool_reserved_fn)(int32_t, AccallocPoolId, AccallocStat *, AccallocStat *, AccallocStat *);
+
+/* A pool allocator from the heap: counts the bytes it holds. */
+static int heap_alloc(void *ctx, int32_t device, size_t size, void *stream, void **out)
+{
+    (void)device, (void)stream;
+    if (posix_memalign(out, 512, size) != 0)
+        return ACCALLOC_BACKEND_OUT_OF_MEMORY;
+    *(int64_t *)ctx += (int64_t)size;
+    return ACCALLOC_BACKEND_OK;
+}
+
+static int heap_free(void *ctx, int32_t device, void *ptr, size_t size)
+{
+    (void)device;
+    free(ptr);
+    *(int64_t *)ctx -= (int64_t)size;
+    return ACCALLOC_BACKEND_OK;
+}
 
 /* Observers: each counts its calls; the segment observer the bytes it was told are live. */
 static void count_segment(const AccallocSegmentEvent *e, void *user)
@@ -155,6 +176,9 @@ int main(int argc, char **argv)
     pool_empty_fn p_pool_empty_cache;
     pool_info_fn p_pool_info;
     pool_reserved_fn p_pool_reserved_bytes;
+    pool_create_with_allocator_fn p_pool_create_with_allocator;
+    AccallocBackendVTable heap = {0};
+    int64_t heap_bytes = 0;
     AccallocStat pool_reserved = {0};
     AccallocPoolId pool;
     int64_t uses = 0, held = 0;
@@ -223,6 +247,7 @@ int main(int argc, char **argv)
     TYPECHECK(pool_empty_fn, accalloc_pool_empty_cache);
     TYPECHECK(pool_info_fn, accalloc_pool_info);
     TYPECHECK(pool_reserved_fn, accalloc_pool_reserved_bytes);
+    TYPECHECK(pool_create_with_allocator_fn, accalloc_pool_create_with_allocator);
     TYPECHECK(segment_observer_add_fn, accalloc_segment_observer_add);
     TYPECHECK(observer_remove_fn, accalloc_segment_observer_remove);
     TYPECHECK(oom_observer_add_fn, accalloc_oom_observer_add);
@@ -284,6 +309,7 @@ int main(int argc, char **argv)
     LOAD(p_pool_empty_cache, "accalloc_pool_empty_cache");
     LOAD(p_pool_info, "accalloc_pool_info");
     LOAD(p_pool_reserved_bytes, "accalloc_pool_reserved_bytes");
+    LOAD(p_pool_create_with_allocator, "accalloc_pool_create_with_allocator");
     LOAD(p_segment_observer_add, "accalloc_segment_observer_add");
     LOAD(p_segment_observer_remove, "accalloc_segment_observer_remove");
     LOAD(p_oom_observer_add, "accalloc_oom_observer_add");
@@ -447,6 +473,22 @@ int main(int argc, char **argv)
     CHECK_STATUS(p_reset_accumulated(0), ACCALLOC_OK);
     CHECK_STATUS(p_memory_stat(0, "num_device_free", &v), ACCALLOC_OK);
     CHECK_EQ(v, 0);
+
+    /* A pool whose segments come from an allocator of its own (the heap here). */
+    heap.struct_size = sizeof heap;
+    heap.context = &heap_bytes;
+    heap.raw_alloc = heap_alloc;
+    heap.raw_free = heap_free;
+    CHECK_STATUS(p_pool_create_with_allocator(0, 0, 0, &heap, &pool), ACCALLOC_OK);
+    CHECK_STATUS(p_pool_begin(0, pool, ACCALLOC_ROUTE_THREAD, NULL), ACCALLOC_OK);
+    CHECK_STATUS(p_malloc(&ptr, 1000, 0, NULL), ACCALLOC_OK);
+    CHECK_STATUS(p_pool_end(0, pool), ACCALLOC_OK);
+    CHECK_EQ(heap_bytes, 2 << 20);
+    CHECK_STATUS(p_free(ptr), ACCALLOC_OK);
+    CHECK_STATUS(p_pool_release(0, pool), ACCALLOC_OK);
+    CHECK_STATUS(p_pool_release(0, pool), ACCALLOC_OK);
+    CHECK_STATUS(p_empty_cache(), ACCALLOC_OK); /* freeable: its segment goes back to the heap */
+    CHECK_EQ(heap_bytes, 0);
 
     /* Device selection and the fraction through the pointers. */
     CHECK_STATUS(p_set_device(1), ACCALLOC_OK);

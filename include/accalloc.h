@@ -919,6 +919,37 @@ enum AccallocStatus accalloc_pool_create_on(AccallocDeviceType device_type,
                                             struct AccallocPoolId *out);
 
 /**
+ * accalloc_pool_create for a pool whose segments come from `allocator` (PyTorch's
+ * MemPool(allocator=...)): its raw_alloc and raw_free (required; raw_alloc answers
+ * ACCALLOC_BACKEND_OUT_OF_MEMORY when it has no room, which is the pool's out of memory: the device
+ * is not asked), and its virtual-memory group when all five entries are there, for expandable
+ * segments inside the pool (without it, the pool's segments are ordinary ones). The other entries
+ * are not used and may be NULL: the device's backend answers for events, streams and memory
+ * figures. The table is copied; its functions and context must stay valid, and usable from any
+ * thread, until the pool is gone and every segment it held was given back. Its functions run as
+ * callbacks of the device type: calling accalloc for it from them is refused. What they hand out
+ * is checked as a registered backend's is (NULL, alignment, overlap: refused and given back).
+ *
+ * Errors: ACCALLOC_ERROR_INVALID_ARGUMENT (allocator or out is NULL; the table's struct_size is
+ * too small; raw_alloc or raw_free is NULL), ACCALLOC_ERROR_INVALID_DEVICE; nothing is made.
+ */
+enum AccallocStatus accalloc_pool_create_with_allocator(int32_t device,
+                                                        int32_t use_on_oom,
+                                                        int32_t no_split,
+                                                        const struct AccallocBackendVTable *allocator,
+                                                        struct AccallocPoolId *out);
+
+/**
+ * accalloc_pool_create_with_allocator on the accelerator of `device_type`.
+ */
+enum AccallocStatus accalloc_pool_create_with_allocator_on(AccallocDeviceType device_type,
+                                                           int32_t device,
+                                                           int32_t use_on_oom,
+                                                           int32_t no_split,
+                                                           const struct AccallocBackendVTable *allocator,
+                                                           struct AccallocPoolId *out);
+
+/**
  * From now until accalloc_pool_end, allocations on `device` go to `pool`: those of the calling
  * thread (`route` ACCALLOC_ROUTE_THREAD; `stream` ignored) or those on `stream`
  * (ACCALLOC_ROUTE_STREAM). Counts a use of the pool, making it (with one use) if it does not

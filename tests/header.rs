@@ -74,6 +74,7 @@ fn header_declares_every_exported_function() {
         "accalloc_pool_empty_cache",
         "accalloc_pool_info",
         "accalloc_pool_reserved_bytes",
+        "accalloc_pool_create_with_allocator",
     ];
     // Functions that do not depend on the accelerator.
     let global = [

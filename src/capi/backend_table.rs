@@ -4,7 +4,7 @@
 //! struct: `AccallocBackendVTable::functions` checks it and hands backend/custom.rs its Rust view.
 
 use crate::backend::custom::{
-    self, EventFunctions, Functions, PinnedHostFunctions, VirtualMemoryFunctions,
+    self, EventFunctions, Functions, PinnedHostFunctions, SegmentFunctions, VirtualMemoryFunctions,
 };
 use std::ffi::c_void;
 
@@ -178,6 +178,48 @@ impl AccallocBackendVTable {
         }
     }
 
+    /// The virtual-memory group, when all five of its entries are there.
+    fn virtual_memory(&self) -> Option<VirtualMemoryFunctions> {
+        match (
+            self.vm_granularity,
+            self.vm_reserve,
+            self.vm_map,
+            self.vm_unmap,
+            self.vm_release,
+        ) {
+            (Some(granularity), Some(reserve), Some(map), Some(unmap), Some(release)) => {
+                Some(VirtualMemoryFunctions {
+                    granularity,
+                    reserve,
+                    map,
+                    unmap,
+                    release,
+                })
+            }
+            _ => None,
+        }
+    }
+
+    /// The table as a private pool's own allocator takes it (accalloc_pool_create_with_allocator):
+    /// struct_size, raw_alloc and raw_free checked, the virtual-memory group when whole; the other
+    /// entries are not used (the device's backend answers them) and may be NULL.
+    pub fn segment_functions(&self) -> Result<SegmentFunctions, String> {
+        if self.struct_size < FIRST_TABLE_SIZE {
+            return Err(format!(
+                "the table's struct_size is {}, expected {} (sizeof(AccallocBackendVTable))",
+                self.struct_size,
+                std::mem::size_of::<AccallocBackendVTable>()
+            ));
+        }
+        let required = |entry: &str| format!("the required entry {entry} is NULL");
+        Ok(SegmentFunctions {
+            context: self.context,
+            raw_alloc: self.raw_alloc.ok_or_else(|| required("raw_alloc"))?,
+            raw_free: self.raw_free.ok_or_else(|| required("raw_free"))?,
+            virtual_memory: self.virtual_memory(),
+        })
+    }
+
     /// The table as the backend layer takes it: struct_size and the four required entries checked
     /// (the error says what is wrong with the table), and each optional group present only when all
     /// of its entries are, so that a partial group turns its feature off.
@@ -213,24 +255,7 @@ impl AccallocBackendVTable {
             }
             _ => None,
         };
-        let virtual_memory = match (
-            self.vm_granularity,
-            self.vm_reserve,
-            self.vm_map,
-            self.vm_unmap,
-            self.vm_release,
-        ) {
-            (Some(granularity), Some(reserve), Some(map), Some(unmap), Some(release)) => {
-                Some(VirtualMemoryFunctions {
-                    granularity,
-                    reserve,
-                    map,
-                    unmap,
-                    release,
-                })
-            }
-            _ => None,
-        };
+        let virtual_memory = self.virtual_memory();
         // Entries past the caller's struct_size were never written by it: read() left them NULL.
         let pinned_host = match (self.host_alloc, self.host_free) {
             (Some(alloc), Some(free)) => Some(PinnedHostFunctions { alloc, free }),

@@ -1,8 +1,10 @@
 //! Private pools: memory of its own for a set of allocations (PyTorch's MemPool and CUDA graph
 //! pools), routed by thread or by stream, with PyTorch's rules.
 
+use super::backend_table::AccallocBackendVTable;
 use super::guard::{current_type, guard, on, out_ptr};
 use super::types::{stat, AccallocDeviceType, AccallocStat, AccallocStatus};
+use crate::error::Error;
 use std::ffi::c_void;
 
 /// A pool's id, PyTorch's MempoolId_t: {0, 0} is the default pools; accalloc_pool_create makes
@@ -54,6 +56,70 @@ pub unsafe extern "C" fn accalloc_pool_create_on(
         let out = out_ptr(out, "out")?;
         let (first, second) =
             on(device_type)?.create_pool(device, use_on_oom != 0, no_split != 0)?;
+        *out = AccallocPoolId { first, second };
+        Ok(())
+    })
+}
+
+/// accalloc_pool_create for a pool whose segments come from `allocator` (PyTorch's
+/// MemPool(allocator=...)): its raw_alloc and raw_free (required; raw_alloc answers
+/// ACCALLOC_BACKEND_OUT_OF_MEMORY when it has no room, which is the pool's out of memory: the device
+/// is not asked), and its virtual-memory group when all five entries are there, for expandable
+/// segments inside the pool (without it, the pool's segments are ordinary ones). The other entries
+/// are not used and may be NULL: the device's backend answers for events, streams and memory
+/// figures. The table is copied; its functions and context must stay valid, and usable from any
+/// thread, until the pool is gone and every segment it held was given back. Its functions run as
+/// callbacks of the device type: calling accalloc for it from them is refused. What they hand out
+/// is checked as a registered backend's is (NULL, alignment, overlap: refused and given back).
+///
+/// Errors: ACCALLOC_ERROR_INVALID_ARGUMENT (allocator or out is NULL; the table's struct_size is
+/// too small; raw_alloc or raw_free is NULL), ACCALLOC_ERROR_INVALID_DEVICE; nothing is made.
+#[no_mangle]
+pub unsafe extern "C" fn accalloc_pool_create_with_allocator(
+    device: i32,
+    use_on_oom: i32,
+    no_split: i32,
+    allocator: *const AccallocBackendVTable,
+    out: *mut AccallocPoolId,
+) -> AccallocStatus {
+    accalloc_pool_create_with_allocator_on(
+        current_type(),
+        device,
+        use_on_oom,
+        no_split,
+        allocator,
+        out,
+    )
+}
+
+/// accalloc_pool_create_with_allocator on the accelerator of `device_type`.
+#[no_mangle]
+pub unsafe extern "C" fn accalloc_pool_create_with_allocator_on(
+    device_type: AccallocDeviceType,
+    device: i32,
+    use_on_oom: i32,
+    no_split: i32,
+    allocator: *const AccallocBackendVTable,
+    out: *mut AccallocPoolId,
+) -> AccallocStatus {
+    guard(|| {
+        let out = out_ptr(out, "out")?;
+        // SAFETY: a non-NULL table is readable for its struct_size bytes (the header's contract).
+        let table = unsafe { AccallocBackendVTable::read(allocator) }
+            .ok_or_else(|| Error::invalid_argument("allocator is NULL"))?;
+        let functions = table
+            .segment_functions()
+            .map_err(|why| Error::invalid_argument(format!("pool allocator table: {why}")))?;
+        let accelerator = on(device_type)?;
+        // SAFETY: the caller promised valid functions for as long as the pool holds their memory.
+        let (first, second) = unsafe {
+            accelerator.create_pool_with_allocator(
+                device,
+                use_on_oom != 0,
+                no_split != 0,
+                functions,
+            )?
+        };
         *out = AccallocPoolId { first, second };
         Ok(())
     })
@@ -240,7 +306,7 @@ pub unsafe extern "C" fn accalloc_pool_reserved_bytes_on(
         let slots = on(device_type)?
             .pool_reserved_bytes(device, pool.pair())?
             .ok_or_else(|| {
-                crate::error::Error::invalid_argument(format!(
+                Error::invalid_argument(format!(
                     "pool ({}, {}) does not exist",
                     pool.first, pool.second
                 ))

@@ -19,6 +19,8 @@ pub struct Accelerator {
     /// The name as a C string, for accalloc_device_type_name (lives as long as the accelerator).
     c_name: std::ffi::CString,
     pub(super) backend: Arc<dyn Backend>,
+    /// Where the segments of every device type are recorded (pool allocators' too).
+    pub(super) index: Arc<SegmentIndex>,
     /// The settings every device of this accelerator runs with.
     config: Mutex<CachingConfig>,
     /// History recording for devices created from now on: Some(max entries) when on.
@@ -44,7 +46,8 @@ impl Accelerator {
         Accelerator {
             device_type,
             c_name,
-            backend: Arc::new(IndexedBackend::new(backend, device_type, index)),
+            backend: Arc::new(IndexedBackend::new(backend, device_type, index.clone())),
+            index,
             config: Mutex::new(config),
             history: Mutex::new(None),
             pinned_host: Mutex::new(None),

@@ -9,11 +9,11 @@
 //! inside an observer is refused too. Once `remove` returns, the observer is not running and is
 //! never called again, so its user data may be freed.
 
-use super::{reentry, sole_device, DeviceType};
+use super::{reentry, DeviceType};
 use crate::caching::observers::{OomReport, SegmentEvent};
 use crate::error::{Error, Result};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
 /// Told of one segment event of a device of a device type.
@@ -40,18 +40,10 @@ static OOM: RwLock<Registry<OomCallback>> = RwLock::new(Registry::new());
 /// How many of each are registered: a device with none pays one load per event.
 static SEGMENT_COUNT: AtomicUsize = AtomicUsize::new(0);
 static OOM_COUNT: AtomicUsize = AtomicUsize::new(0);
-/// Set for good by the first segment observer: from then on device calls check for reentry.
-static SEGMENT_OBSERVED: AtomicBool = AtomicBool::new(false);
 
 thread_local! {
     /// This thread is running observers (their registry is read-locked).
     static NOTIFYING: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Whether a segment observer was ever added in this process.
-#[inline(always)]
-pub(crate) fn segment_observed() -> bool {
-    SEGMENT_OBSERVED.load(Ordering::SeqCst)
 }
 
 fn refuse_inside(what: &str) -> Result<()> {
@@ -94,8 +86,7 @@ fn remove<F>(registry: &RwLock<Registry<F>>, count: &AtomicUsize, handle: u64) -
 /// Tell `callback` of every segment event from now on; returns the handle to remove it with.
 pub fn add_segment_observer(callback: SegmentCallback) -> Result<u64> {
     let handle = add(&SEGMENT, &SEGMENT_COUNT, callback)?;
-    SEGMENT_OBSERVED.store(true, Ordering::SeqCst);
-    sole_device::callbacks_possible();
+    reentry::foreign_callbacks_added();
     Ok(handle)
 }
 

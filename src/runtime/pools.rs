@@ -1,12 +1,15 @@
 //! Private pools through the runtime: ids handed out for the process, and each pool call on its
 //! device's allocator (the rules are the core's: accalloc_core::caching::pools).
 
+use super::ownership::IndexedBackend;
 use super::{trace_log, Accelerator};
+use crate::backend::Backend;
 use crate::backend::StreamId;
 use crate::error::Result;
 use crate::trace::PoolCall;
 use accalloc_core::caching::pools::{MempoolId, Route};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// The next id of a pool made by accalloc_pool_create: (0, n), n from 1, as PyTorch's MemPool().
 static NEXT_USER_POOL: AtomicU64 = AtomicU64::new(1);
@@ -17,6 +20,46 @@ impl Accelerator {
         let index = self.resolve(device)?;
         let id = (0, NEXT_USER_POOL.fetch_add(1, Ordering::Relaxed));
         self.lock(index)?.create_pool(id, use_on_oom, no_split)?;
+        trace_log::pool(
+            index,
+            id,
+            PoolCall::Create {
+                use_on_oom,
+                no_split,
+            },
+        );
+        Ok(id)
+    }
+
+    /// A new pool (0, n) on `device` whose segments come from `allocator` (a pool allocator over
+    /// this accelerator's backend): its segments are recorded as the device's (so frees find them),
+    /// and its calls run as callbacks of this device type (a call back into accalloc for it is
+    /// refused). A trace records it as an ordinary pool: a replay takes its memory from the device.
+    ///
+    /// # Safety
+    /// `functions` are valid functions with the documented signatures, and their context valid for
+    /// them, from any thread, for as long as the pool holds memory from them.
+    pub unsafe fn create_pool_with_allocator(
+        &self,
+        device: i32,
+        use_on_oom: bool,
+        no_split: bool,
+        functions: accalloc_core::backend::custom::SegmentFunctions,
+    ) -> Result<MempoolId> {
+        let index = self.resolve(device)?;
+        // SAFETY: this function's own contract.
+        let allocator = unsafe {
+            accalloc_core::backend::custom::PoolAllocator::new(self.backend.clone(), functions)
+        };
+        let indexed: Arc<dyn Backend> = Arc::new(IndexedBackend::new(
+            Arc::new(allocator),
+            self.device_type(),
+            self.index.clone(),
+        ));
+        super::reentry::foreign_callbacks_added();
+        let id = (0, NEXT_USER_POOL.fetch_add(1, Ordering::Relaxed));
+        self.lock(index)?
+            .create_pool_with_allocator(id, use_on_oom, no_split, indexed)?;
         trace_log::pool(
             index,
             id,

@@ -7,6 +7,7 @@
 use super::{DeviceType, FIRST_REGISTERED_TYPE};
 use crate::error::{Error, ErrorKind, Result};
 use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 thread_local! {
     // Plain cells, no destructor: usable from TLS destructors too.
@@ -59,12 +60,24 @@ pub(crate) fn check(device_type: DeviceType, name: &str) -> Result<()> {
     Err(reentered(device_type, name))
 }
 
+/// Set for good once code of someone else's may run with a host or CUDA device held: a segment
+/// observer, or a private pool's own allocator.
+static FOREIGN_CALLBACKS: AtomicBool = AtomicBool::new(false);
+
+/// A segment observer or a pool allocator was added: from now on every device type's calls check
+/// whether they come from inside such a callback (and the sole-device shortcut does too).
+pub(crate) fn foreign_callbacks_added() {
+    FOREIGN_CALLBACKS.store(true, Ordering::SeqCst);
+    super::sole_device::callbacks_possible();
+}
+
 /// Whether code of someone else's may run while `device_type`'s device is held: a registered
-/// backend's callbacks, or, once one was added, a segment observer (of any device type). Until then
-/// the host and CUDA backends never call back, and their calls skip the thread-local read.
+/// backend's callbacks, or, once one was added, a segment observer or a pool allocator (of any
+/// device type). Until then the host and CUDA backends never call back, and their calls skip the
+/// thread-local read.
 #[inline]
 pub(crate) fn may_call_back(device_type: DeviceType) -> bool {
-    device_type >= FIRST_REGISTERED_TYPE || super::observers::segment_observed()
+    device_type >= FIRST_REGISTERED_TYPE || FOREIGN_CALLBACKS.load(Ordering::SeqCst)
 }
 
 /// Whether this thread is inside a callback of `device_type`'s backend (never for a backend that

@@ -3,8 +3,9 @@
 //! function gets the context first and returns 0 on success, 2 when the device has no room, or any
 //! other value as its own error code.
 
-use super::{Backend, BackendError, EventId, MemInfo, PinnedHostAllocation, StreamId};
+use super::{Backend, BackendError, EventId, MemInfo, PinnedHostAllocation, StreamId, Wrapper};
 use std::ffi::c_void;
+use std::sync::Arc;
 
 /// What a backend function returns on success (ACCALLOC_BACKEND_OK in the C ABI).
 pub const BACKEND_OK: i32 = 0;
@@ -407,5 +408,95 @@ impl Backend for CustomBackend {
         self.call("vm_release", release, |f, ctx| unsafe {
             f(ctx, device as i32, ptr as *mut c_void, size)
         })
+    }
+}
+
+/// The functions of a private pool's own allocator from C (MemPool(allocator=...)): raw_alloc and
+/// raw_free, and the virtual-memory group when it is whole.
+#[derive(Clone, Copy)]
+pub struct SegmentFunctions {
+    pub context: *mut c_void,
+    pub raw_alloc: RawAllocFn,
+    pub raw_free: RangeFn,
+    pub virtual_memory: Option<VirtualMemoryFunctions>,
+}
+
+/// A private pool's own allocator: its segments (and, with virtual memory, its reservations and
+/// pages) come from the caller's functions, checked as a registered backend's are; everything else
+/// (device count, memory figures, events, streams) is the device's backend's.
+pub struct PoolAllocator {
+    device: Arc<dyn Backend>,
+    own: CustomBackend,
+}
+
+// SAFETY: the caller promises (in accalloc_pool_create_with_allocator's documentation) that its
+// functions and context may be used from any thread.
+unsafe impl Send for PoolAllocator {}
+unsafe impl Sync for PoolAllocator {}
+
+/// The table entries a pool allocator does not use: never called (the device's answer instead).
+unsafe extern "C" fn unused_device_count(_: *mut c_void, _: *mut i32) -> i32 {
+    -1
+}
+unsafe extern "C" fn unused_mem_get_info(_: *mut c_void, _: i32, _: *mut u64, _: *mut u64) -> i32 {
+    -1
+}
+
+impl PoolAllocator {
+    /// # Safety
+    /// The function pointers must be valid functions with the documented signatures, and the
+    /// context valid for them, for as long as the pool holds memory from them.
+    pub unsafe fn new(device: Arc<dyn Backend>, functions: SegmentFunctions) -> Self {
+        let own = CustomBackend {
+            name: format!("{}'s pool allocator", device.name()),
+            functions: Functions {
+                context: functions.context,
+                device_count: unused_device_count,
+                raw_alloc: functions.raw_alloc,
+                raw_free: functions.raw_free,
+                mem_get_info: unused_mem_get_info,
+                events: None,
+                stream_synchronize: None,
+                virtual_memory: functions.virtual_memory,
+                pinned_host: None,
+            },
+            devices: device.device_count(),
+        };
+        PoolAllocator { device, own }
+    }
+}
+
+impl Wrapper for PoolAllocator {
+    fn inner(&self) -> &dyn Backend {
+        &*self.device
+    }
+    fn name(&self) -> &str {
+        self.own.name()
+    }
+    fn raw_alloc(
+        &self,
+        device: usize,
+        size: usize,
+        stream: StreamId,
+    ) -> Result<usize, BackendError> {
+        self.own.raw_alloc(device, size, stream)
+    }
+    fn raw_free(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError> {
+        self.own.raw_free(device, ptr, size)
+    }
+    fn vm_granularity(&self, device: usize) -> Option<usize> {
+        self.own.vm_granularity(device)
+    }
+    fn vm_reserve(&self, device: usize, size: usize) -> Result<usize, BackendError> {
+        self.own.vm_reserve(device, size)
+    }
+    fn vm_map(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError> {
+        self.own.vm_map(device, ptr, size)
+    }
+    fn vm_unmap(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError> {
+        self.own.vm_unmap(device, ptr, size)
+    }
+    fn vm_release(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError> {
+        self.own.vm_release(device, ptr, size)
     }
 }
