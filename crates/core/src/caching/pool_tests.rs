@@ -555,3 +555,65 @@ fn a_pool_allocator_out_of_room_is_the_pools_out_of_memory() {
     a.free(p).unwrap();
     a.check_invariants().unwrap();
 }
+
+#[test]
+fn a_block_other_streams_used_freed_during_a_capture_waits_for_the_capture_to_end() {
+    let (mut a, backend) = allocator(1 << 30);
+    let graph = (1, 0);
+    a.begin_allocate_to_pool(graph, Route::Stream(1)).unwrap();
+    let p = a.malloc(1000, 1).unwrap();
+    a.record_stream(p, 2).unwrap();
+    a.free(p).unwrap();
+    // No event may be recorded during a capture: none is; the block is freed but still active.
+    assert_eq!(backend.live_events(), 0);
+    let s = a.stats();
+    assert_eq!(
+        (s.allocated_bytes[ALL].current, s.active_bytes[ALL].current),
+        (0, KIB)
+    );
+    // Not reusable meanwhile: the next request of the capture cuts a new block.
+    let q = a.malloc(1000, 1).unwrap();
+    assert_ne!(q, p);
+    a.free(q).unwrap();
+    a.end_allocate_to_pool(graph).unwrap();
+    // The first malloc after the capture records the event; the block waits for stream 2.
+    let r = a.malloc(1000, 0).unwrap();
+    assert_eq!(backend.live_events(), 1);
+    assert_eq!(a.stats().active_bytes[ALL].current, 2 * KIB);
+    backend.complete_stream(2);
+    let t = a.malloc(1000, 0).unwrap();
+    assert_eq!(backend.live_events(), 0);
+    assert_eq!(
+        a.stats().active_bytes[ALL].current,
+        2 * KIB,
+        "r and t; p is free"
+    );
+    for ptr in [r, t] {
+        a.free(ptr).unwrap();
+    }
+    a.release_pool(graph).unwrap();
+    a.empty_cache().unwrap();
+    assert_eq!(a.stats().reserved_bytes[ALL].current, 0);
+}
+
+#[test]
+fn empty_cache_after_a_capture_records_and_waits_for_the_deferred_events() {
+    let (mut a, backend) = allocator(1 << 30);
+    let graph = (1, 0);
+    a.begin_allocate_to_pool(graph, Route::Stream(1)).unwrap();
+    let p = a.malloc(1000, 1).unwrap();
+    a.record_stream(p, 2).unwrap();
+    a.free(p).unwrap();
+    a.end_allocate_to_pool(graph).unwrap();
+    a.release_pool(graph).unwrap();
+    // empty_cache synchronizes: the deferred event is recorded and waited for, then the pool's
+    // segment goes and the freeable pool is erased.
+    a.empty_cache().unwrap();
+    assert_eq!(backend.live_events(), 0);
+    let s = a.stats();
+    assert_eq!(
+        (s.active_bytes[ALL].current, s.reserved_bytes[ALL].current),
+        (0, 0)
+    );
+    assert_eq!(a.pool_use_count(graph), None);
+}

@@ -9,7 +9,7 @@
 //! whose filter accepts the request: the calling thread (use_mem_pool) or a stream (a graph capture).
 //! Only a stream's route is a capture, with PyTorch 2.15's capture rules (see `capturing`).
 
-use super::block::{BlockPool, PoolIndex, DEFAULT_POOLS};
+use super::block::{BlockId, BlockPool, PoolIndex, DEFAULT_POOLS};
 use super::policy::PoolKind;
 use super::stats::PooledStat;
 use crate::backend::{Backend, StreamId};
@@ -62,6 +62,10 @@ pub struct PrivatePools {
     by_id: BTreeMap<MempoolId, PoolIndex>,
     /// Pools begun, oldest first, with their filter.
     captures: Vec<(MempoolId, PoolIndex, Route)>,
+    /// Blocks other streams used that were freed during a capture, when no event may be recorded
+    /// or queried: their events are recorded once no capture is underway (PyTorch's
+    /// needs_events_deferred_until_no_capture). Each counts one placeholder in its event_count.
+    pub deferred_frees: Vec<BlockId>,
 }
 
 impl PrivatePools {

@@ -41,9 +41,19 @@ impl CachingAllocator {
         &mut self,
         ptr: usize,
     ) -> Result<Option<Vec<(StreamId, EventId)>>> {
+        // During a capture no event may be recorded: the free defers them (see free_unchecked).
+        if self.capturing {
+            return Ok(None);
+        }
         let Some(&id) = self.active.get(&ptr) else {
             return Ok(None);
         };
+        self.stream_events_of(id)
+    }
+
+    /// The events (or stream waits) for block `id`'s stream uses, as prepare_stream_events.
+    fn stream_events_of(&mut self, id: BlockId) -> Result<Option<Vec<(StreamId, EventId)>>> {
+        let ptr = self.blocks[id].ptr;
         let Some(streams) = self.stream_uses.get(&id).cloned() else {
             return Ok(None);
         };
@@ -105,6 +115,27 @@ impl CachingAllocator {
         Ok(event)
     }
 
+    /// A block other streams used, freed during a capture: it stays active, waiting, until its
+    /// events can be recorded once no capture is underway.
+    #[cold]
+    pub(super) fn defer_until_no_capture(&mut self, id: BlockId) {
+        self.blocks[id].event_count += 1;
+        self.private_pools.deferred_frees.push(id);
+    }
+
+    /// No capture is underway: record the events of the blocks freed during one, which then wait
+    /// for them as any freed block does. A block whose events the backend fails stays deferred.
+    pub(super) fn insert_deferred_events(&mut self) -> Result<()> {
+        while let Some(&id) = self.private_pools.deferred_frees.last() {
+            let events = self.stream_events_of(id)?.unwrap_or_default();
+            self.private_pools.deferred_frees.pop();
+            self.stream_uses.remove(&id);
+            self.blocks[id].event_count -= 1;
+            self.insert_events(id, events);
+        }
+        Ok(())
+    }
+
     /// The freed block waits for the events recorded on the streams that used it; it returns to the
     /// pool when they complete (at once when there are none).
     pub(super) fn insert_events(&mut self, id: BlockId, events: Vec<(StreamId, EventId)>) {
@@ -148,6 +179,9 @@ impl CachingAllocator {
     /// As in process_events, an event whose synchronization or destruction fails stays pending.
     pub(super) fn synchronize_and_free_events(&mut self) -> Result<()> {
         self.stats.num_sync_all_streams += 1;
+        if !self.capturing && !self.private_pools.deferred_frees.is_empty() {
+            self.insert_deferred_events()?;
+        }
         let streams: Vec<StreamId> = self.pending_events.keys().copied().collect();
         for stream in streams {
             while let Some(&(event, id)) = self.pending_events[&stream].front() {

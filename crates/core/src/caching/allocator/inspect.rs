@@ -59,6 +59,7 @@ impl CachingAllocator {
                     .flat_map(|(_, pool)| pool.small.ids().chain(pool.large.ids())),
             )
             .chain(self.pending_events.values().flatten().map(|&(_, id)| id))
+            .chain(self.private_pools.deferred_frees.iter().copied())
             .filter(|&id| {
                 // A segment starts where mapped memory starts: each contiguous mapped range of an
                 // expandable segment is reported as a segment of its own, as PyTorch does.

@@ -89,6 +89,16 @@ impl CachingAllocator {
                 known.push(id);
             }
         }
+        for &id in &self.private_pools.deferred_frees {
+            let block = &self.blocks[id];
+            if block.allocated || block.event_count == 0 || !self.stream_uses.contains_key(&id) {
+                return Err(format!(
+                    "block at {:#x} waits for a capture to end but is {block:?}",
+                    block.ptr
+                ));
+            }
+            known.push(id);
+        }
         known.sort_unstable();
         known.dedup();
         if known.len() != self.blocks.len() {

@@ -27,6 +27,9 @@ impl CachingAllocator {
                     *id = renumbered[*id as usize];
                 }
             }
+            for id in &mut self.private_pools.deferred_frees {
+                *id = renumbered[*id as usize];
+            }
         } else if self.active.is_sparse() {
             self.active.shrink();
         }

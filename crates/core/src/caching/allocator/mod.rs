@@ -176,6 +176,7 @@ impl CachingAllocator {
             || !self.pending_events.is_empty()
             || self.garbage_collection_on()
             || self.routing
+            || !self.private_pools.deferred_frees.is_empty()
         {
             return None;
         }
@@ -207,8 +208,13 @@ impl CachingAllocator {
         } else {
             DEFAULT_POOLS
         };
-        if !self.pending_events.is_empty() && !self.capturing {
-            self.process_events()?;
+        if !self.capturing {
+            if !self.private_pools.deferred_frees.is_empty() {
+                self.insert_deferred_events()?;
+            }
+            if !self.pending_events.is_empty() {
+                self.process_events()?;
+            }
         }
         let rounded = round_size(size, &self.config);
         let alloc_size = rounded.and_then(allocation_size);
@@ -336,6 +342,9 @@ impl CachingAllocator {
             Some(events) => {
                 self.stream_uses.remove(&id);
                 self.insert_events(id, events);
+            }
+            None if self.capturing && self.stream_uses.contains_key(&id) => {
+                self.defer_until_no_capture(id)
             }
             None => self.return_to_pool(id),
         }
