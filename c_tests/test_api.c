@@ -2400,6 +2400,56 @@ static void section_pool_allocator(void)
     CHECK_STATUS(accalloc_empty_cache(), ACCALLOC_OK);
 }
 
+/* Pool ids a framework hands out itself (PyTorch's createOrIncrefPool, setNoSplit) and a route by a
+ * filter of its own (beginAllocateToPool's, as a CUDA graph's capture test). */
+static int accept_stream_7(void *stream, void *context)
+{
+    ++*(int *)context;
+    return stream == (void *)(uintptr_t)7;
+}
+
+static void mark_released(void *context) { *(int *)context = -1; }
+
+static void section_pool_ids_and_filters(void)
+{
+    AccallocPoolId graph = {3, 0};
+    void *p = NULL, *q = NULL;
+    int calls = 0, released;
+    int64_t uses = 0;
+    const int64_t small_before = stat1("allocated_bytes.small_pool.current");
+
+    CHECK_STATUS(accalloc_pool_retain(1, graph), ACCALLOC_OK); /* made, one use */
+    CHECK_STATUS(accalloc_pool_set_flags(1, graph, 0, 1), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_pool_begin_filtered(1, graph, accept_stream_7, &calls, mark_released, 1), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_malloc(&p, 1000, 1, (void *)(uintptr_t)7), ACCALLOC_OK); /* the graph's */
+    CHECK_STATUS(accalloc_malloc(&q, 1000, 1, NULL), ACCALLOC_OK);                 /* not accepted */
+    CHECK(calls >= 2);
+    /* no_split in the graph's pool: its 1000 B holds the whole 2 MiB segment; q splits a default one. */
+    CHECK_EQ(stat1("allocated_bytes.small_pool.current") - small_before, 2 * MiB + 1024);
+    CHECK_STATUS(accalloc_pool_info(1, graph, &uses, NULL), ACCALLOC_OK);
+    CHECK_EQ(uses, 2);
+    CHECK_STATUS(accalloc_pool_end(1, graph), ACCALLOC_OK);
+    CHECK_EQ(calls, -1); /* the filter's context is released once its route ended */
+    CHECK_STATUS(accalloc_free(p), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_free(q), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_pool_release(1, graph), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_pool_release(1, graph), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_empty_cache(), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_pool_info(1, graph, &uses, NULL), ACCALLOC_OK);
+    CHECK_EQ(uses, -1);
+    /* Misuse: refused, and a context given with a refused begin is released at once. */
+    released = 0;
+    CHECK_STATUS(accalloc_pool_begin_filtered(1, graph, NULL, &released, mark_released, 1),
+                 ACCALLOC_ERROR_INVALID_ARGUMENT);
+    CHECK_EQ(released, -1);
+    released = 0;
+    CHECK_STATUS(accalloc_pool_begin_filtered(1, (AccallocPoolId){0, 0}, accept_stream_7, &released, mark_released, 1),
+                 ACCALLOC_ERROR_INVALID_ARGUMENT);
+    CHECK_EQ(released, -1);
+    CHECK_STATUS(accalloc_pool_set_flags(1, (AccallocPoolId){9, 0}, 1, 0), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(accalloc_pool_retain(1, (AccallocPoolId){0, 0}), ACCALLOC_ERROR_INVALID_ARGUMENT);
+}
+
 int main(void)
 {
     require_test_env();
@@ -2422,6 +2472,7 @@ int main(void)
     section_threads();
     section_settings();
     section_pools();
+    section_pool_ids_and_filters();
     section_observers();
     section_pool_allocator();
 

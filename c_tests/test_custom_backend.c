@@ -443,6 +443,12 @@ static int heap_free(void *ctx, int32_t device, void *ptr, size_t size)
     return ACCALLOC_BACKEND_OK;
 }
 
+static int take_every_stream(void *stream, void *context)
+{
+    (void)stream, (void)context;
+    return 1;
+}
+
 static void test_pool_allocator(AccallocDeviceType type)
 {
     AccallocBackendVTable heap;
@@ -464,6 +470,25 @@ static void test_pool_allocator(AccallocDeviceType type)
     EXPECT(accalloc_free(p), ACCALLOC_OK);
     EXPECT(accalloc_pool_empty_cache_on(type, 0, pool, 1), ACCALLOC_OK);
     CHECK_EQ(held, 0);
+    EXPECT(accalloc_pool_release_on(type, 0, pool), ACCALLOC_OK);
+    EXPECT(accalloc_pool_release_on(type, 0, pool), ACCALLOC_OK);
+    EXPECT(accalloc_empty_cache_on(type), ACCALLOC_OK);
+
+    /* A pool id of the caller's, routed by a filter, on the registered device. */
+    pool.first = 4;
+    pool.second = 0;
+    EXPECT(accalloc_pool_retain_on(type, 0, pool), ACCALLOC_OK);
+    EXPECT(accalloc_pool_set_flags_on(type, 0, pool, 1, 0), ACCALLOC_OK);
+    EXPECT(accalloc_pool_begin_filtered_on(type, 0, pool, take_every_stream, NULL, NULL, 0), ACCALLOC_OK);
+    EXPECT(accalloc_malloc_on(type, &p, 4096, 0, NULL), ACCALLOC_OK);
+    EXPECT(accalloc_pool_end_on(type, 0, pool), ACCALLOC_OK);
+    {
+        int64_t uses = 0, segments = 0;
+        EXPECT(accalloc_pool_info_on(type, 0, pool, &uses, &segments), ACCALLOC_OK);
+        CHECK_EQ(uses, 2);
+        CHECK_EQ(segments, 1);
+    }
+    EXPECT(accalloc_free(p), ACCALLOC_OK);
     EXPECT(accalloc_pool_release_on(type, 0, pool), ACCALLOC_OK);
     EXPECT(accalloc_pool_release_on(type, 0, pool), ACCALLOC_OK);
     EXPECT(accalloc_empty_cache_on(type), ACCALLOC_OK);

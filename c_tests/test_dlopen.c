@@ -53,7 +53,18 @@ typedef AccallocStatus (*oom_observer_add_fn)(AccallocOomObserver, void *, uint6
 typedef AccallocStatus (*observer_remove_fn)(uint64_t);
 typedef AccallocStatus (*pool_create_with_allocator_fn)(int32_t, int32_t, int32_t, const AccallocBackendVTable *,
                                                        AccallocPoolId *);
+typedef AccallocStatus (*pool_id_fn)(int32_t, AccallocPoolId);
+typedef AccallocStatus (*pool_set_flags_fn)(int32_t, AccallocPoolId, int32_t, int32_t);
+typedef AccallocStatus (*pool_begin_filtered_fn)(int32_t, AccallocPoolId, AccallocPoolFilter, void *,
+                                                 AccallocPoolFilterRelease, int32_t);
 typedef AccallocStatus (*pool_reserved_fn)(int32_t, AccallocPoolId, AccallocStat *, AccallocStat *, AccallocStat *);
+
+/* A filter that takes every stream. */
+static int every_stream(void *stream, void *context)
+{
+    (void)stream, (void)context;
+    return 1;
+}
 
 /* A pool allocator from the heap: counts the bytes it holds. */
 static int heap_alloc(void *ctx, int32_t device, size_t size, void *stream, void **out)
@@ -177,6 +188,10 @@ int main(int argc, char **argv)
     pool_info_fn p_pool_info;
     pool_reserved_fn p_pool_reserved_bytes;
     pool_create_with_allocator_fn p_pool_create_with_allocator;
+    pool_id_fn p_pool_retain;
+    pool_set_flags_fn p_pool_set_flags;
+    pool_begin_filtered_fn p_pool_begin_filtered;
+    AccallocPoolId graph = {5, 0};
     AccallocBackendVTable heap = {0};
     int64_t heap_bytes = 0;
     AccallocStat pool_reserved = {0};
@@ -248,6 +263,9 @@ int main(int argc, char **argv)
     TYPECHECK(pool_info_fn, accalloc_pool_info);
     TYPECHECK(pool_reserved_fn, accalloc_pool_reserved_bytes);
     TYPECHECK(pool_create_with_allocator_fn, accalloc_pool_create_with_allocator);
+    TYPECHECK(pool_id_fn, accalloc_pool_retain);
+    TYPECHECK(pool_set_flags_fn, accalloc_pool_set_flags);
+    TYPECHECK(pool_begin_filtered_fn, accalloc_pool_begin_filtered);
     TYPECHECK(segment_observer_add_fn, accalloc_segment_observer_add);
     TYPECHECK(observer_remove_fn, accalloc_segment_observer_remove);
     TYPECHECK(oom_observer_add_fn, accalloc_oom_observer_add);
@@ -310,6 +328,9 @@ int main(int argc, char **argv)
     LOAD(p_pool_info, "accalloc_pool_info");
     LOAD(p_pool_reserved_bytes, "accalloc_pool_reserved_bytes");
     LOAD(p_pool_create_with_allocator, "accalloc_pool_create_with_allocator");
+    LOAD(p_pool_retain, "accalloc_pool_retain");
+    LOAD(p_pool_set_flags, "accalloc_pool_set_flags");
+    LOAD(p_pool_begin_filtered, "accalloc_pool_begin_filtered");
     LOAD(p_segment_observer_add, "accalloc_segment_observer_add");
     LOAD(p_segment_observer_remove, "accalloc_segment_observer_remove");
     LOAD(p_oom_observer_add, "accalloc_oom_observer_add");
@@ -489,6 +510,19 @@ int main(int argc, char **argv)
     CHECK_STATUS(p_pool_release(0, pool), ACCALLOC_OK);
     CHECK_STATUS(p_empty_cache(), ACCALLOC_OK); /* freeable: its segment goes back to the heap */
     CHECK_EQ(heap_bytes, 0);
+
+    /* A pool id of the caller's, routed by a filter: a no_split graph pool takes the whole segment. */
+    CHECK_STATUS(p_pool_retain(0, graph), ACCALLOC_OK);
+    CHECK_STATUS(p_pool_set_flags(0, graph, 0, 1), ACCALLOC_OK);
+    CHECK_STATUS(p_pool_begin_filtered(0, graph, every_stream, NULL, NULL, 1), ACCALLOC_OK);
+    CHECK_STATUS(p_malloc(&ptr, 1000, 0, NULL), ACCALLOC_OK);
+    CHECK_STATUS(p_pool_end(0, graph), ACCALLOC_OK);
+    CHECK_STATUS(p_memory_stat(0, "allocated_bytes.all.current", &v), ACCALLOC_OK);
+    CHECK_EQ(v, 2 << 20);
+    CHECK_STATUS(p_free(ptr), ACCALLOC_OK);
+    CHECK_STATUS(p_pool_release(0, graph), ACCALLOC_OK);
+    CHECK_STATUS(p_pool_release(0, graph), ACCALLOC_OK);
+    CHECK_STATUS(p_empty_cache(), ACCALLOC_OK);
 
     /* Device selection and the fraction through the pointers. */
     CHECK_STATUS(p_set_device(1), ACCALLOC_OK);

@@ -329,6 +329,16 @@ typedef struct AccallocStat {
 } AccallocStat;
 
 /**
+ * Decides whether an allocation on `stream` goes to the pool (non-zero: it does).
+ */
+typedef int32_t (*AccallocPoolFilter)(void *stream, void *context);
+
+/**
+ * Releases a filter's context once its route has ended.
+ */
+typedef void (*AccallocPoolFilterRelease)(void *context);
+
+/**
  * Every statistic of one device: PyTorch's DeviceStats. Arrays are indexed by ACCALLOC_STAT_ALL,
  * ACCALLOC_STAT_SMALL_POOL and ACCALLOC_STAT_LARGE_POOL.
  *
@@ -1073,6 +1083,73 @@ enum AccallocStatus accalloc_pool_reserved_bytes_on(AccallocDeviceType device_ty
                                                     struct AccallocStat *all,
                                                     struct AccallocStat *small_pool,
                                                     struct AccallocStat *large_pool);
+
+/**
+ * One more use of `pool` on `device` (made with one use if it does not exist): PyTorch's
+ * createOrIncrefPool, for a framework that hands out pool ids itself (its MemPool, its graphs).
+ * Such ids may meet accalloc_pool_create's {0, n}: a framework uses one or the other.
+ *
+ * Errors: ACCALLOC_ERROR_INVALID_ARGUMENT ({0, 0}), ACCALLOC_ERROR_INVALID_DEVICE.
+ */
+enum AccallocStatus accalloc_pool_retain(int32_t device, struct AccallocPoolId pool);
+
+/**
+ * accalloc_pool_retain on the accelerator of `device_type`.
+ */
+enum AccallocStatus accalloc_pool_retain_on(AccallocDeviceType device_type,
+                                            int32_t device,
+                                            struct AccallocPoolId pool);
+
+/**
+ * Set `pool`'s flags, as PyTorch's setUseOnOOM and setNoSplit: `use_on_oom` 0 or 1 as given, a
+ * negative value leaves it; `no_split` non-zero sets it (it stays set).
+ *
+ * Errors: ACCALLOC_ERROR_INVALID_ARGUMENT (no such pool), ACCALLOC_ERROR_INVALID_DEVICE.
+ */
+enum AccallocStatus accalloc_pool_set_flags(int32_t device,
+                                            struct AccallocPoolId pool,
+                                            int32_t use_on_oom,
+                                            int32_t no_split);
+
+/**
+ * accalloc_pool_set_flags on the accelerator of `device_type`.
+ */
+enum AccallocStatus accalloc_pool_set_flags_on(AccallocDeviceType device_type,
+                                               int32_t device,
+                                               struct AccallocPoolId pool,
+                                               int32_t use_on_oom,
+                                               int32_t no_split);
+
+/**
+ * accalloc_pool_begin with a filter of the caller's, as PyTorch's beginAllocateToPool takes one (a
+ * CUDA graph's test of the stream's capture id): until accalloc_pool_end, each allocation on
+ * `device` whose stream `filter(stream, context)` accepts goes to `pool`. The filter runs with the
+ * device held, from the allocating thread: it must be quick and may not call accalloc for this
+ * device type. `capture` non-zero: the route is a graph capture, and the capture rules hold while
+ * it is begun (no event processing, no last-resort release, stream-used frees deferred). `release`
+ * (may be NULL) is called with `context` once the route has ended (after the device is let go),
+ * or at once when the begin fails.
+ *
+ * Errors: ACCALLOC_ERROR_INVALID_ARGUMENT (filter is NULL; the pool is begun already; {0, 0}),
+ * ACCALLOC_ERROR_INVALID_DEVICE; nothing changes.
+ */
+enum AccallocStatus accalloc_pool_begin_filtered(int32_t device,
+                                                 struct AccallocPoolId pool,
+                                                 AccallocPoolFilter filter,
+                                                 void *context,
+                                                 AccallocPoolFilterRelease release,
+                                                 int32_t capture);
+
+/**
+ * accalloc_pool_begin_filtered on the accelerator of `device_type`.
+ */
+enum AccallocStatus accalloc_pool_begin_filtered_on(AccallocDeviceType device_type,
+                                                    int32_t device,
+                                                    struct AccallocPoolId pool,
+                                                    AccallocPoolFilter filter,
+                                                    void *context,
+                                                    AccallocPoolFilterRelease release,
+                                                    int32_t capture);
 
 /**
  * Change the current accelerator's allocator settings, in PYTORCH_ALLOC_CONF's syntax (the same as

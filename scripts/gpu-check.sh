@@ -48,6 +48,9 @@ else
     timeout 120 "$python" scripts/gpu/train_small_model.py "$which" || status=1
   done
 
+  echo "== CUDA graphs and torch.cuda.MemPool through use_for_cuda"
+  timeout 120 "$python" scripts/gpu/graph_capture.py || status=1
+
   echo "== replaying the sample traces: PyTorch's caching allocator vs accalloc (CUDA backend)"
   for trace in examples/traces/*.jsonl; do
     timeout 120 "$python" scripts/gpu/replay_stats.py "$trace" "$PWD/target/release/accalloc" || status=1

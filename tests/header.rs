@@ -75,6 +75,9 @@ fn header_declares_every_exported_function() {
         "accalloc_pool_info",
         "accalloc_pool_reserved_bytes",
         "accalloc_pool_create_with_allocator",
+        "accalloc_pool_retain",
+        "accalloc_pool_set_flags",
+        "accalloc_pool_begin_filtered",
     ];
     // Functions that do not depend on the accelerator.
     let global = [

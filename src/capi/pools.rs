@@ -6,6 +6,7 @@ use super::guard::{current_type, guard, on, out_ptr};
 use super::types::{stat, AccallocDeviceType, AccallocStat, AccallocStatus};
 use crate::error::Error;
 use std::ffi::c_void;
+use std::sync::Arc;
 
 /// A pool's id, PyTorch's MempoolId_t: {0, 0} is the default pools; accalloc_pool_create makes
 /// {0, n}; a graph capture may name its own pool {n, 0}.
@@ -318,5 +319,148 @@ pub unsafe extern "C" fn accalloc_pool_reserved_bytes_on(
             }
         }
         Ok(())
+    })
+}
+
+/// One more use of `pool` on `device` (made with one use if it does not exist): PyTorch's
+/// createOrIncrefPool, for a framework that hands out pool ids itself (its MemPool, its graphs).
+/// Such ids may meet accalloc_pool_create's {0, n}: a framework uses one or the other.
+///
+/// Errors: ACCALLOC_ERROR_INVALID_ARGUMENT ({0, 0}), ACCALLOC_ERROR_INVALID_DEVICE.
+#[no_mangle]
+pub extern "C" fn accalloc_pool_retain(device: i32, pool: AccallocPoolId) -> AccallocStatus {
+    accalloc_pool_retain_on(current_type(), device, pool)
+}
+
+/// accalloc_pool_retain on the accelerator of `device_type`.
+#[no_mangle]
+pub extern "C" fn accalloc_pool_retain_on(
+    device_type: AccallocDeviceType,
+    device: i32,
+    pool: AccallocPoolId,
+) -> AccallocStatus {
+    guard(|| on(device_type)?.retain_pool(device, pool.pair()))
+}
+
+/// Set `pool`'s flags, as PyTorch's setUseOnOOM and setNoSplit: `use_on_oom` 0 or 1 as given, a
+/// negative value leaves it; `no_split` non-zero sets it (it stays set).
+///
+/// Errors: ACCALLOC_ERROR_INVALID_ARGUMENT (no such pool), ACCALLOC_ERROR_INVALID_DEVICE.
+#[no_mangle]
+pub extern "C" fn accalloc_pool_set_flags(
+    device: i32,
+    pool: AccallocPoolId,
+    use_on_oom: i32,
+    no_split: i32,
+) -> AccallocStatus {
+    accalloc_pool_set_flags_on(current_type(), device, pool, use_on_oom, no_split)
+}
+
+/// accalloc_pool_set_flags on the accelerator of `device_type`.
+#[no_mangle]
+pub extern "C" fn accalloc_pool_set_flags_on(
+    device_type: AccallocDeviceType,
+    device: i32,
+    pool: AccallocPoolId,
+    use_on_oom: i32,
+    no_split: i32,
+) -> AccallocStatus {
+    let use_on_oom = (use_on_oom >= 0).then_some(use_on_oom != 0);
+    guard(|| on(device_type)?.set_pool_flags(device, pool.pair(), use_on_oom, no_split != 0))
+}
+
+/// Decides whether an allocation on `stream` goes to the pool (non-zero: it does).
+pub type AccallocPoolFilter =
+    Option<unsafe extern "C" fn(stream: *mut c_void, context: *mut c_void) -> i32>;
+/// Releases a filter's context once its route has ended.
+pub type AccallocPoolFilterRelease = Option<unsafe extern "C" fn(context: *mut c_void)>;
+
+/// The caller's filter and context, called from whichever thread allocates.
+struct CallerFilter {
+    filter: unsafe extern "C" fn(*mut c_void, *mut c_void) -> i32,
+    context: *mut c_void,
+    release: AccallocPoolFilterRelease,
+}
+// SAFETY: the caller promises (accalloc_pool_begin_filtered's documentation) that its filter and
+// context may be used from any thread.
+unsafe impl Send for CallerFilter {}
+unsafe impl Sync for CallerFilter {}
+
+impl Drop for CallerFilter {
+    fn drop(&mut self) {
+        if let Some(release) = self.release {
+            // SAFETY: the caller gave a function of this type for this context.
+            unsafe { release(self.context) }
+        }
+    }
+}
+
+/// accalloc_pool_begin with a filter of the caller's, as PyTorch's beginAllocateToPool takes one (a
+/// CUDA graph's test of the stream's capture id): until accalloc_pool_end, each allocation on
+/// `device` whose stream `filter(stream, context)` accepts goes to `pool`. The filter runs with the
+/// device held, from the allocating thread: it must be quick and may not call accalloc for this
+/// device type. `capture` non-zero: the route is a graph capture, and the capture rules hold while
+/// it is begun (no event processing, no last-resort release, stream-used frees deferred). `release`
+/// (may be NULL) is called with `context` once the route has ended (after the device is let go),
+/// or at once when the begin fails.
+///
+/// Errors: ACCALLOC_ERROR_INVALID_ARGUMENT (filter is NULL; the pool is begun already; {0, 0}),
+/// ACCALLOC_ERROR_INVALID_DEVICE; nothing changes.
+#[no_mangle]
+pub extern "C" fn accalloc_pool_begin_filtered(
+    device: i32,
+    pool: AccallocPoolId,
+    filter: AccallocPoolFilter,
+    context: *mut c_void,
+    release: AccallocPoolFilterRelease,
+    capture: i32,
+) -> AccallocStatus {
+    accalloc_pool_begin_filtered_on(
+        current_type(),
+        device,
+        pool,
+        filter,
+        context,
+        release,
+        capture,
+    )
+}
+
+/// accalloc_pool_begin_filtered on the accelerator of `device_type`.
+#[no_mangle]
+pub extern "C" fn accalloc_pool_begin_filtered_on(
+    device_type: AccallocDeviceType,
+    device: i32,
+    pool: AccallocPoolId,
+    filter: AccallocPoolFilter,
+    context: *mut c_void,
+    release: AccallocPoolFilterRelease,
+    capture: i32,
+) -> AccallocStatus {
+    guard(|| {
+        let Some(filter) = filter else {
+            if let Some(release) = release {
+                // SAFETY: the caller gave a function of this type for this context.
+                unsafe { release(context) }
+            }
+            return Err(Error::invalid_argument("filter is NULL"));
+        };
+        // From here the context is released when the last copy of the filter goes, the failed
+        // begin's included.
+        let caller = Arc::new(CallerFilter {
+            filter,
+            context,
+            release,
+        });
+        let accepts = move |stream: usize| {
+            // SAFETY: the caller gave a function of this type for this context.
+            unsafe { (caller.filter)(stream as *mut c_void, caller.context) != 0 }
+        };
+        on(device_type)?.begin_allocate_to_pool_filtered(
+            device,
+            pool.pair(),
+            Arc::new(accepts),
+            capture != 0,
+        )
     })
 }

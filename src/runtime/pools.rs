@@ -7,7 +7,7 @@ use crate::backend::Backend;
 use crate::backend::StreamId;
 use crate::error::Result;
 use crate::trace::PoolCall;
-use accalloc_core::caching::pools::{MempoolId, Route};
+use accalloc_core::caching::pools::{MempoolId, Route, StreamFilter};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -71,6 +71,50 @@ impl Accelerator {
         Ok(id)
     }
 
+    /// One more use of pool `id` on `device` (made with one use if new): PyTorch's
+    /// createOrIncrefPool, for ids its MemPool and graphs hand out themselves.
+    pub fn retain_pool(&self, device: i32, id: MempoolId) -> Result<()> {
+        self.lock(self.resolve(device)?)?.retain_pool(id)
+    }
+
+    /// setUseOnOOM / setNoSplit of pool `id` on `device`.
+    pub fn set_pool_flags(
+        &self,
+        device: i32,
+        id: MempoolId,
+        use_on_oom: Option<bool>,
+        no_split: bool,
+    ) -> Result<()> {
+        self.lock(self.resolve(device)?)?
+            .set_pool_flags(id, use_on_oom, no_split)
+    }
+
+    /// Route to pool `id` the allocations on `device` whose stream `filter` accepts (`capture`: a
+    /// graph capture, under its rules). The filter runs with the device held, as a callback of
+    /// this device type.
+    pub fn begin_allocate_to_pool_filtered(
+        &self,
+        device: i32,
+        id: MempoolId,
+        filter: StreamFilter,
+        capture: bool,
+    ) -> Result<()> {
+        let index = self.resolve(device)?;
+        super::reentry::foreign_callbacks_added();
+        let device_type = self.device_type();
+        let scoped: StreamFilter = Arc::new(move |stream| {
+            let _inside = super::reentry::CallbackScope::enter(device_type, "pool filter");
+            filter(stream)
+        });
+        self.lock(index)?.begin_allocate_to_pool(
+            id,
+            Route::Filter {
+                accepts: scoped,
+                capture,
+            },
+        )
+    }
+
     /// Route allocations on `device` to pool `id`: this thread's (stream None), or those on a
     /// stream (a capture).
     pub fn begin_allocate_to_pool(
@@ -93,7 +137,9 @@ impl Accelerator {
 
     pub fn end_allocate_to_pool(&self, device: i32, id: MempoolId) -> Result<()> {
         let index = self.resolve(device)?;
-        self.lock(index)?.end_allocate_to_pool(id)?;
+        // The route (a caller's filter, with its release) goes after the device is let go.
+        let route = self.lock(index)?.end_allocate_to_pool(id)?;
+        drop(route);
         trace_log::pool(index, id, PoolCall::End);
         Ok(())
     }

@@ -11,6 +11,7 @@
 
 #include <accalloc/torch_device_allocator.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -26,6 +27,24 @@ void* cuda_malloc(size_t size, int device, cudaStream_t stream) {
 
 void cuda_free(void* ptr, size_t /*size*/, int /*device*/, cudaStream_t /*stream*/) { accalloc_torch::free_block(ptr); }
 
+AccallocPoolId pool_id(c10::cuda::MempoolId_t id) {
+  return AccallocPoolId{static_cast<uint64_t>(id.first), static_cast<uint64_t>(id.second)};
+}
+
+// PyTorch's pool filter (a graph's capture-id test, or use_mem_pool's thread test), owned by accalloc
+// until its route ends.
+using StreamFilter = std::function<bool(cudaStream_t)>;
+
+int32_t call_filter(void* stream, void* context) {
+  try {
+    return (*static_cast<StreamFilter*>(context))(static_cast<cudaStream_t>(stream)) ? 1 : 0;
+  } catch (...) {
+    return 0;  // no exception may cross accalloc: a throwing filter takes nothing
+  }
+}
+
+void delete_filter(void* context) { delete static_cast<StreamFilter*>(context); }
+
 struct AccallocCudaAllocator final : public torch::cuda::CUDAPluggableAllocator::CUDAPluggableAllocator {
   AccallocCudaAllocator() : CUDAPluggableAllocator(&cuda_malloc, &cuda_free) {
     set_reset_fn([] { accalloc_torch::check(accalloc_empty_cache_on(kCuda), "accalloc_empty_cache"); });
@@ -35,6 +54,54 @@ struct AccallocCudaAllocator final : public torch::cuda::CUDAPluggableAllocator:
     set_record_stream_fn([](void* ptr, cudaStream_t stream) {
       accalloc_torch::check(accalloc_record_stream(ptr, stream), "accalloc_record_stream");
     });
+    // Pools: CUDA graphs and torch.cuda.MemPool / use_mem_pool route to accalloc's private pools. The
+    // filter cannot tell a graph capture from use_mem_pool, so every route keeps the capture rules
+    // (no event query, no cudaFree while it is begun): safe inside a capture, where both are illegal.
+    set_begin_allocate_to_pool([](int device, c10::cuda::MempoolId_t id, StreamFilter filter) {
+      auto* owned = new StreamFilter(std::move(filter));
+      accalloc_torch::check(
+          accalloc_pool_begin_filtered_on(kCuda, device, pool_id(id), &call_filter, owned, &delete_filter, 1),
+          "accalloc_pool_begin_filtered");
+    });
+    set_end_allocate_to_pool_fn([](int device, c10::cuda::MempoolId_t id) {
+      accalloc_torch::check(accalloc_pool_end_on(kCuda, device, pool_id(id)), "accalloc_pool_end");
+    });
+    set_release_pool([](int device, c10::cuda::MempoolId_t id) {
+      accalloc_torch::check(accalloc_pool_release_on(kCuda, device, pool_id(id)), "accalloc_pool_release");
+    });
+  }
+
+  // {0, 0}: every device's cache; a pool: PyTorch's emptyCache(pool) on the current device.
+  void emptyCache(c10::cuda::MempoolId_t id) override {
+    if (id == c10::cuda::MempoolId_t{0, 0}) {
+      accalloc_torch::check(accalloc_empty_cache_on(kCuda), "accalloc_empty_cache");
+      return;
+    }
+    accalloc_torch::check(accalloc_pool_empty_cache_on(kCuda, c10::cuda::current_device(), pool_id(id), 0),
+                          "accalloc_pool_empty_cache");
+  }
+
+  void createOrIncrefPool(c10::DeviceIndex device, c10::cuda::MempoolId_t id,
+                          std::shared_ptr<c10::cuda::CUDACachingAllocator::CUDAAllocator> allocator) override {
+    TORCH_CHECK(allocator == nullptr,
+                "accalloc: MemPool(allocator=...) is not supported through use_for_cuda (a pool with an allocator "
+                "of its own takes an AccallocBackendVTable: accalloc_pool_create_with_allocator)");
+    accalloc_torch::check(accalloc_pool_retain_on(kCuda, device, pool_id(id)), "accalloc_pool_retain");
+  }
+
+  void setUseOnOOM(c10::DeviceIndex device, c10::cuda::MempoolId_t id, bool use_on_oom) override {
+    accalloc_torch::check(accalloc_pool_set_flags_on(kCuda, device, pool_id(id), use_on_oom ? 1 : 0, 0),
+                          "accalloc_pool_set_flags");
+  }
+
+  void setNoSplit(c10::DeviceIndex device, c10::cuda::MempoolId_t id) override {
+    accalloc_torch::check(accalloc_pool_set_flags_on(kCuda, device, pool_id(id), -1, 1), "accalloc_pool_set_flags");
+  }
+
+  int getPoolUseCount(c10::DeviceIndex device, c10::cuda::MempoolId_t id) override {
+    int64_t uses = -1;
+    accalloc_torch::check(accalloc_pool_info_on(kCuda, device, pool_id(id), &uses, nullptr), "accalloc_pool_info");
+    return uses < 0 ? 0 : static_cast<int>(uses);
   }
 
   c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override {

@@ -273,7 +273,7 @@ fn misuse_is_refused_and_changes_nothing() {
         ErrorKind::InvalidArgument
     );
     assert_eq!(
-        kind(a.end_allocate_to_pool(POOL)),
+        kind(a.end_allocate_to_pool(POOL).map(drop)),
         ErrorKind::InvalidArgument
     );
     assert_eq!(kind(a.release_pool(POOL)), ErrorKind::InvalidArgument);
@@ -616,4 +616,31 @@ fn empty_cache_after_a_capture_records_and_waits_for_the_deferred_events() {
         (0, 0)
     );
     assert_eq!(a.pool_use_count(graph), None);
+}
+
+#[test]
+fn a_filtered_route_takes_what_its_filter_accepts_and_counts_as_a_capture() {
+    let (mut a, backend) = allocator(1 << 30);
+    let graph = (2, 0);
+    // A graph's filter: streams 4 and 5 are being captured.
+    let filter: super::pools::StreamFilter = Arc::new(|stream| stream == 4 || stream == 5);
+    let route = Route::Filter {
+        accepts: filter,
+        capture: true,
+    };
+    a.begin_allocate_to_pool(graph, route).unwrap();
+    let p = a.malloc(1000, 4).unwrap();
+    let q = a.malloc(1000, 5).unwrap();
+    let outside = a.malloc(1000, 0).unwrap();
+    assert_eq!(a.pool_segment_count(graph), Some(2), "one per stream");
+    // A capture: a stream-used block freed now records no event.
+    a.record_stream(p, 9).unwrap();
+    a.free(p).unwrap();
+    assert_eq!(backend.live_events(), 0);
+    let ended = a.end_allocate_to_pool(graph).unwrap();
+    assert!(matches!(ended, Route::Filter { capture: true, .. }));
+    for ptr in [q, outside] {
+        a.free(ptr).unwrap();
+    }
+    a.check_invariants().unwrap();
 }

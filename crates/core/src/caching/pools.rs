@@ -22,13 +22,33 @@ use std::thread::ThreadId;
 /// graph_pool_handle() make (0, n), a graph's own pool (n, 0).
 pub type MempoolId = (u64, u64);
 
+/// Decides, for the stream of a request, whether the request goes to the pool (a CUDA graph's
+/// capture-id test, say).
+pub type StreamFilter = Arc<dyn Fn(StreamId) -> bool + Send + Sync>;
+
 /// Which allocations a begun pool takes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone)]
 pub enum Route {
     /// Those of one thread, on any stream (use_mem_pool).
     Thread(ThreadId),
     /// Those on one stream, from any thread (a graph capture).
     Stream(StreamId),
+    /// Those whose stream the filter accepts (PyTorch's beginAllocateToPool filter); `capture`:
+    /// whether it is a graph capture, whose rules then hold while it is begun.
+    Filter {
+        accepts: StreamFilter,
+        capture: bool,
+    },
+}
+
+impl std::fmt::Debug for Route {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Route::Thread(thread) => write!(f, "Thread({thread:?})"),
+            Route::Stream(stream) => write!(f, "Stream({stream})"),
+            Route::Filter { capture, .. } => write!(f, "Filter {{ capture: {capture} }}"),
+        }
+    }
 }
 
 /// One private pool.
@@ -75,14 +95,17 @@ impl PrivatePools {
         !self.captures.is_empty()
     }
 
-    /// Whether a capture is underway: a pool begun for a stream. PyTorch 2.15 applies its capture
+    /// Whether a capture is underway: a pool begun for a stream (or a filter). PyTorch 2.15 applies its capture
     /// rules (no event processing in malloc, no last-resort release, empty_cache leaving the
     /// default pools alone) only while a stream is being captured, not for use_mem_pool's thread
     /// routing (pytorch#159674's fix).
     pub fn capturing(&self) -> bool {
-        self.captures
-            .iter()
-            .any(|(_, _, route)| matches!(route, Route::Stream(_)))
+        self.captures.iter().any(|(_, _, route)| {
+            matches!(
+                route,
+                Route::Stream(_) | Route::Filter { capture: true, .. }
+            )
+        })
     }
 
     /// The pools a request on `stream` from this thread goes to: the newest begun pool whose filter
@@ -99,6 +122,7 @@ impl PrivatePools {
             .find(|(_, _, route)| match route {
                 Route::Thread(t) => *t == thread,
                 Route::Stream(s) => *s == stream,
+                Route::Filter { accepts, .. } => accepts(stream),
             })
             .map_or(DEFAULT_POOLS, |&(_, index, _)| index)
     }
@@ -287,11 +311,19 @@ impl PrivatePools {
         self.get(index).allocator.as_ref()
     }
 
-    /// Set a pool's flags; no_split, once set, stays (as in PyTorch).
-    pub fn set_flags(&mut self, id: MempoolId, use_on_oom: bool, no_split: bool) -> Result<()> {
+    /// Set a pool's flags: use_on_oom as given (None: unchanged); no_split, once set, stays (as in
+    /// PyTorch).
+    pub fn set_flags(
+        &mut self,
+        id: MempoolId,
+        use_on_oom: Option<bool>,
+        no_split: bool,
+    ) -> Result<()> {
         let index = self.existing(id, "set the flags of a pool")?;
         let pool = self.get_mut(index);
-        pool.use_on_oom = use_on_oom;
+        if let Some(use_on_oom) = use_on_oom {
+            pool.use_on_oom = use_on_oom;
+        }
         pool.no_split |= no_split;
         Ok(())
     }
@@ -310,8 +342,9 @@ impl PrivatePools {
         Ok(index)
     }
 
-    /// endAllocateToPool: allocations stop going to the pool; its use count is unchanged.
-    pub fn end(&mut self, id: MempoolId) -> Result<()> {
+    /// endAllocateToPool: allocations stop going to the pool; its use count is unchanged. Returns
+    /// the route ended (a filter's owner may want to drop it outside the device).
+    pub fn end(&mut self, id: MempoolId) -> Result<Route> {
         let at = self
             .captures
             .iter()
@@ -322,8 +355,7 @@ impl PrivatePools {
                     id.0, id.1
                 ))
             })?;
-        self.captures.remove(at);
-        Ok(())
+        Ok(self.captures.remove(at).2)
     }
 
     /// releasePool: one use less; at 0 the pool is freeable (nothing is freed yet).

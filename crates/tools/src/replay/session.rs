@@ -183,7 +183,7 @@ impl Session {
                         };
                         allocator.begin_allocate_to_pool(pool, route)?
                     }
-                    PoolCall::End => allocator.end_allocate_to_pool(pool)?,
+                    PoolCall::End => allocator.end_allocate_to_pool(pool).map(drop)?,
                     PoolCall::Release => allocator.release_pool(pool)?,
                     PoolCall::Empty { live: false } => allocator.empty_pool_cache(pool)?,
                     PoolCall::Empty { live: true } => allocator.empty_live_pool(pool)?,

@@ -20,6 +20,7 @@
 #include <c10/util/Exception.h>
 
 #include <cstring>
+#include <functional>
 #include <string>
 #include <utility>
 
@@ -130,9 +131,70 @@ class DeviceAllocator : public c10::DeviceAllocator {
     return accalloc_device_count_on(accalloc_type_, &count) == ACCALLOC_OK && count > 0;
   }
 
-  // accalloc has no private pools: every id empties the device type's whole cache.
-  void emptyCache(c10::MempoolId_t /*mempool_id*/) override {
-    check(accalloc_empty_cache_on(accalloc_type_), "accalloc_empty_cache");
+  // {0, 0}: the whole cache of every device of the type; a pool's id: PyTorch's emptyCache(pool) on
+  // the current device (a pool still in use keeps its segments; emptyLivePool gives them back).
+  void emptyCache(c10::MempoolId_t mempool_id) override {
+    if (mempool_id == c10::MempoolId_t{0, 0}) {
+      check(accalloc_empty_cache_on(accalloc_type_), "accalloc_empty_cache");
+      return;
+    }
+    check(accalloc_pool_empty_cache_on(accalloc_type_, current_device(), pool_id(mempool_id), 0),
+          "accalloc_pool_empty_cache");
+  }
+
+  // Private pools, for a backend's graphs and MemPool (the rules are PyTorch's: see accalloc.h).
+  // createOrIncrefPool: one more use of the pool (made with one use if new).
+  void createOrIncrefPool(c10::DeviceIndex device, c10::MempoolId_t mempool_id) {
+    check(accalloc_pool_retain_on(accalloc_type_, device, pool_id(mempool_id)), "accalloc_pool_retain");
+  }
+
+  // setUseOnOOM and setNoSplit in one call.
+  void setPoolFlags(c10::DeviceIndex device, c10::MempoolId_t mempool_id, bool use_on_oom, bool no_split) {
+    check(accalloc_pool_set_flags_on(accalloc_type_, device, pool_id(mempool_id), use_on_oom, no_split),
+          "accalloc_pool_set_flags");
+  }
+
+  // beginAllocateToPool for a graph capture: allocations on `stream` (from any thread) go to the pool.
+  void beginAllocateToPool(c10::DeviceIndex device, c10::MempoolId_t mempool_id, c10::Stream stream) {
+    void* handle = stream_handle_ ? stream_handle_(stream) : nullptr;
+    check(accalloc_pool_begin_on(accalloc_type_, device, pool_id(mempool_id), ACCALLOC_ROUTE_STREAM, handle),
+          "accalloc_pool_begin");
+  }
+
+  // beginAllocateToPool with PyTorch's filter over the driver's stream handle (a capture-id test);
+  // the filter runs with the device held; `capture`: a graph capture, under its rules.
+  void beginAllocateToPool(c10::DeviceIndex device, c10::MempoolId_t mempool_id,
+                           std::function<bool(void*)> filter, bool capture = true) {
+    auto* owned = new std::function<bool(void*)>(std::move(filter));
+    check(accalloc_pool_begin_filtered_on(accalloc_type_, device, pool_id(mempool_id), &call_filter, owned,
+                                          &delete_filter, capture ? 1 : 0),
+          "accalloc_pool_begin_filtered");
+  }
+
+  // use_mem_pool: this thread's allocations (on any stream) go to the pool.
+  void beginAllocateCurrentThreadToPool(c10::DeviceIndex device, c10::MempoolId_t mempool_id) {
+    check(accalloc_pool_begin_on(accalloc_type_, device, pool_id(mempool_id), ACCALLOC_ROUTE_THREAD, nullptr),
+          "accalloc_pool_begin");
+  }
+
+  void endAllocateToPool(c10::DeviceIndex device, c10::MempoolId_t mempool_id) {
+    check(accalloc_pool_end_on(accalloc_type_, device, pool_id(mempool_id)), "accalloc_pool_end");
+  }
+
+  void releasePool(c10::DeviceIndex device, c10::MempoolId_t mempool_id) {
+    check(accalloc_pool_release_on(accalloc_type_, device, pool_id(mempool_id)), "accalloc_pool_release");
+  }
+
+  // The pool's use count (0 where it does not exist).
+  int getPoolUseCount(c10::DeviceIndex device, c10::MempoolId_t mempool_id) {
+    int64_t uses = -1;
+    check(accalloc_pool_info_on(accalloc_type_, device, pool_id(mempool_id), &uses, nullptr), "accalloc_pool_info");
+    return uses < 0 ? 0 : static_cast<int>(uses);
+  }
+
+  // accalloc's own: a live pool's free segments go back too (PyTorch keeps them).
+  void emptyLivePool(c10::DeviceIndex device, c10::MempoolId_t mempool_id) {
+    check(accalloc_pool_empty_cache_on(accalloc_type_, device, pool_id(mempool_id), 1), "accalloc_pool_empty_cache");
   }
 
   void recordStream(const c10::DataPtr& ptr, c10::Stream stream) override {
@@ -143,6 +205,27 @@ class DeviceAllocator : public c10::DeviceAllocator {
     check(accalloc_record_stream(ptr.get(), handle), "accalloc_record_stream");
   }
 
+  // AccallocPoolId of c10's pair; the current device of torch_type; the filter's trampolines.
+ private:
+  static AccallocPoolId pool_id(c10::MempoolId_t id) {
+    return AccallocPoolId{static_cast<uint64_t>(id.first), static_cast<uint64_t>(id.second)};
+  }
+
+  c10::DeviceIndex current_device() const {
+    return c10::impl::getDeviceGuardImpl(torch_type_)->getDevice().index();
+  }
+
+  static int32_t call_filter(void* stream, void* context) {
+    try {
+      return (*static_cast<std::function<bool(void*)>*>(context))(stream) ? 1 : 0;
+    } catch (...) {
+      return 0;  // a throwing filter takes nothing (no exception may cross accalloc)
+    }
+  }
+
+  static void delete_filter(void* context) { delete static_cast<std::function<bool(void*)>*>(context); }
+
+ public:
   c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override {
     AccallocDeviceStats stats;
     std::memset(&stats, 0, sizeof stats);

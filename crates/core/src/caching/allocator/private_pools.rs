@@ -9,6 +9,23 @@ impl CachingAllocator {
     /// it if it exists), and its flags.
     pub fn create_pool(&mut self, id: MempoolId, use_on_oom: bool, no_split: bool) -> Result<()> {
         self.private_pools.create_or_incref(id)?;
+        self.private_pools.set_flags(id, Some(use_on_oom), no_split)
+    }
+
+    /// createOrIncrefPool: pool `id` with one use if new, else one more use of it (its flags
+    /// unchanged).
+    pub fn retain_pool(&mut self, id: MempoolId) -> Result<()> {
+        self.private_pools.create_or_incref(id).map(|_| ())
+    }
+
+    /// setUseOnOOM and setNoSplit: use_on_oom as given (None: unchanged); no_split set when asked
+    /// (it stays set).
+    pub fn set_pool_flags(
+        &mut self,
+        id: MempoolId,
+        use_on_oom: Option<bool>,
+        no_split: bool,
+    ) -> Result<()> {
         self.private_pools.set_flags(id, use_on_oom, no_split)
     }
 
@@ -52,12 +69,13 @@ impl CachingAllocator {
         Ok(())
     }
 
-    /// endAllocateToPool: allocations stop going to pool `id`.
-    pub fn end_allocate_to_pool(&mut self, id: MempoolId) -> Result<()> {
-        self.private_pools.end(id)?;
+    /// endAllocateToPool: allocations stop going to pool `id`. Returns the route that ended: a
+    /// filter given by a caller is theirs to drop once the device is let go.
+    pub fn end_allocate_to_pool(&mut self, id: MempoolId) -> Result<Route> {
+        let route = self.private_pools.end(id)?;
         self.routing = self.private_pools.routing();
         self.capturing = self.private_pools.capturing();
-        Ok(())
+        Ok(route)
     }
 
     /// releasePool: one use of pool `id` less; at none it is freeable, and empty_cache gives its free
