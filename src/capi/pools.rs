@@ -407,7 +407,7 @@ impl Drop for CallerFilter {
 /// Errors: ACCALLOC_ERROR_INVALID_ARGUMENT (filter is NULL; the pool is begun already; {0, 0}),
 /// ACCALLOC_ERROR_INVALID_DEVICE; nothing changes.
 #[no_mangle]
-pub extern "C" fn accalloc_pool_begin_filtered(
+pub unsafe extern "C" fn accalloc_pool_begin_filtered(
     device: i32,
     pool: AccallocPoolId,
     filter: AccallocPoolFilter,
@@ -428,7 +428,7 @@ pub extern "C" fn accalloc_pool_begin_filtered(
 
 /// accalloc_pool_begin_filtered on the accelerator of `device_type`.
 #[no_mangle]
-pub extern "C" fn accalloc_pool_begin_filtered_on(
+pub unsafe extern "C" fn accalloc_pool_begin_filtered_on(
     device_type: AccallocDeviceType,
     device: i32,
     pool: AccallocPoolId,
