@@ -161,3 +161,76 @@ fn pinned_host_memory_round_trips_through_a_gpu() {
     gpu.pinned_host_free(to.ptr, size).unwrap();
     gpu.raw_free(0, device, 2 << 20).unwrap();
 }
+
+#[test]
+#[ignore = "needs a CUDA driver (a GPU, or the model): run by scripts/test-all.sh and scripts/gpu-check.sh"]
+fn pools_map_their_own_pages_and_take_segments_from_their_own_allocator_on_a_gpu() {
+    use accalloc::caching::observers::{SegmentAction, SegmentEvent};
+    use accalloc::caching::pools::Route;
+    use std::sync::Mutex;
+
+    let device = gpu();
+    let config = parse_settings("expandable_segments:True", &CachingConfig::default()).unwrap();
+    let mut a = CachingAllocator::new(device, 0, config).unwrap();
+    let seen: Arc<Mutex<Vec<SegmentEvent>>> = Arc::default();
+    let log = seen.clone();
+    a.set_segment_observer(Some(Box::new(move |e: &SegmentEvent| {
+        log.lock().unwrap().push(*e)
+    })));
+    let this_thread = || Route::Thread(std::thread::current().id());
+    let (mapped, own) = ((0, 1), (0, 2));
+
+    // A pool with no allocator of its own maps pages of a range of its own (cuMemMap).
+    a.create_pool(mapped, false, false).unwrap();
+    a.begin_allocate_to_pool(mapped, this_thread()).unwrap();
+    let p = a.malloc(5 << 20, 0).unwrap();
+    a.end_allocate_to_pool(mapped).unwrap();
+    let q = a.malloc(5 << 20, 0).unwrap();
+    assert!(
+        q.abs_diff(p) >= 20 << 20,
+        "the default pools' page is in another range"
+    );
+
+    // A pool whose allocator is another handle on the driver: its segments come from there
+    // (with virtual memory, as pages of its own range too).
+    a.create_pool_with_allocator(own, false, false, gpu())
+        .unwrap();
+    a.begin_allocate_to_pool(own, this_thread()).unwrap();
+    let r = a.malloc(1000, 0).unwrap();
+    a.end_allocate_to_pool(own).unwrap();
+    let s = a.stats();
+    assert_eq!(
+        (s.reserved_bytes[ALL].current, s.segment[ALL].current),
+        (42 << 20, 0),
+        "two 20 MiB pages and one 2 MiB page, no ordinary segment"
+    );
+    assert_eq!(
+        a.pool_reserved_bytes(mapped).unwrap()[ALL].current,
+        20 << 20
+    );
+    assert_eq!(a.pool_reserved_bytes(own).unwrap()[ALL].current, 2 << 20);
+    for ptr in [p, q, r] {
+        a.free(ptr).unwrap();
+    }
+    a.empty_live_pool(mapped).unwrap();
+    a.empty_live_pool(own).unwrap();
+    a.empty_cache().unwrap();
+    assert_eq!(a.stats().reserved_bytes[ALL].current, 0);
+    let events = seen.lock().unwrap();
+    let pools: Vec<_> = events
+        .iter()
+        .filter(|e| e.action == SegmentAction::Map)
+        .map(|e| (e.pool, e.size))
+        .collect();
+    assert_eq!(
+        pools,
+        vec![(mapped, 20 << 20), ((0, 0), 20 << 20), (own, 2 << 20)]
+    );
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| e.action == SegmentAction::Unmap)
+            .count(),
+        3
+    );
+}
