@@ -2145,7 +2145,7 @@ static void mock_net_on_segment(const AccallocSegmentEvent *e, void *user)
 {
     struct mock_net *net = user;
     void *p = NULL;
-    if (e->device_type != ACCALLOC_DEVICE_HOST || e->device != 1)
+    if (e->device_type != accalloc_current_accelerator() || e->device != 1)
         return;
     net->events++;
     if (e->action == ACCALLOC_SEGMENT_ALLOC || e->action == ACCALLOC_SEGMENT_MAP) {
