@@ -20,10 +20,16 @@
 //! - `segment_alloc`, `segment_map` and `snapshot` are the allocator's own doing and are skipped.
 //! - Devices are kept apart (trace device i is the i-th device replayed) and merged in `time_us`
 //!   order; stream values become stream ids 0, 1, ... in the order of their values.
+//! - Private pools: an allocation whose address lies in a segment of `segments` with a
+//!   `segment_pool_id` other than [0, 0] is routed to that pool (pool_begin, alloc, pool_end,
+//!   pool_release), each such pool made once at the start (pool_create, one use: it lives through the
+//!   trace, as the program's MemPool or graph did). Only the segments held at the end tell pools
+//!   apart: an allocation in a pool segment freed before the snapshot reads as the default pools'.
 
 use super::session::{replay_with, ReplayOptions};
-use super::trace::TraceOp;
+use super::trace::{PoolCall, TraceOp};
 use crate::backend::Backend;
+use crate::caching::pools::MempoolId;
 use crate::caching::CachingConfig;
 use crate::error::{Error, Result};
 use serde_json::{Map, Value};
@@ -57,6 +63,8 @@ pub struct SnapshotImport {
     pub segment_free_runs: usize,
     /// Requests that failed (`oom` entries).
     pub ooms: usize,
+    /// Allocations routed to a private pool (their address lies in one of its segments).
+    pub pool_allocs: usize,
 }
 
 impl SnapshotImport {
@@ -118,8 +126,15 @@ struct DeviceHistory {
 /// An op whose id is local to its device and whose stream is still the snapshot's value.
 #[derive(Clone, Copy)]
 enum RawOp {
-    Alloc { id: u64, size: usize, stream: i64 },
-    Free { id: u64 },
+    Alloc {
+        id: u64,
+        size: usize,
+        stream: i64,
+        pool: Option<MempoolId>,
+    },
+    Free {
+        id: u64,
+    },
     EmptyCache,
 }
 
@@ -128,9 +143,17 @@ fn read_device(
     device: usize,
     entries: &[Value],
     live_at_end: &[LiveBlock],
+    pool_segments: &[PoolSegment],
     options: &SnapshotOptions,
     import: &mut SnapshotImport,
 ) -> Result<DeviceHistory> {
+    // The private pool of an address, if a pool's segment holds it.
+    let pool_of = |addr: u64| {
+        pool_segments
+            .iter()
+            .find(|&&(start, end, _)| (start..end).contains(&addr))
+            .map(|&(_, _, pool)| pool)
+    };
     let mut history = DeviceHistory::default();
     let mut next_id: u64 = 0;
     let mut before_ids: HashMap<u64, u64> = HashMap::new();
@@ -192,12 +215,15 @@ fn read_device(
                 }
                 awaiting_completion.remove(&addr);
                 live.insert(addr, (next_id, index));
+                let pool = pool_of(addr);
+                import.pool_allocs += pool.is_some() as usize;
                 history.ops.push((
                     time,
                     RawOp::Alloc {
                         id: next_id,
                         size,
                         stream,
+                        pool,
                     },
                 ));
                 next_id += 1;
@@ -235,6 +261,7 @@ fn read_device(
                         id: next_id,
                         size,
                         stream,
+                        pool: None,
                     },
                 ));
                 history.ops.push((time, RawOp::Free { id: next_id }));
@@ -274,7 +301,17 @@ fn read_device(
         .iter()
         .map(|(addr, &(size, stream))| {
             let id = before_ids[addr];
-            (i64::MIN, RawOp::Alloc { id, size, stream })
+            let pool = pool_of(*addr);
+            import.pool_allocs += pool.is_some() as usize;
+            (
+                i64::MIN,
+                RawOp::Alloc {
+                    id,
+                    size,
+                    stream,
+                    pool,
+                },
+            )
         })
         .collect();
     before_ops.append(&mut history.ops);
@@ -297,6 +334,56 @@ fn list_field<'a>(object: &'a Map<String, Value>, key: &str, what: &str) -> Resu
 }
 
 type LiveBlock = (u64, usize, i64);
+
+/// A private pool's segment held at the end: [start, end) and the pool.
+type PoolSegment = (u64, u64, MempoolId);
+
+/// The segments of private pools (`segment_pool_id` other than [0, 0]), by device.
+fn pool_segments(snapshot: &Map<String, Value>) -> Result<BTreeMap<usize, Vec<PoolSegment>>> {
+    let mut by_device: BTreeMap<usize, Vec<PoolSegment>> = BTreeMap::new();
+    for (index, segment) in list_field(snapshot, "segments", "a list")?
+        .iter()
+        .enumerate()
+    {
+        let bad = |why: String| Error::invalid_argument(format!("segments[{index}]: {why}"));
+        let Some(segment) = segment.as_object() else {
+            continue; // live_blocks reports it
+        };
+        let pool = match segment.get("segment_pool_id") {
+            None | Some(Value::Null) => continue,
+            Some(Value::Array(pair)) if pair.len() == 2 => {
+                let part = |v: &Value| {
+                    v.as_u64().ok_or_else(|| {
+                        bad(format!(
+                            "\"segment_pool_id\" must hold two non-negative integers, got {}",
+                            short(v)
+                        ))
+                    })
+                };
+                (part(&pair[0])?, part(&pair[1])?)
+            }
+            Some(other) => {
+                return Err(bad(format!(
+                    "\"segment_pool_id\" must be a pair, got {}",
+                    short(other)
+                )))
+            }
+        };
+        if pool == (0, 0) {
+            continue;
+        }
+        let device = int_field(segment, "device").map_err(&bad)?.unwrap_or(0);
+        let device =
+            usize::try_from(device).map_err(|_| bad(format!("bad \"device\" {device}")))?;
+        let start = size_field(segment, "address").map_err(&bad)? as u64;
+        let size = size_field(segment, "total_size").map_err(&bad)? as u64;
+        by_device
+            .entry(device)
+            .or_default()
+            .push((start, start.saturating_add(size), pool));
+    }
+    Ok(by_device)
+}
 
 /// The `active_allocated` blocks of `segments`, by device.
 fn live_blocks(snapshot: &Map<String, Value>) -> Result<BTreeMap<usize, Vec<LiveBlock>>> {
@@ -376,6 +463,7 @@ pub fn read_snapshot(snapshot: &Value, options: &SnapshotOptions) -> Result<Snap
             .map_or(&[], Vec::as_slice)
     };
     let live = live_blocks(top)?;
+    let pools = pool_segments(top)?;
     let devices: Vec<usize> = match options.device {
         Some(device) => {
             if device >= traces.len() && !live.contains_key(&device) {
@@ -407,10 +495,12 @@ pub fn read_snapshot(snapshot: &Value, options: &SnapshotOptions) -> Result<Snap
         let entries = entries_of(device);
         import.entries += entries.len();
         let live_at_end = live.get(&device).map_or(&[][..], Vec::as_slice);
+        let pool_segments = pools.get(&device).map_or(&[][..], Vec::as_slice);
         histories.push(read_device(
             device,
             entries,
             live_at_end,
+            pool_segments,
             options,
             &mut import,
         )?);
@@ -436,6 +526,27 @@ pub fn read_snapshot(snapshot: &Value, options: &SnapshotOptions) -> Result<Snap
     // Merge the devices in time order, keeping each device's own order.
     let mut next = vec![0usize; histories.len()];
     let mut ops = Vec::with_capacity(total as usize);
+    // Each private pool is made first, with the one use that keeps it alive through the trace.
+    for (device, history) in histories.iter().enumerate() {
+        let used: BTreeSet<MempoolId> = history
+            .ops
+            .iter()
+            .filter_map(|(_, op)| match op {
+                RawOp::Alloc { pool, .. } => *pool,
+                _ => None,
+            })
+            .collect();
+        for pool in used {
+            ops.push(TraceOp::Pool {
+                pool,
+                device,
+                call: PoolCall::Create {
+                    use_on_oom: false,
+                    no_split: false,
+                },
+            });
+        }
+    }
     loop {
         let pick = (0..histories.len())
             .filter(|&d| next[d] < histories[d].ops.len())
@@ -444,8 +555,21 @@ pub fn read_snapshot(snapshot: &Value, options: &SnapshotOptions) -> Result<Snap
         let (_, op) = histories[device].ops[next[device]];
         next[device] += 1;
         let offset = offsets[device];
+        let routed = |call| TraceOp::Pool {
+            pool: match op {
+                RawOp::Alloc { pool: Some(p), .. } => p,
+                _ => unreachable!("only allocations are routed"),
+            },
+            device,
+            call,
+        };
+        if let RawOp::Alloc { pool: Some(_), .. } = op {
+            ops.push(routed(PoolCall::Begin { stream: None }));
+        }
         ops.push(match op {
-            RawOp::Alloc { id, size, stream } => TraceOp::Alloc {
+            RawOp::Alloc {
+                id, size, stream, ..
+            } => TraceOp::Alloc {
                 id: id + offset,
                 size,
                 stream: stream_id[&stream],
@@ -454,6 +578,10 @@ pub fn read_snapshot(snapshot: &Value, options: &SnapshotOptions) -> Result<Snap
             RawOp::Free { id } => TraceOp::Free { id: id + offset },
             RawOp::EmptyCache => TraceOp::EmptyCache,
         });
+        if let RawOp::Alloc { pool: Some(_), .. } = op {
+            ops.push(routed(PoolCall::End));
+            ops.push(routed(PoolCall::Release));
+        }
     }
     import.ops = ops;
     Ok(import)
@@ -669,5 +797,61 @@ mod tests {
                 .message;
             assert!(message.starts_with(expected), "{message} / {expected}");
         }
+    }
+
+    #[test]
+    fn a_pools_segments_route_their_allocations_back_to_the_pool() {
+        use crate::backend::simulated::SimulatedBackend;
+        use crate::caching::StatType;
+        let pool = (0, 1);
+        let call = |call| TraceOp::Pool {
+            pool,
+            device: 0,
+            call,
+        };
+        let alloc = |id, size| TraceOp::Alloc {
+            id,
+            size,
+            stream: 0,
+            device: 0,
+        };
+        // One allocation in the pool, two outside it, all live at the end.
+        let ops = vec![
+            call(PoolCall::Create {
+                use_on_oom: false,
+                no_split: false,
+            }),
+            call(PoolCall::Begin { stream: None }),
+            alloc(0, 1000),
+            call(PoolCall::End),
+            alloc(1, 1000),
+            alloc(2, 2000),
+        ];
+        let backend = || Arc::new(SimulatedBackend::new(1, 1 << 30)) as Arc<dyn Backend>;
+        let config = CachingConfig::default();
+        let snapshot = snapshot_of_trace(&ops, backend(), &config).unwrap();
+        let import = read_snapshot(&snapshot, &SnapshotOptions::default()).unwrap();
+        assert_eq!(import.pool_allocs, 1);
+        assert_eq!(
+            import.ops[..5],
+            [
+                call(PoolCall::Create {
+                    use_on_oom: false,
+                    no_split: false
+                }),
+                call(PoolCall::Begin { stream: None }),
+                alloc(0, 1000),
+                call(PoolCall::End),
+                call(PoolCall::Release),
+            ]
+        );
+        // The replay of the import holds the pool's segment apart, as the program did: two
+        // segments, where one would serve all three blocks without the pool.
+        let segments = |ops: &[TraceOp]| {
+            let report = super::super::session::replay(ops, backend(), &config).unwrap();
+            report.device_stats[0].segment[StatType::All as usize]
+        };
+        assert_eq!(segments(&import.ops), segments(&ops));
+        assert_eq!(segments(&import.ops).peak, 2);
     }
 }

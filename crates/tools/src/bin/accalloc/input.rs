@@ -38,5 +38,6 @@ pub fn snapshot_json(import: &SnapshotImport) -> serde_json::Value {
         "live_before_history": import.live_before_history,
         "segment_free_runs": import.segment_free_runs,
         "ooms": import.ooms,
+        "pool_allocs": import.pool_allocs,
     })
 }
