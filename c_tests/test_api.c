@@ -2326,6 +2326,27 @@ static int own_vm_release(void *ctx, int32_t device, void *ptr, size_t size)
     return ACCALLOC_BACKEND_OK;
 }
 
+/* The same in PyTorch's pluggable form (the pair CUDAPluggableAllocator loads): NULL is no room. */
+static int64_t pluggable_live;
+static int pluggable_refuse;
+
+static void *pluggable_alloc(size_t size, int device, void *stream)
+{
+    void *p = NULL;
+    (void)device, (void)stream;
+    if (pluggable_refuse || posix_memalign(&p, 512, size) != 0)
+        return NULL;
+    pluggable_live += (int64_t)size;
+    return p;
+}
+
+static void pluggable_free(void *ptr, size_t size, int device, void *stream)
+{
+    (void)device, (void)stream;
+    free(ptr);
+    pluggable_live -= (int64_t)size;
+}
+
 static void section_pool_allocator(void)
 {
     struct own_allocator own = {0}, vm = {0};
@@ -2386,6 +2407,23 @@ static void section_pool_allocator(void)
     CHECK_STATUS(accalloc_pool_release(1, vm_pool), ACCALLOC_OK);
     CHECK_STATUS(accalloc_pool_release(1, vm_pool), ACCALLOC_OK);
     CHECK_STATUS(accalloc_set_allocator_settings("expandable_segments:False"), ACCALLOC_OK);
+
+    /* PyTorch's pluggable pair: its segments are the pair's; NULL is the pool's out of memory. */
+    CHECK_STATUS(accalloc_pool_create_with_functions(1, 0, 0, pluggable_alloc, pluggable_free, &pool), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_pool_begin(1, pool, ACCALLOC_ROUTE_THREAD, NULL), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_malloc(&p, 3 * MiB, 1, NULL), ACCALLOC_OK);
+    CHECK_EQ(pluggable_live, 20 * MiB);
+    pluggable_refuse = 1;
+    CHECK_STATUS(accalloc_malloc(&q, 30 * MiB, 1, NULL), ACCALLOC_ERROR_OUT_OF_MEMORY);
+    pluggable_refuse = 0;
+    CHECK_STATUS(accalloc_pool_end(1, pool), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_free(p), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_pool_release(1, pool), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_pool_release(1, pool), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_empty_cache(), ACCALLOC_OK); /* freeable: back to the pair, the pool forgotten */
+    CHECK_EQ(pluggable_live, 0);
+    CHECK_STATUS(accalloc_pool_create_with_functions(1, 0, 0, pluggable_alloc, NULL, &pool),
+                 ACCALLOC_ERROR_INVALID_ARGUMENT);
 
     /* A table that cannot serve is refused, nothing made. */
     CHECK_STATUS(accalloc_pool_create_with_allocator(1, 0, 0, NULL, &pool), ACCALLOC_ERROR_INVALID_ARGUMENT);

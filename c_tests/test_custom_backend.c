@@ -449,6 +449,19 @@ static int take_every_stream(void *stream, void *context)
     return 1;
 }
 
+static void *pair_alloc(size_t size, int device, void *stream)
+{
+    void *p = NULL;
+    (void)device, (void)stream;
+    return posix_memalign(&p, 512, size) == 0 ? p : NULL;
+}
+
+static void pair_free(void *ptr, size_t size, int device, void *stream)
+{
+    (void)size, (void)device, (void)stream;
+    free(ptr);
+}
+
 static void test_pool_allocator(AccallocDeviceType type)
 {
     AccallocBackendVTable heap;
@@ -488,6 +501,18 @@ static void test_pool_allocator(AccallocDeviceType type)
         CHECK_EQ(uses, 2);
         CHECK_EQ(segments, 1);
     }
+    EXPECT(accalloc_free(p), ACCALLOC_OK);
+    EXPECT(accalloc_pool_release_on(type, 0, pool), ACCALLOC_OK);
+    EXPECT(accalloc_pool_release_on(type, 0, pool), ACCALLOC_OK);
+    EXPECT(accalloc_empty_cache_on(type), ACCALLOC_OK);
+
+    /* PyTorch's pluggable pair on the registered device: the backend is not asked either. */
+    allocs = g_fake.raw_allocs;
+    EXPECT(accalloc_pool_create_with_functions_on(type, 0, 0, 0, pair_alloc, pair_free, &pool), ACCALLOC_OK);
+    EXPECT(accalloc_pool_begin_on(type, 0, pool, ACCALLOC_ROUTE_THREAD, NULL), ACCALLOC_OK);
+    EXPECT(accalloc_malloc_on(type, &p, 4096, 0, NULL), ACCALLOC_OK);
+    EXPECT(accalloc_pool_end_on(type, 0, pool), ACCALLOC_OK);
+    CHECK_EQ(g_fake.raw_allocs - allocs, 0);
     EXPECT(accalloc_free(p), ACCALLOC_OK);
     EXPECT(accalloc_pool_release_on(type, 0, pool), ACCALLOC_OK);
     EXPECT(accalloc_pool_release_on(type, 0, pool), ACCALLOC_OK);

@@ -54,10 +54,26 @@ typedef AccallocStatus (*observer_remove_fn)(uint64_t);
 typedef AccallocStatus (*pool_create_with_allocator_fn)(int32_t, int32_t, int32_t, const AccallocBackendVTable *,
                                                        AccallocPoolId *);
 typedef AccallocStatus (*pool_id_fn)(int32_t, AccallocPoolId);
+typedef AccallocStatus (*pool_create_with_functions_fn)(int32_t, int32_t, int32_t, AccallocPluggableAlloc,
+                                                       AccallocPluggableFree, AccallocPoolId *);
 typedef AccallocStatus (*pool_set_flags_fn)(int32_t, AccallocPoolId, int32_t, int32_t);
 typedef AccallocStatus (*pool_begin_filtered_fn)(int32_t, AccallocPoolId, AccallocPoolFilter, void *,
                                                  AccallocPoolFilterRelease, int32_t);
 typedef AccallocStatus (*pool_reserved_fn)(int32_t, AccallocPoolId, AccallocStat *, AccallocStat *, AccallocStat *);
+
+/* PyTorch's pluggable pair over the heap. */
+static void *heap_pair_alloc(size_t size, int device, void *stream)
+{
+    void *p = NULL;
+    (void)device, (void)stream;
+    return posix_memalign(&p, 512, size) == 0 ? p : NULL;
+}
+
+static void heap_pair_free(void *ptr, size_t size, int device, void *stream)
+{
+    (void)size, (void)device, (void)stream;
+    free(ptr);
+}
 
 /* A filter that takes every stream. */
 static int every_stream(void *stream, void *context)
@@ -189,6 +205,7 @@ int main(int argc, char **argv)
     pool_reserved_fn p_pool_reserved_bytes;
     pool_create_with_allocator_fn p_pool_create_with_allocator;
     pool_id_fn p_pool_retain;
+    pool_create_with_functions_fn p_pool_create_with_functions;
     pool_set_flags_fn p_pool_set_flags;
     pool_begin_filtered_fn p_pool_begin_filtered;
     AccallocPoolId graph = {5, 0};
@@ -264,6 +281,7 @@ int main(int argc, char **argv)
     TYPECHECK(pool_reserved_fn, accalloc_pool_reserved_bytes);
     TYPECHECK(pool_create_with_allocator_fn, accalloc_pool_create_with_allocator);
     TYPECHECK(pool_id_fn, accalloc_pool_retain);
+    TYPECHECK(pool_create_with_functions_fn, accalloc_pool_create_with_functions);
     TYPECHECK(pool_set_flags_fn, accalloc_pool_set_flags);
     TYPECHECK(pool_begin_filtered_fn, accalloc_pool_begin_filtered);
     TYPECHECK(segment_observer_add_fn, accalloc_segment_observer_add);
@@ -329,6 +347,7 @@ int main(int argc, char **argv)
     LOAD(p_pool_reserved_bytes, "accalloc_pool_reserved_bytes");
     LOAD(p_pool_create_with_allocator, "accalloc_pool_create_with_allocator");
     LOAD(p_pool_retain, "accalloc_pool_retain");
+    LOAD(p_pool_create_with_functions, "accalloc_pool_create_with_functions");
     LOAD(p_pool_set_flags, "accalloc_pool_set_flags");
     LOAD(p_pool_begin_filtered, "accalloc_pool_begin_filtered");
     LOAD(p_segment_observer_add, "accalloc_segment_observer_add");
@@ -510,6 +529,18 @@ int main(int argc, char **argv)
     CHECK_STATUS(p_pool_release(0, pool), ACCALLOC_OK);
     CHECK_STATUS(p_empty_cache(), ACCALLOC_OK); /* freeable: its segment goes back to the heap */
     CHECK_EQ(heap_bytes, 0);
+
+    /* A pool over PyTorch's pluggable pair. */
+    CHECK_STATUS(p_pool_create_with_functions(0, 0, 0, heap_pair_alloc, heap_pair_free, &pool), ACCALLOC_OK);
+    CHECK_STATUS(p_pool_begin(0, pool, ACCALLOC_ROUTE_THREAD, NULL), ACCALLOC_OK);
+    CHECK_STATUS(p_malloc(&ptr, 1000, 0, NULL), ACCALLOC_OK);
+    CHECK_STATUS(p_pool_end(0, pool), ACCALLOC_OK);
+    CHECK_STATUS(p_free(ptr), ACCALLOC_OK);
+    CHECK_STATUS(p_pool_empty_cache(0, pool, 1), ACCALLOC_OK);
+    CHECK_STATUS(p_pool_info(0, pool, NULL, &held), ACCALLOC_OK);
+    CHECK_EQ(held, 0);
+    CHECK_STATUS(p_pool_release(0, pool), ACCALLOC_OK);
+    CHECK_STATUS(p_pool_release(0, pool), ACCALLOC_OK);
 
     /* A pool id of the caller's, routed by a filter: a no_split graph pool takes the whole segment. */
     CHECK_STATUS(p_pool_retain(0, graph), ACCALLOC_OK);

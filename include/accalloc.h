@@ -339,6 +339,17 @@ typedef int32_t (*AccallocPoolFilter)(void *stream, void *context);
 typedef void (*AccallocPoolFilterRelease)(void *context);
 
 /**
+ * PyTorch's pluggable allocation function: `size` bytes on `device` for `stream`; NULL when it has
+ * no room.
+ */
+typedef void *(*AccallocPluggableAlloc)(size_t size, int32_t device, void *stream);
+
+/**
+ * PyTorch's pluggable free function: give back what the allocation function returned.
+ */
+typedef void (*AccallocPluggableFree)(void *ptr, size_t size, int32_t device, void *stream);
+
+/**
  * Every statistic of one device: PyTorch's DeviceStats. Arrays are indexed by ACCALLOC_STAT_ALL,
  * ACCALLOC_STAT_SMALL_POOL and ACCALLOC_STAT_LARGE_POOL.
  *
@@ -1150,6 +1161,35 @@ enum AccallocStatus accalloc_pool_begin_filtered_on(AccallocDeviceType device_ty
                                                     void *context,
                                                     AccallocPoolFilterRelease release,
                                                     int32_t capture);
+
+/**
+ * accalloc_pool_create_with_allocator for an allocator in PyTorch's pluggable form (the two
+ * functions torch.cuda.memory.CUDAPluggableAllocator loads from a library: `void *alloc(size_t size,
+ * int device, void *stream)`, NULL when it has no room, and `void free(void *ptr, size_t size, int
+ * device, void *stream)`), as MemPool(allocator=CUDAPluggableAllocator(...)) takes it. The pool's
+ * segments are ordinary ones (the pair has no virtual memory). The functions must stay valid, and
+ * usable from any thread, until the pool is gone.
+ *
+ * Errors: ACCALLOC_ERROR_INVALID_ARGUMENT (a function or out is NULL),
+ * ACCALLOC_ERROR_INVALID_DEVICE; nothing is made.
+ */
+enum AccallocStatus accalloc_pool_create_with_functions(int32_t device,
+                                                        int32_t use_on_oom,
+                                                        int32_t no_split,
+                                                        AccallocPluggableAlloc alloc,
+                                                        AccallocPluggableFree free,
+                                                        struct AccallocPoolId *out);
+
+/**
+ * accalloc_pool_create_with_functions on the accelerator of `device_type`.
+ */
+enum AccallocStatus accalloc_pool_create_with_functions_on(AccallocDeviceType device_type,
+                                                           int32_t device,
+                                                           int32_t use_on_oom,
+                                                           int32_t no_split,
+                                                           AccallocPluggableAlloc alloc,
+                                                           AccallocPluggableFree free,
+                                                           struct AccallocPoolId *out);
 
 /**
  * Change the current accelerator's allocator settings, in PYTORCH_ALLOC_CONF's syntax (the same as

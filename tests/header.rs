@@ -78,6 +78,7 @@ fn header_declares_every_exported_function() {
         "accalloc_pool_retain",
         "accalloc_pool_set_flags",
         "accalloc_pool_begin_filtered",
+        "accalloc_pool_create_with_functions",
     ];
     // Functions that do not depend on the accelerator.
     let global = [

@@ -132,6 +132,8 @@ def _declare(lib):
         "accalloc_pool_release_on": (S, [i32, i32, PoolId]),
         "accalloc_pool_empty_cache_on": (S, [i32, i32, PoolId, i32]),
         "accalloc_pool_info_on": (S, [i32, i32, PoolId, i64p, i64p]),
+        "accalloc_pool_create_with_functions_on": (S, [i32, i32, i32, i32, ctypes.c_void_p, ctypes.c_void_p,
+                                                       ctypes.POINTER(PoolId)]),
         "accalloc_pool_reserved_bytes_on": (S, [i32, i32, PoolId, ctypes.POINTER(Stat),
                                                 ctypes.POINTER(Stat), ctypes.POINTER(Stat)]),
         "accalloc_memory_snapshot_json_on": (S, [i32, ctypes.c_char_p, ctypes.c_size_t, size_p]),

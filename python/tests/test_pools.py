@@ -112,6 +112,54 @@ def test_pools_nest_and_misuse_is_refused(fresh_device):
         c = torch.empty(100, device="accalloc")
     assert (outer.segment_count(), inner.segment_count()) == (1, 1)
     assert inner.use_count() == 1 and outer.use_count() == 1
-    with pytest.raises(NotImplementedError):
-        accalloc.torch.MemPool(allocator=object())
     del a, b, c, outer, inner
+
+
+ALLOCATOR_SOURCE = r"""
+#include <stdlib.h>
+static long long live;
+void *pool_alloc(size_t size, int device, void *stream) {
+    void *p = NULL;
+    (void)device, (void)stream;
+    if (posix_memalign(&p, 512, size) != 0) return NULL;
+    live += (long long)size;
+    return p;
+}
+void pool_free(void *ptr, size_t size, int device, void *stream) {
+    (void)device, (void)stream;
+    free(ptr);
+    live -= (long long)size;
+}
+long long pool_live_bytes(void) { return live; }
+"""
+
+
+def test_a_pool_with_an_allocator_of_its_own_takes_its_segments_from_it(fresh_device, tmp_path):
+    import ctypes
+    import shutil
+    import subprocess
+
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("no C compiler to build the pool's allocator")
+    source, library_path = tmp_path / "pool_allocator.c", tmp_path / "libpool_allocator.so"
+    source.write_text(ALLOCATOR_SOURCE)
+    subprocess.run([compiler, "-shared", "-fPIC", "-O1", str(source), "-o", str(library_path)], check=True)
+    live_bytes = ctypes.CDLL(str(library_path)).pool_live_bytes
+    live_bytes.restype = ctypes.c_longlong
+
+    allocator = accalloc.torch.PluggableAllocator(library_path, "pool_alloc", "pool_free")
+    pool = accalloc.torch.MemPool(allocator=allocator)
+    with accalloc.torch.use_mem_pool(pool):
+        weights = torch.ones(1000, dtype=torch.uint8, device="accalloc")
+    outside = torch.empty(1000, dtype=torch.uint8, device="accalloc")
+    # The pool's 2 MiB segment is the library's; the default pools' is the device's.
+    assert live_bytes() == 2 * MiB
+    assert torch.accelerator.memory_reserved() == 4 * MiB
+    assert int(weights.sum()) == 1000
+    del weights, outside, pool
+    torch.accelerator.empty_cache()
+    assert live_bytes() == 0
+    assert torch.accelerator.memory_reserved() == 0
+    with pytest.raises(TypeError, match="PluggableAllocator"):
+        accalloc.torch.MemPool(allocator=object())

@@ -119,6 +119,7 @@ pub unsafe extern "C" fn accalloc_pool_create_with_allocator_on(
                 use_on_oom != 0,
                 no_split != 0,
                 functions,
+                None,
             )?
         };
         *out = AccallocPoolId { first, second };
@@ -462,5 +463,125 @@ pub unsafe extern "C" fn accalloc_pool_begin_filtered_on(
             Arc::new(accepts),
             capture != 0,
         )
+    })
+}
+
+/// PyTorch's pluggable allocation function: `size` bytes on `device` for `stream`; NULL when it has
+/// no room.
+pub type AccallocPluggableAlloc =
+    Option<unsafe extern "C" fn(size: usize, device: i32, stream: *mut c_void) -> *mut c_void>;
+/// PyTorch's pluggable free function: give back what the allocation function returned.
+pub type AccallocPluggableFree =
+    Option<unsafe extern "C" fn(ptr: *mut c_void, size: usize, device: i32, stream: *mut c_void)>;
+
+/// A pool's two functions in PyTorch's pluggable form, behind the table's context.
+struct PluggablePair {
+    alloc: unsafe extern "C" fn(usize, i32, *mut c_void) -> *mut c_void,
+    free: unsafe extern "C" fn(*mut c_void, usize, i32, *mut c_void),
+}
+// SAFETY: the caller promises (accalloc_pool_create_with_functions) they may run on any thread.
+unsafe impl Send for PluggablePair {}
+unsafe impl Sync for PluggablePair {}
+
+unsafe extern "C" fn pluggable_raw_alloc(
+    context: *mut c_void,
+    device: i32,
+    size: usize,
+    stream: *mut c_void,
+    out: *mut *mut c_void,
+) -> i32 {
+    // SAFETY: the context is the pool's PluggablePair, alive as long as the pool.
+    let pair = unsafe { &*(context as *const PluggablePair) };
+    // SAFETY: the caller's function, with the arguments PyTorch's pluggable allocators take.
+    let ptr = unsafe { (pair.alloc)(size, device, stream) };
+    if ptr.is_null() {
+        return crate::backend::custom::BACKEND_OUT_OF_MEMORY;
+    }
+    // SAFETY: `out` is the backend layer's valid out-pointer.
+    unsafe { *out = ptr };
+    crate::backend::custom::BACKEND_OK
+}
+
+unsafe extern "C" fn pluggable_raw_free(
+    context: *mut c_void,
+    device: i32,
+    ptr: *mut c_void,
+    size: usize,
+) -> i32 {
+    // SAFETY: as in pluggable_raw_alloc.
+    let pair = unsafe { &*(context as *const PluggablePair) };
+    // SAFETY: the caller's function; accalloc keeps no stream per segment here: NULL, the default.
+    unsafe { (pair.free)(ptr, size, device, std::ptr::null_mut()) };
+    crate::backend::custom::BACKEND_OK
+}
+
+/// accalloc_pool_create_with_allocator for an allocator in PyTorch's pluggable form (the two
+/// functions torch.cuda.memory.CUDAPluggableAllocator loads from a library: `void *alloc(size_t size,
+/// int device, void *stream)`, NULL when it has no room, and `void free(void *ptr, size_t size, int
+/// device, void *stream)`), as MemPool(allocator=CUDAPluggableAllocator(...)) takes it. The pool's
+/// segments are ordinary ones (the pair has no virtual memory). The functions must stay valid, and
+/// usable from any thread, until the pool is gone.
+///
+/// Errors: ACCALLOC_ERROR_INVALID_ARGUMENT (a function or out is NULL),
+/// ACCALLOC_ERROR_INVALID_DEVICE; nothing is made.
+#[no_mangle]
+pub unsafe extern "C" fn accalloc_pool_create_with_functions(
+    device: i32,
+    use_on_oom: i32,
+    no_split: i32,
+    alloc: AccallocPluggableAlloc,
+    free: AccallocPluggableFree,
+    out: *mut AccallocPoolId,
+) -> AccallocStatus {
+    accalloc_pool_create_with_functions_on(
+        current_type(),
+        device,
+        use_on_oom,
+        no_split,
+        alloc,
+        free,
+        out,
+    )
+}
+
+/// accalloc_pool_create_with_functions on the accelerator of `device_type`.
+#[no_mangle]
+pub unsafe extern "C" fn accalloc_pool_create_with_functions_on(
+    device_type: AccallocDeviceType,
+    device: i32,
+    use_on_oom: i32,
+    no_split: i32,
+    alloc: AccallocPluggableAlloc,
+    free: AccallocPluggableFree,
+    out: *mut AccallocPoolId,
+) -> AccallocStatus {
+    guard(|| {
+        let out = out_ptr(out, "out")?;
+        let (Some(alloc), Some(free)) = (alloc, free) else {
+            return Err(Error::invalid_argument(
+                "alloc and free must both be functions, not NULL",
+            ));
+        };
+        let pair = Box::new(PluggablePair { alloc, free });
+        let functions = crate::backend::custom::SegmentFunctions {
+            context: &*pair as *const PluggablePair as *mut c_void,
+            raw_alloc: pluggable_raw_alloc,
+            raw_free: pluggable_raw_free,
+            virtual_memory: None,
+        };
+        let accelerator = on(device_type)?;
+        // SAFETY: the trampolines are valid for the pair, which the pool keeps alive; the caller
+        // promised valid functions.
+        let (first, second) = unsafe {
+            accelerator.create_pool_with_allocator(
+                device,
+                use_on_oom != 0,
+                no_split != 0,
+                functions,
+                Some(pair),
+            )?
+        };
+        *out = AccallocPoolId { first, second };
+        Ok(())
     })
 }

@@ -45,11 +45,16 @@ impl Accelerator {
         use_on_oom: bool,
         no_split: bool,
         functions: accalloc_core::backend::custom::SegmentFunctions,
+        context: Option<Box<dyn std::any::Any + Send + Sync>>,
     ) -> Result<MempoolId> {
         let index = self.resolve(device)?;
         // SAFETY: this function's own contract.
         let allocator = unsafe {
-            accalloc_core::backend::custom::PoolAllocator::new(self.backend.clone(), functions)
+            accalloc_core::backend::custom::PoolAllocator::new(
+                self.backend.clone(),
+                functions,
+                context,
+            )
         };
         let indexed: Arc<dyn Backend> = Arc::new(IndexedBackend::new(
             Arc::new(allocator),

@@ -34,19 +34,39 @@ def _device_type_and_index(device):
     return device_type, index
 
 
+class PluggableAllocator:
+    """Where a pool's memory comes from, as torch.cuda.memory.CUDAPluggableAllocator(path, alloc_fn_name,
+    free_fn_name) names it: two functions of the shared library at `path`, `void *alloc(size_t size, int
+    device, void *stream)` (NULL when it has no room) and `void free(void *ptr, size_t size, int device,
+    void *stream)`. They run from whichever thread allocates, while accalloc holds the device: they must
+    not call accalloc for it, and need no Python (no GIL)."""
+
+    def __init__(self, path, alloc_fn_name, free_fn_name):
+        self._library = ctypes.CDLL(str(path))  # kept loaded for as long as a pool may call it
+        self.alloc = ctypes.cast(getattr(self._library, alloc_fn_name), ctypes.c_void_p).value
+        self.free = ctypes.cast(getattr(self._library, free_fn_name), ctypes.c_void_p).value
+
+
 class MemPool:
-    """A private pool of the accalloc device (torch.cuda.MemPool's interface). `allocator` (a pool
-    with raw alloc/free functions of its own) is not supported yet; `use_on_oom`: a request outside
-    any pool that would fail may take one of this pool's free blocks; `no_split`: its blocks are
-    never split."""
+    """A private pool of the accalloc device (torch.cuda.MemPool's interface). `allocator`: a
+    PluggableAllocator whose functions give the pool its segments (else the device does);
+    `use_on_oom`: a request outside any pool that would fail may take one of this pool's free blocks;
+    `no_split`: its blocks are never split."""
 
     def __init__(self, allocator=None, use_on_oom=False, no_split=False, device=None):
-        if allocator is not None:
-            raise NotImplementedError("accalloc's MemPool does not take an allocator of its own yet")
+        if allocator is not None and not isinstance(allocator, PluggableAllocator):
+            raise TypeError("MemPool(allocator=...) takes an accalloc.torch.PluggableAllocator(path, alloc_fn_name, "
+                            f"free_fn_name) on the accalloc device, not {type(allocator).__name__}")
         self._type, self._device = _device_type_and_index(device)
         pool = PoolId()
-        check(library().accalloc_pool_create_on(self._type, self._device, int(bool(use_on_oom)),
-                                                int(bool(no_split)), ctypes.byref(pool)))
+        if allocator is None:
+            check(library().accalloc_pool_create_on(self._type, self._device, int(bool(use_on_oom)),
+                                                    int(bool(no_split)), ctypes.byref(pool)))
+        else:
+            check(library().accalloc_pool_create_with_functions_on(
+                self._type, self._device, int(bool(use_on_oom)), int(bool(no_split)), allocator.alloc,
+                allocator.free, ctypes.byref(pool)))
+        self._allocator = allocator
         self._id = (pool.first, pool.second)
         self._released = False
 

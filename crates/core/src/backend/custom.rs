@@ -427,6 +427,9 @@ pub struct SegmentFunctions {
 pub struct PoolAllocator {
     device: Arc<dyn Backend>,
     own: CustomBackend,
+    /// What the functions' context points into, when the caller's layer made it (kept alive with
+    /// the pool).
+    _context: Option<Box<dyn std::any::Any + Send + Sync>>,
 }
 
 // SAFETY: the caller promises (in accalloc_pool_create_with_allocator's documentation) that its
@@ -446,7 +449,11 @@ impl PoolAllocator {
     /// # Safety
     /// The function pointers must be valid functions with the documented signatures, and the
     /// context valid for them, for as long as the pool holds memory from them.
-    pub unsafe fn new(device: Arc<dyn Backend>, functions: SegmentFunctions) -> Self {
+    pub unsafe fn new(
+        device: Arc<dyn Backend>,
+        functions: SegmentFunctions,
+        context: Option<Box<dyn std::any::Any + Send + Sync>>,
+    ) -> Self {
         let own = CustomBackend {
             name: format!("{}'s pool allocator", device.name()),
             functions: Functions {
@@ -462,7 +469,11 @@ impl PoolAllocator {
             },
             devices: device.device_count(),
         };
-        PoolAllocator { device, own }
+        PoolAllocator {
+            device,
+            own,
+            _context: context,
+        }
     }
 }
 
