@@ -1,17 +1,20 @@
 //! Model-based property test: random sequences of malloc (1 B to hundreds of MiB, several streams),
-//! free, record_stream, stream completion, empty_cache, resets, settings changes and memory fractions,
-//! run through the allocator over a simulated device, against a simple model of what must hold:
+//! free, record_stream, stream completion, empty_cache, resets, settings changes, memory fractions
+//! and private pools (begun for this thread or a stream, ended, emptied live or not), run through the
+//! allocator over a simulated device, against a simple model of what must hold:
 //! - the books balance after every operation (debug builds recount them: see invariants.rs);
 //! - a malloc either succeeds with a 512-byte aligned block that overlaps no live one, or is out of
 //!   memory; nothing else;
 //! - allocation.all.current is the number of live allocations, allocated bytes cover what was asked,
 //!   and reserved bytes are exactly what the device holds;
-//! - at the end, with everything freed and the streams done, nothing is left anywhere.
+//! - at the end, with everything freed, the streams done and the pools released, nothing is left
+//!   anywhere and no pool is left.
 //!
 //! A failing case is shrunk to a minimal sequence by proptest.
 
 use accalloc::backend::simulated::SimulatedBackend;
 use accalloc::backend::Backend;
+use accalloc::caching::pools::Route;
 use accalloc::caching::settings::parse_settings;
 use accalloc::caching::{CachingAllocator, CachingConfig, StatType};
 use accalloc::error::ErrorKind;
@@ -31,16 +34,44 @@ const SETTINGS: [&str; 6] = [
 
 #[derive(Clone, Debug)]
 enum Op {
-    Malloc { size: usize, stream: usize },
-    Free { pick: usize },
-    RecordStream { pick: usize, stream: usize },
-    CompleteStream { stream: usize },
+    Malloc {
+        size: usize,
+        stream: usize,
+    },
+    Free {
+        pick: usize,
+    },
+    RecordStream {
+        pick: usize,
+        stream: usize,
+    },
+    CompleteStream {
+        stream: usize,
+    },
     EmptyCache,
     ResetPeak,
     ResetAccumulated,
-    Settings { choice: usize },
-    Fraction { percent: u8 },
+    Settings {
+        choice: usize,
+    },
+    Fraction {
+        percent: u8,
+    },
+    /// Begin pool (0, 1 + pool) for this thread (stream None) or a stream.
+    PoolBegin {
+        pool: u64,
+        stream: Option<usize>,
+    },
+    PoolEnd {
+        pool: u64,
+    },
+    PoolEmpty {
+        pool: u64,
+        live: bool,
+    },
 }
+
+const POOLS: u64 = 2;
 
 fn size() -> impl Strategy<Value = usize> {
     prop_oneof![
@@ -62,6 +93,10 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::ResetAccumulated),
         1 => (0..SETTINGS.len()).prop_map(|choice| Op::Settings { choice }),
         1 => (30u8..=100).prop_map(|percent| Op::Fraction { percent }),
+        2 => (0..POOLS, prop::option::of(0usize..3))
+            .prop_map(|(pool, stream)| Op::PoolBegin { pool, stream }),
+        2 => (0..POOLS).prop_map(|pool| Op::PoolEnd { pool }),
+        1 => (0..POOLS, any::<bool>()).prop_map(|(pool, live)| Op::PoolEmpty { pool, live }),
     ]
 }
 
@@ -70,6 +105,9 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
     let mut a = CachingAllocator::new(backend.clone(), 0, CachingConfig::default()).unwrap();
     // The model: live allocations as (address, size asked for).
     let mut live: Vec<(usize, usize)> = Vec::new();
+    // The model of the pools: which are begun.
+    let mut begun = [false; POOLS as usize];
+    let id = |pool: u64| (0, 1 + pool);
     for op in ops {
         match *op {
             Op::Malloc { size, stream } => match a.malloc(size, stream) {
@@ -101,6 +139,27 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
             Op::Fraction { percent } => {
                 prop_assert!(a.set_memory_fraction(percent as f64 / 100.0).is_ok())
             }
+            Op::PoolBegin { pool, stream } => {
+                let route = match stream {
+                    None => Route::Thread(std::thread::current().id()),
+                    Some(stream) => Route::Stream(stream),
+                };
+                let result = a.begin_allocate_to_pool(id(pool), route);
+                prop_assert_eq!(result.is_ok(), !begun[pool as usize], "{:?}", result);
+                begun[pool as usize] = true;
+            }
+            Op::PoolEnd { pool } => {
+                let result = a.end_allocate_to_pool(id(pool));
+                prop_assert_eq!(result.is_ok(), begun[pool as usize]);
+                begun[pool as usize] = false;
+            }
+            Op::PoolEmpty { pool, live: true } => {
+                let exists = a.pool_use_count(id(pool)).is_some();
+                prop_assert_eq!(a.empty_live_pool(id(pool)).is_ok(), exists);
+            }
+            Op::PoolEmpty { pool, live: false } => {
+                prop_assert!(a.empty_pool_cache(id(pool)).is_ok())
+            }
             _ => {}
         }
         let s = a.stats();
@@ -119,7 +178,19 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
     for stream in 0..3 {
         backend.complete_stream(stream);
     }
+    // Every pool ended and released as often as it was begun: freeable, emptied and forgotten.
+    for pool in 0..POOLS {
+        if begun[pool as usize] {
+            prop_assert!(a.end_allocate_to_pool(id(pool)).is_ok());
+        }
+        while a.pool_use_count(id(pool)).is_some_and(|uses| uses > 0) {
+            prop_assert!(a.release_pool(id(pool)).is_ok());
+        }
+    }
     prop_assert!(a.empty_cache().is_ok());
+    for pool in 0..POOLS {
+        prop_assert_eq!(a.pool_use_count(id(pool)), None, "pool {} is left", pool);
+    }
     let s = a.stats();
     for (name, value) in [
         ("allocation", s.allocation[ALL].current),
