@@ -140,6 +140,23 @@ fn ok_or_expected(status: AccallocStatus) {
     assert_ne!(status, AccallocStatus::ACCALLOC_ERROR_INTERNAL, "a panic reached the boundary");
 }
 
+/// PyTorch's pluggable pair over the heap, for pools with an allocator of their own.
+unsafe extern "C" fn heap_alloc(size: usize, _device: i32, _stream: *mut c_void) -> *mut c_void {
+    match std::alloc::Layout::from_size_align(size.max(1), 512) {
+        Ok(layout) => std::alloc::alloc(layout) as *mut c_void,
+        Err(_) => std::ptr::null_mut(),
+    }
+}
+
+unsafe extern "C" fn heap_free(ptr: *mut c_void, size: usize, _device: i32, _stream: *mut c_void) {
+    std::alloc::dealloc(ptr as *mut u8, std::alloc::Layout::from_size_align(size.max(1), 512).unwrap());
+}
+
+/// A pool filter that takes stream 1.
+unsafe extern "C" fn stream_one(stream: *mut c_void, _context: *mut c_void) -> i32 {
+    (stream as usize == 1) as i32
+}
+
 fuzz_target!(|data: &[u8]| {
     static INIT: std::sync::Once = std::sync::Once::new();
     INIT.call_once(|| {
@@ -188,7 +205,7 @@ fuzz_target!(|data: &[u8]| {
                     // Private pools: made, begun (this thread or a stream), ended, released and
                     // emptied in any order; misuse must be refused, never panic or lose a block.
                     let pick = (arg >> 8) as usize;
-                    match arg % 6 {
+                    match arg % 8 {
                         0 => {
                             let mut id = AccallocPoolId { first: 0, second: 0 };
                             let status = accalloc_pool_create(device, (arg >> 16) as i32 & 1, (arg >> 17) as i32 & 1, &mut id);
@@ -233,6 +250,43 @@ fuzz_target!(|data: &[u8]| {
                         4 if !pools.is_empty() => {
                             let entry = pools[pick % pools.len()];
                             ok_or_expected(accalloc_pool_empty_cache(entry.0, entry.1, (arg >> 16) as i32 & 1));
+                        }
+                        5 => {
+                            // A pool whose segments come from PyTorch's pluggable pair (the heap).
+                            let mut id = AccallocPoolId { first: 0, second: 0 };
+                            let status = accalloc_pool_create_with_functions(device, 0, (arg >> 17) as i32 & 1, Some(heap_alloc), Some(heap_free), &mut id);
+                            ok_or_expected(status);
+                            if status == AccallocStatus::ACCALLOC_OK {
+                                let mut on = device;
+                                if on < 0 {
+                                    assert_eq!(accalloc_current_device(&mut on), AccallocStatus::ACCALLOC_OK);
+                                }
+                                pools.push((on, id, 1, false));
+                            }
+                        }
+                        6 if !pools.is_empty() => {
+                            // One more use, the flags, or a route by a filter (a capture or not).
+                            let at = pick % pools.len();
+                            let entry = &mut pools[at];
+                            match (arg >> 16) % 3 {
+                                0 => {
+                                    let status = accalloc_pool_retain(entry.0, entry.1);
+                                    ok_or_expected(status);
+                                    if status == AccallocStatus::ACCALLOC_OK {
+                                        entry.2 += 1;
+                                    }
+                                }
+                                1 => ok_or_expected(accalloc_pool_set_flags(entry.0, entry.1, ((arg >> 20) % 3) as i32 - 1, (arg >> 22) as i32 & 1)),
+                                _ => {
+                                    let status = accalloc_pool_begin_filtered(entry.0, entry.1, Some(stream_one), std::ptr::null_mut(), None, (arg >> 20) as i32 & 1);
+                                    ok_or_expected(status);
+                                    if status == AccallocStatus::ACCALLOC_OK {
+                                        assert!(!entry.3, "a begun pool was begun again");
+                                        entry.2 += 1;
+                                        entry.3 = true;
+                                    }
+                                }
+                            }
                         }
                         _ => {
                             // Any other id (never one made above: those are {0, n}), any device.
