@@ -62,6 +62,33 @@ pub unsafe extern "C" fn accalloc_pool_create_on(
     })
 }
 
+/// A new pool whose segments come from `functions` (`context`: what they point into, kept alive with
+/// the pool), for the two C forms below.
+///
+/// # Safety
+/// As Accelerator::create_pool_with_allocator.
+unsafe fn pool_with_allocator(
+    device_type: AccallocDeviceType,
+    device: i32,
+    use_on_oom: i32,
+    no_split: i32,
+    functions: crate::backend::custom::SegmentFunctions,
+    context: Option<Box<dyn std::any::Any + Send + Sync>>,
+) -> crate::error::Result<AccallocPoolId> {
+    let accelerator = on(device_type)?;
+    // SAFETY: this function's own contract.
+    let (first, second) = unsafe {
+        accelerator.create_pool_with_allocator(
+            device,
+            use_on_oom != 0,
+            no_split != 0,
+            functions,
+            context,
+        )?
+    };
+    Ok(AccallocPoolId { first, second })
+}
+
 /// accalloc_pool_create for a pool whose segments come from `allocator` (PyTorch's
 /// MemPool(allocator=...)): its raw_alloc and raw_free (required; raw_alloc answers
 /// ACCALLOC_BACKEND_OUT_OF_MEMORY when it has no room, which is the pool's out of memory: the device
@@ -111,18 +138,10 @@ pub unsafe extern "C" fn accalloc_pool_create_with_allocator_on(
         let functions = table
             .segment_functions()
             .map_err(|why| Error::invalid_argument(format!("pool allocator table: {why}")))?;
-        let accelerator = on(device_type)?;
         // SAFETY: the caller promised valid functions for as long as the pool holds their memory.
-        let (first, second) = unsafe {
-            accelerator.create_pool_with_allocator(
-                device,
-                use_on_oom != 0,
-                no_split != 0,
-                functions,
-                None,
-            )?
+        *out = unsafe {
+            pool_with_allocator(device_type, device, use_on_oom, no_split, functions, None)?
         };
-        *out = AccallocPoolId { first, second };
         Ok(())
     })
 }
@@ -569,19 +588,18 @@ pub unsafe extern "C" fn accalloc_pool_create_with_functions_on(
             raw_free: pluggable_raw_free,
             virtual_memory: None,
         };
-        let accelerator = on(device_type)?;
         // SAFETY: the trampolines are valid for the pair, which the pool keeps alive; the caller
         // promised valid functions.
-        let (first, second) = unsafe {
-            accelerator.create_pool_with_allocator(
+        *out = unsafe {
+            pool_with_allocator(
+                device_type,
                 device,
-                use_on_oom != 0,
-                no_split != 0,
+                use_on_oom,
+                no_split,
                 functions,
                 Some(pair),
             )?
         };
-        *out = AccallocPoolId { first, second };
         Ok(())
     })
 }

@@ -14,20 +14,29 @@ use std::sync::Arc;
 /// The next id of a pool made by accalloc_pool_create: (0, n), n from 1, as PyTorch's MemPool().
 static NEXT_USER_POOL: AtomicU64 = AtomicU64::new(1);
 
+fn next_user_pool() -> MempoolId {
+    (0, NEXT_USER_POOL.fetch_add(1, Ordering::Relaxed))
+}
+
+/// ACCALLOC_TRACE's record of a pool made.
+fn trace_created(device: usize, id: MempoolId, use_on_oom: bool, no_split: bool) {
+    trace_log::pool(
+        device,
+        id,
+        PoolCall::Create {
+            use_on_oom,
+            no_split,
+        },
+    );
+}
+
 impl Accelerator {
     /// A new pool (0, n) on `device` with one use and its flags.
     pub fn create_pool(&self, device: i32, use_on_oom: bool, no_split: bool) -> Result<MempoolId> {
         let index = self.resolve(device)?;
-        let id = (0, NEXT_USER_POOL.fetch_add(1, Ordering::Relaxed));
+        let id = next_user_pool();
         self.lock(index)?.create_pool(id, use_on_oom, no_split)?;
-        trace_log::pool(
-            index,
-            id,
-            PoolCall::Create {
-                use_on_oom,
-                no_split,
-            },
-        );
+        trace_created(index, id, use_on_oom, no_split);
         Ok(id)
     }
 
@@ -62,17 +71,10 @@ impl Accelerator {
             self.index.clone(),
         ));
         super::reentry::foreign_callbacks_added();
-        let id = (0, NEXT_USER_POOL.fetch_add(1, Ordering::Relaxed));
+        let id = next_user_pool();
         self.lock(index)?
             .create_pool_with_allocator(id, use_on_oom, no_split, indexed)?;
-        trace_log::pool(
-            index,
-            id,
-            PoolCall::Create {
-                use_on_oom,
-                no_split,
-            },
-        );
+        trace_created(index, id, use_on_oom, no_split);
         Ok(id)
     }
 
