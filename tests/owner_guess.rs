@@ -58,6 +58,9 @@ impl Backend for SharedAddresses {
     fn pinned_host_supported(&self) -> bool {
         false
     }
+    fn copies_supported(&self) -> bool {
+        false
+    }
 
     fn vm_granularity(&self, _: usize) -> Option<usize> {
         None

@@ -323,6 +323,11 @@ impl Backend for CudaBackend {
         true
     }
 
+    // Not yet: sleep's backups through cuMemcpyDtoH/HtoD (pause without one works).
+    fn copies_supported(&self) -> bool {
+        false
+    }
+
     fn pinned_host_alloc(&self, size: usize) -> Result<PinnedHostAllocation, BackendError> {
         let mut ptr: *mut std::ffi::c_void = std::ptr::null_mut();
         let flags = sys::CU_MEMHOSTALLOC_PORTABLE;

@@ -333,6 +333,11 @@ impl Backend for CustomBackend {
         self.functions.pinned_host.is_some()
     }
 
+    // Copies from C are not offered yet: sleep's backups need them (pause without one works).
+    fn copies_supported(&self) -> bool {
+        false
+    }
+
     fn pinned_host_alloc(&self, size: usize) -> Result<PinnedHostAllocation, BackendError> {
         let mut out: *mut c_void = std::ptr::null_mut();
         let alloc = self.functions.pinned_host.map(|f| f.alloc);

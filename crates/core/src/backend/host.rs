@@ -427,6 +427,35 @@ impl Backend for HostBackend {
         true
     }
 
+    fn copies_supported(&self) -> bool {
+        true
+    }
+
+    fn copy_to_host(
+        &self,
+        _device: usize,
+        dst: usize,
+        src: usize,
+        size: usize,
+    ) -> std::result::Result<(), BackendError> {
+        // SAFETY: the caller's ranges: `src` is mapped device (host) memory, `dst` a host buffer of
+        // `size` bytes; they never overlap (the buffer is not device memory).
+        unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, size) };
+        Ok(())
+    }
+
+    fn copy_from_host(
+        &self,
+        _device: usize,
+        dst: usize,
+        src: usize,
+        size: usize,
+    ) -> std::result::Result<(), BackendError> {
+        // SAFETY: as in copy_to_host, the other way.
+        unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, size) };
+        Ok(())
+    }
+
     fn pinned_host_alloc(
         &self,
         size: usize,

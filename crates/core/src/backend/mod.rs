@@ -54,10 +54,10 @@ pub struct MemInfo {
 /// Calls may come from any thread; a backend guards its own state. `device` is always a valid index
 /// below `device_count()` (the caching layer checks it).
 ///
-/// Beyond the five memory calls, a backend has four optional groups: events, stream
-/// synchronization, virtual memory and pinned host memory. Each backend states which it has:
-/// `events_supported`, `stream_synchronize_supported`, `vm_granularity` and
-/// `pinned_host_supported` have no default, so no implementation can
+/// Beyond the five memory calls, a backend has five optional groups: events, stream
+/// synchronization, virtual memory, pinned host memory and copies to and from the host. Each
+/// backend states which it has: `events_supported`, `stream_synchronize_supported`,
+/// `vm_granularity`, `pinned_host_supported` and `copies_supported` have no default, so no implementation can
 /// claim a group, or lose one, by omission. The calls of a group default to failing with "not
 /// provided", never to succeeding: a backend that forgets one gets an error, not an event that
 /// reads as complete while its stream still uses the memory. A backend that wraps another one
@@ -158,6 +158,32 @@ pub trait Backend: Send + Sync {
     /// Give back what `pinned_host_alloc` returned, with the size it was asked for.
     fn pinned_host_free(&self, _ptr: usize, _size: usize) -> Result<(), BackendError> {
         Err(not_provided("pinned_host_free"))
+    }
+
+    // Copies between device and host memory, for the backups of sleep (a paused pool's contents
+    // kept in host memory while its pages are unmapped). Both are done when they return.
+
+    /// Whether `copy_to_host` and `copy_from_host` work. No default: every backend states it.
+    fn copies_supported(&self) -> bool;
+    /// Copy `size` bytes at `src` on `device` to host memory at `dst`.
+    fn copy_to_host(
+        &self,
+        _device: usize,
+        _dst: usize,
+        _src: usize,
+        _size: usize,
+    ) -> Result<(), BackendError> {
+        Err(not_provided("copy_to_host"))
+    }
+    /// Copy `size` bytes of host memory at `src` to `dst` on `device`.
+    fn copy_from_host(
+        &self,
+        _device: usize,
+        _dst: usize,
+        _src: usize,
+        _size: usize,
+    ) -> Result<(), BackendError> {
+        Err(not_provided("copy_from_host"))
     }
 }
 

@@ -136,6 +136,36 @@ impl SimulatedBackend {
         self.state.lock().unwrap()[device].reservations.len()
     }
 
+    /// Err unless [ptr, ptr + size) lies in one segment or in mapped pages of `device`.
+    fn check_held(
+        &self,
+        device: usize,
+        ptr: usize,
+        size: usize,
+        call: &str,
+    ) -> Result<(), BackendError> {
+        let states = self.state.lock().unwrap();
+        let state = &states[device];
+        let in_segment = state
+            .live
+            .range(..=ptr)
+            .next_back()
+            .is_some_and(|(&a, &s)| ptr + size <= a + s);
+        let mut covered = ptr;
+        for (&a, &s) in state.mapped.range(..ptr + size) {
+            if a <= covered && covered < a + s {
+                covered = a + s;
+            }
+        }
+        if in_segment || covered >= ptr + size {
+            return Ok(());
+        }
+        Err(BackendError::Failed {
+            code: 5,
+            message: format!("{call}: {ptr:#x}+{size} is not memory of device {device}"),
+        })
+    }
+
     /// Err when a failure of `call` is due.
     fn injected(&self, call: &'static str) -> Result<(), BackendError> {
         let mut failing = self.failing_calls.lock().unwrap();
@@ -339,6 +369,34 @@ impl Backend for SimulatedBackend {
 
     fn pinned_host_supported(&self) -> bool {
         true
+    }
+
+    fn copies_supported(&self) -> bool {
+        true
+    }
+
+    // The simulated device holds no bytes: a copy checks that the device range is memory the device
+    // holds (a segment, or mapped pages), and counts.
+    fn copy_to_host(
+        &self,
+        device: usize,
+        _dst: usize,
+        src: usize,
+        size: usize,
+    ) -> Result<(), BackendError> {
+        self.injected("copy_to_host")?;
+        self.check_held(device, src, size, "copy_to_host")
+    }
+
+    fn copy_from_host(
+        &self,
+        device: usize,
+        dst: usize,
+        _src: usize,
+        size: usize,
+    ) -> Result<(), BackendError> {
+        self.injected("copy_from_host")?;
+        self.check_held(device, dst, size, "copy_from_host")
     }
 
     fn pinned_host_alloc(&self, size: usize) -> Result<PinnedHostAllocation, BackendError> {

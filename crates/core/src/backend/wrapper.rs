@@ -117,6 +117,32 @@ pub trait Wrapper: Send + Sync {
             self.inner().pinned_host_free(ptr, size)
         })
     }
+
+    fn copies_supported(&self) -> bool {
+        self.inner().copies_supported()
+    }
+    fn copy_to_host(
+        &self,
+        device: usize,
+        dst: usize,
+        src: usize,
+        size: usize,
+    ) -> Result<(), BackendError> {
+        self.around("copy_to_host", || {
+            self.inner().copy_to_host(device, dst, src, size)
+        })
+    }
+    fn copy_from_host(
+        &self,
+        device: usize,
+        dst: usize,
+        src: usize,
+        size: usize,
+    ) -> Result<(), BackendError> {
+        self.around("copy_from_host", || {
+            self.inner().copy_from_host(device, dst, src, size)
+        })
+    }
 }
 
 /// The one forwarding place: every call of [`Backend`] goes to the wrapper's own.
@@ -195,6 +221,27 @@ impl<W: Wrapper> Backend for W {
     fn pinned_host_free(&self, ptr: usize, size: usize) -> Result<(), BackendError> {
         Wrapper::pinned_host_free(self, ptr, size)
     }
+    fn copies_supported(&self) -> bool {
+        Wrapper::copies_supported(self)
+    }
+    fn copy_to_host(
+        &self,
+        device: usize,
+        dst: usize,
+        src: usize,
+        size: usize,
+    ) -> Result<(), BackendError> {
+        Wrapper::copy_to_host(self, device, dst, src, size)
+    }
+    fn copy_from_host(
+        &self,
+        device: usize,
+        dst: usize,
+        src: usize,
+        size: usize,
+    ) -> Result<(), BackendError> {
+        Wrapper::copy_from_host(self, device, dst, src, size)
+    }
 }
 
 #[cfg(test)]
@@ -247,16 +294,20 @@ mod tests {
         fn pinned_host_supported(&self) -> bool {
             false
         }
+        fn copies_supported(&self) -> bool {
+            false
+        }
     }
 
-    /// (events, stream synchronization, virtual memory, pinned host memory) as `backend` answers
-    /// them.
-    fn capabilities(backend: &dyn Backend) -> (bool, bool, Option<usize>, bool) {
+    /// (events, stream synchronization, virtual memory, pinned host memory, copies) as `backend`
+    /// answers them.
+    fn capabilities(backend: &dyn Backend) -> (bool, bool, Option<usize>, bool, bool) {
         (
             backend.events_supported(),
             backend.stream_synchronize_supported(),
             backend.vm_granularity(0),
             backend.pinned_host_supported(),
+            backend.copies_supported(),
         )
     }
 
@@ -281,14 +332,14 @@ mod tests {
         assert_eq!(
             seen,
             [
-                (true, true, Some(2 << 20), true),
-                (false, true, Some(2 << 20), true),
-                (true, true, None, true)
+                (true, true, Some(2 << 20), true, true),
+                (false, true, Some(2 << 20), true, true),
+                (true, true, None, true, true)
             ],
             "the three test backends differ in one capability each"
         );
         let plain = Bare(Arc::new(Plain));
-        assert_eq!(capabilities(&plain), (false, false, None, false));
+        assert_eq!(capabilities(&plain), (false, false, None, false, false));
     }
 
     #[test]
