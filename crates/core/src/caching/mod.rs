@@ -30,4 +30,6 @@ mod observer_tests;
 #[cfg(test)]
 mod pool_tests;
 #[cfg(test)]
+mod sleep_tests;
+#[cfg(test)]
 mod tests;

@@ -72,6 +72,20 @@ pub struct PrivatePool {
     /// Where its segments come from, when not from the device's backend (MemPool(allocator=...)):
     /// raw alloc and free, and virtual memory if it has any; everything else is the device's.
     pub allocator: Option<Arc<dyn Backend>>,
+    /// Sleep and wake (allocator/sleep.rs).
+    pub sleep: SleepState,
+}
+
+/// A pool's sleep: whether it may pause, whether it is paused, and what a pause kept.
+#[derive(Default)]
+pub struct SleepState {
+    /// Its segments are expandable whatever the settings say, so that they can pause.
+    pub sleepable: bool,
+    /// Some of its pages are paused: allocations routed to it are refused.
+    pub paused: bool,
+    pub paused_bytes: usize,
+    /// The contents of paused pages, by page address, when the pause kept them.
+    pub backups: BTreeMap<usize, Vec<u8>>,
 }
 
 /// Every private pool of one device, and the pools allocations are being routed to.
@@ -186,6 +200,14 @@ impl PrivatePools {
             .collect()
     }
 
+    /// The paused pools that are not freeable (those are released anyway), by id.
+    pub fn paused(&self) -> Vec<PoolIndex> {
+        self.iter()
+            .filter(|(_, pool)| pool.sleep.paused && pool.use_count > 0)
+            .map(|(index, _)| index)
+            .collect()
+    }
+
     /// The freeable pools (use count 0), by id.
     pub fn freeable(&self) -> Vec<PoolIndex> {
         self.iter()
@@ -263,6 +285,7 @@ impl PrivatePools {
             use_on_oom: false,
             no_split: false,
             allocator: None,
+            sleep: SleepState::default(),
         };
         let slot = match self.slots.iter().position(Option::is_none) {
             Some(free) => {
@@ -304,6 +327,11 @@ impl PrivatePools {
         }
         pool.allocator = Some(allocator);
         Ok(())
+    }
+
+    /// The pool's sleep state, to change.
+    pub fn sleep_mut(&mut self, index: PoolIndex) -> &mut SleepState {
+        &mut self.get_mut(index).sleep
     }
 
     /// The pool's own allocator, if it has one.

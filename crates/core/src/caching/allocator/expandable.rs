@@ -3,6 +3,7 @@
 //! request grows the segment in place instead of adding a segment of its own, which is what keeps
 //! reserved memory close to allocated memory when request sizes keep changing.
 
+use super::sleep::PauseState;
 use super::*;
 use crate::caching::observers::SegmentAction;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,11 +14,13 @@ static FALLBACK_WARNED: AtomicBool = AtomicBool::new(false);
 /// One reserved address range and which of its pages are mapped.
 pub(super) struct ExpandableSegment {
     /// The pools it serves (whose allocator, if they have one, holds the range).
-    owner: PoolIndex,
+    pub(super) owner: PoolIndex,
     base: usize,
     size: usize,
-    page: usize,
-    mapped: Vec<bool>,
+    pub(super) page: usize,
+    pub(super) mapped: Vec<bool>,
+    /// Pages mapped in the books whose memory a pause gave back (see sleep.rs).
+    pub(super) paused: Vec<bool>,
 }
 
 impl ExpandableSegment {
@@ -37,7 +40,7 @@ impl ExpandableSegment {
         )
     }
 
-    fn page_address(&self, page: usize) -> usize {
+    pub(super) fn page_address(&self, page: usize) -> usize {
         self.base + page * self.page
     }
 
@@ -177,6 +180,7 @@ impl CachingAllocator {
             size: reserve,
             page,
             mapped: vec![false; reserve / page],
+            paused: vec![false; reserve / page],
         };
         // Blocks refer to reservations by index: a released one leaves a hole, reused here.
         let index = match self.expandable.iter().position(|s| s.size == 0) {
@@ -482,18 +486,26 @@ impl CachingAllocator {
             return Ok(());
         }
         let (start, size) = (segment.page_address(first), (last - first) * segment.page);
-        self.announce(
-            SegmentAction::Unmap,
-            block.private,
-            start,
-            size,
-            block.stream,
-        );
-        let source = self.segment_backend(block.private);
-        if let Err(e) = source.vm_unmap(self.device, start, size) {
-            // The pages stay mapped: observers learn that they are there again.
-            self.announce(SegmentAction::Map, block.private, start, size, block.stream);
-            return Err(backend_error(&*source, self.device, "vm_unmap", e));
+        match self.pause_state(segment_index, first, last) {
+            PauseState::Running => {
+                self.announce(
+                    SegmentAction::Unmap,
+                    block.private,
+                    start,
+                    size,
+                    block.stream,
+                );
+                let source = self.segment_backend(block.private);
+                if let Err(e) = source.vm_unmap(self.device, start, size) {
+                    // The pages stay mapped: observers learn that they are there again.
+                    self.announce(SegmentAction::Map, block.private, start, size, block.stream);
+                    return Err(backend_error(&*source, self.device, "vm_unmap", e));
+                }
+            }
+            // A pause gave their memory back already: only the books change.
+            PauseState::Paused => self.forget_paused_pages(segment_index, first, last),
+            // Left from a pause that failed half way: resume sorts them out first.
+            PauseState::Mixed => return Ok(()),
         }
         self.expandable[segment_index].mapped[first..last].fill(false);
 
@@ -593,6 +605,7 @@ impl CachingAllocator {
                     size: 0,
                     page: SMALL_PAGE,
                     mapped: Vec::new(),
+                    paused: Vec::new(),
                 };
             }
         }
@@ -612,8 +625,9 @@ impl CachingAllocator {
             for (page, _) in segment
                 .mapped
                 .iter()
+                .zip(&segment.paused)
                 .enumerate()
-                .filter(|(_, &mapped)| mapped)
+                .filter(|(_, (&mapped, &paused))| mapped && !paused)
             {
                 let _ = source.vm_unmap(self.device, segment.page_address(page), segment.page);
             }
@@ -623,7 +637,7 @@ impl CachingAllocator {
 }
 
 /// Whether a backend's mapping granularity (None: no virtual memory) divides both page sizes.
-fn pages_fit(granularity: Option<usize>) -> bool {
+pub(super) fn pages_fit(granularity: Option<usize>) -> bool {
     granularity
         .is_some_and(|g| g > 0 && SMALL_PAGE.is_multiple_of(g) && LARGE_PAGE.is_multiple_of(g))
 }

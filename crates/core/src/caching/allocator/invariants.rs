@@ -240,6 +240,40 @@ impl CachingAllocator {
                 ));
             }
         }
+        // Sleep: paused pages are mapped in the books; each pool's paused bytes are its paused
+        // pages, and its backups are theirs.
+        let mut paused_pages: HashMap<PoolIndex, (usize, HashSet<usize>)> = HashMap::new();
+        for segment in &self.expandable {
+            for (page, (&mapped, &paused)) in segment.mapped.iter().zip(&segment.paused).enumerate()
+            {
+                if paused && !mapped {
+                    return Err(format!(
+                        "page {:#x} is paused but not mapped in the books",
+                        segment.page_address(page)
+                    ));
+                }
+                if paused {
+                    let entry = paused_pages.entry(segment.owner).or_default();
+                    entry.0 += segment.page;
+                    entry.1.insert(segment.page_address(page));
+                }
+            }
+        }
+        for (index, pool) in self.private_pools.iter() {
+            let (bytes, pages) = paused_pages.remove(&index).unwrap_or_default();
+            if pool.sleep.paused_bytes != bytes
+                || pool.sleep.backups.keys().any(|a| !pages.contains(a))
+                || pool.sleep.paused != (bytes > 0)
+            {
+                return Err(format!(
+                    "pool {:?} counts {} paused bytes (paused: {}) but has {bytes} in paused pages",
+                    pool.id, pool.sleep.paused_bytes, pool.sleep.paused
+                ));
+            }
+        }
+        if !paused_pages.is_empty() {
+            return Err("pages of the default pools are paused".to_string());
+        }
         if let Some((index, _)) = pool_reserved.into_iter().next() {
             return Err(format!(
                 "segments belong to pool slot {index}, which does not exist"

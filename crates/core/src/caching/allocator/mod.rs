@@ -15,6 +15,7 @@ mod metadata;
 mod observers;
 mod private_pools;
 mod segments;
+mod sleep;
 
 use super::block::{Block, BlockId, BlockPool, PoolIndex, PtrMap, Slab, DEFAULT_POOLS};
 use super::config::CachingConfig;
@@ -223,6 +224,9 @@ impl CachingAllocator {
             return Err(self.out_of_memory(size, size, stream));
         };
         let pool = PoolKind::for_size(rounded);
+        if private != DEFAULT_POOLS && self.pool_paused(private) {
+            return Err(self.paused_pool_refusal(private));
+        }
 
         let id = match self.take_free_block(private, pool, stream, rounded) {
             Some(id) => id,
@@ -497,7 +501,7 @@ impl CachingAllocator {
         stream: StreamId,
         rounded: usize,
     ) -> Option<(super::block::PoolKey, BlockId)> {
-        let on = self.config.expandable_segments;
+        let on = self.config.expandable_segments || self.pool_sleepable(private);
         let blocks = &self.blocks;
         let growable = |id: BlockId| {
             let block = &blocks[id];

@@ -123,7 +123,8 @@ impl CachingAllocator {
         if !self.within_fraction(size) {
             return Ok(None);
         }
-        if self.grows_expandable() && self.expandable_in(private) {
+        if (self.grows_expandable() || self.pool_sleepable(private)) && self.expandable_in(private)
+        {
             // Grow an expandable segment of this pool by the rounded request, not a whole new
             // segment (private pools too, as PyTorch does for a pool with no allocator of its own).
             return self.try_allocate_expandable_block(private, pool, stream, rounded);
@@ -224,6 +225,11 @@ impl CachingAllocator {
             self.release_pool_blocks(private)?;
             self.release_empty_reservations_of(private)?;
             self.private_pools.erase_if_empty(private);
+        }
+        // A paused pool's free pages are of no use until it resumes: they leave the books (their
+        // memory went at the pause).
+        for private in self.private_pools.paused() {
+            self.release_pool_blocks(private)?;
         }
         Ok(())
     }

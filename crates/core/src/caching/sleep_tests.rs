@@ -1,0 +1,187 @@
+//! Sleep and wake of a pool (allocator/sleep.rs), on the simulated device: the device gets the
+//! memory back while the books stand still, failures half way leave every page paused or running,
+//! and the invariants recount paused bytes after every step.
+
+use super::pools::Route;
+use super::*;
+use crate::backend::simulated::SimulatedBackend;
+use crate::backend::Backend;
+use crate::error::ErrorKind;
+use std::sync::Arc;
+
+const MIB: usize = 1 << 20;
+const ALL: usize = StatType::All as usize;
+const TAG: (u64, u64) = (0, 7);
+
+/// A device of 1 GiB with expandable segments off (a sleepable pool grows them all the same), and
+/// the tag's pool, sleepable.
+fn tagged() -> (CachingAllocator, Arc<SimulatedBackend>) {
+    let backend = Arc::new(SimulatedBackend::new(1, 1 << 30));
+    let mut a = CachingAllocator::new(backend.clone(), 0, CachingConfig::default()).unwrap();
+    a.create_pool(TAG, false, false).unwrap();
+    a.make_pool_sleepable(TAG).unwrap();
+    (a, backend)
+}
+
+fn in_tag<T>(a: &mut CachingAllocator, f: impl FnOnce(&mut CachingAllocator) -> T) -> T {
+    a.begin_allocate_to_pool(TAG, Route::Thread(std::thread::current().id()))
+        .unwrap();
+    let result = f(a);
+    a.end_allocate_to_pool(TAG).unwrap();
+    a.release_pool(TAG).unwrap();
+    result
+}
+
+fn free_bytes(backend: &SimulatedBackend) -> usize {
+    backend.mem_get_info(0).unwrap().free
+}
+
+#[test]
+fn a_pause_gives_the_memory_back_and_a_resume_brings_it_back_with_the_books_unchanged() {
+    let (mut a, backend) = tagged();
+    let weights = in_tag(&mut a, |a| a.malloc(5 * MIB, 0).unwrap());
+    let outside = a.malloc(1000, 0).unwrap();
+    let before = a.stats();
+    // Expandable although the settings say no: one 20 MiB page of the tag's own range.
+    assert_eq!(
+        (
+            before.reserved_bytes[ALL].current,
+            before.segment[ALL].current
+        ),
+        (22 * MIB as i64, 1)
+    );
+    let free_before = free_bytes(&backend);
+    a.pause_pool(TAG, true).unwrap();
+    assert_eq!(
+        free_bytes(&backend),
+        free_before + 20 * MIB,
+        "the device got the page back"
+    );
+    assert_eq!(a.pool_paused_bytes(TAG), Some(20 * MIB));
+    assert_eq!(
+        a.stats(),
+        before,
+        "the books describe the blocks, as before"
+    );
+    a.pause_pool(TAG, true).unwrap(); // a paused pool: nothing to do
+                                      // An allocation in the paused tag is refused; outside it, all goes on.
+    let refused = in_tag(&mut a, |a| a.malloc(1000, 0).unwrap_err());
+    assert_eq!(refused.kind, ErrorKind::InvalidArgument);
+    assert!(refused.message.contains("paused"), "{}", refused.message);
+    a.free(outside).unwrap();
+    a.resume_pool(TAG).unwrap();
+    assert_eq!(free_bytes(&backend), free_before);
+    assert_eq!(a.pool_paused_bytes(TAG), Some(0));
+    a.resume_pool(TAG).unwrap(); // a running pool: nothing to do
+    let more = in_tag(&mut a, |a| a.malloc(5 * MIB, 0).unwrap());
+    assert_eq!(
+        more,
+        weights + 5 * MIB,
+        "the tag's page serves it, at the same addresses"
+    );
+    a.free(weights).unwrap();
+    a.free(more).unwrap();
+    a.check_invariants().unwrap();
+}
+
+#[test]
+fn a_pause_that_fails_half_way_puts_back_the_pages_it_had_paused() {
+    let (mut a, backend) = tagged();
+    // 25 MiB: two 20 MiB pages.
+    let p = in_tag(&mut a, |a| a.malloc(25 * MIB, 0).unwrap());
+    backend.fail_calls_after("vm_unmap", 1, 1);
+    assert!(a.pause_pool(TAG, true).is_err());
+    assert_eq!(
+        a.pool_paused_bytes(TAG),
+        Some(0),
+        "every page running again"
+    );
+    assert_eq!(backend.mapped_bytes(0), 40 * MIB);
+    // A backup that cannot be taken: nothing paused either.
+    backend.fail_calls("copy_to_host", 1);
+    assert!(a.pause_pool(TAG, true).is_err());
+    assert_eq!(backend.mapped_bytes(0), 40 * MIB);
+    a.pause_pool(TAG, true).unwrap();
+    assert_eq!(backend.mapped_bytes(0), 0);
+    a.free(p).unwrap();
+    a.check_invariants().unwrap();
+}
+
+#[test]
+fn a_resume_that_fails_keeps_the_rest_paused_and_may_be_tried_again() {
+    let (mut a, backend) = tagged();
+    let p = in_tag(&mut a, |a| a.malloc(25 * MIB, 0).unwrap());
+    a.pause_pool(TAG, true).unwrap();
+    backend.fail_calls_after("copy_from_host", 1, 1);
+    assert!(a.resume_pool(TAG).is_err());
+    assert_eq!(
+        a.pool_paused_bytes(TAG),
+        Some(20 * MIB),
+        "one page back, one still paused"
+    );
+    assert_eq!(backend.mapped_bytes(0), 20 * MIB);
+    a.resume_pool(TAG).unwrap();
+    assert_eq!(
+        (a.pool_paused_bytes(TAG), backend.mapped_bytes(0)),
+        (Some(0), 40 * MIB)
+    );
+    a.free(p).unwrap();
+    a.check_invariants().unwrap();
+}
+
+#[test]
+fn empty_cache_while_paused_lets_the_free_pages_go_and_keeps_the_live_ones() {
+    let (mut a, backend) = tagged();
+    let (kv, weights) = in_tag(&mut a, |a| {
+        (
+            a.malloc(25 * MIB, 0).unwrap(),
+            a.malloc(30 * MIB, 0).unwrap(),
+        )
+    });
+    a.pause_pool(TAG, false).unwrap();
+    let unmaps = backend.mapped_bytes(0);
+    assert_eq!(unmaps, 0);
+    // Freed while paused, then emptied: only the books change (the memory went at the pause).
+    a.free(kv).unwrap();
+    a.empty_cache().unwrap();
+    let paused = a.pool_paused_bytes(TAG).unwrap();
+    assert_eq!(
+        a.stats().reserved_bytes[ALL].current as usize,
+        paused,
+        "what stays reserved is the paused pages still under live blocks"
+    );
+    // kv took pages 0 and 1 (0..40 MiB), weights 25..55 MiB (page 2 mapped for it); freed, kv
+    // leaves page 0 wholly free: pages 1 and 2 stay.
+    assert_eq!(paused, 40 * MIB);
+    a.resume_pool(TAG).unwrap();
+    assert_eq!(backend.mapped_bytes(0), paused);
+    a.free(weights).unwrap();
+    a.check_invariants().unwrap();
+}
+
+#[test]
+fn sleep_needs_virtual_memory_and_a_sleepable_pool() {
+    let backend = Arc::new(SimulatedBackend::without_virtual_memory(1, 1 << 30));
+    let mut a = CachingAllocator::new(backend, 0, CachingConfig::default()).unwrap();
+    a.create_pool(TAG, false, false).unwrap();
+    let error = a.make_pool_sleepable(TAG).unwrap_err();
+    assert_eq!(error.kind, ErrorKind::NotSupported);
+    assert!(error.message.contains("test backend"), "{}", error.message);
+    assert_eq!(
+        a.pause_pool(TAG, false).unwrap_err().kind,
+        ErrorKind::NotSupported
+    );
+
+    let (mut a, _) = tagged();
+    a.create_pool((0, 8), false, false).unwrap();
+    assert_eq!(
+        a.pause_pool((0, 8), false).unwrap_err().kind,
+        ErrorKind::InvalidArgument,
+        "not sleepable"
+    );
+    assert_eq!(
+        a.pause_pool((0, 9), false).unwrap_err().kind,
+        ErrorKind::InvalidArgument,
+        "no such pool"
+    );
+}
