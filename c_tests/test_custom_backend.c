@@ -519,6 +519,22 @@ static void test_pool_allocator(AccallocDeviceType type)
     EXPECT(accalloc_empty_cache_on(type), ACCALLOC_OK);
 }
 
+/* Sleep needs virtual memory, which the fake backend has not: refused, naming it, nothing changed. */
+static void test_sleep_without_virtual_memory(AccallocDeviceType type)
+{
+    AccallocPoolId pool;
+    int64_t paused = -2;
+    EXPECT(accalloc_pool_create_on(type, 0, 0, 0, &pool), ACCALLOC_OK);
+    EXPECT(accalloc_pool_set_sleepable_on(type, 0, pool), ACCALLOC_ERROR_NOT_SUPPORTED);
+    CHECK_CONTAINS(accalloc_last_error_message(), "virtual memory");
+    EXPECT(accalloc_pool_pause_on(type, 0, pool, 0), ACCALLOC_ERROR_NOT_SUPPORTED);
+    EXPECT(accalloc_pool_resume_on(type, 0, pool), ACCALLOC_ERROR_NOT_SUPPORTED);
+    EXPECT(accalloc_pool_paused_bytes_on(type, 0, pool, &paused), ACCALLOC_OK);
+    CHECK_EQ(paused, 0);
+    EXPECT(accalloc_pool_release_on(type, 0, pool), ACCALLOC_OK);
+    EXPECT(accalloc_empty_cache_on(type), ACCALLOC_OK);
+}
+
 static void test_out_of_memory_and_errors(AccallocDeviceType type)
 {
     void *big = NULL, *bigger = NULL, *none = NULL;
@@ -628,6 +644,7 @@ int main(void)
     test_pinned_host(type);
     test_pools(type);
     test_pool_allocator(type);
+    test_sleep_without_virtual_memory(type);
     test_out_of_memory_and_errors(type);
     test_every_on_form(type);
     test_current_accelerator(type);

@@ -54,6 +54,8 @@ typedef AccallocStatus (*observer_remove_fn)(uint64_t);
 typedef AccallocStatus (*pool_create_with_allocator_fn)(int32_t, int32_t, int32_t, const AccallocBackendVTable *,
                                                        AccallocPoolId *);
 typedef AccallocStatus (*pool_id_fn)(int32_t, AccallocPoolId);
+typedef AccallocStatus (*pool_pause_fn)(int32_t, AccallocPoolId, int32_t);
+typedef AccallocStatus (*pool_paused_bytes_fn)(int32_t, AccallocPoolId, int64_t *);
 typedef AccallocStatus (*pool_create_with_functions_fn)(int32_t, int32_t, int32_t, AccallocPluggableAlloc,
                                                        AccallocPluggableFree, AccallocPoolId *);
 typedef AccallocStatus (*pool_set_flags_fn)(int32_t, AccallocPoolId, int32_t, int32_t);
@@ -204,7 +206,10 @@ int main(int argc, char **argv)
     pool_info_fn p_pool_info;
     pool_reserved_fn p_pool_reserved_bytes;
     pool_create_with_allocator_fn p_pool_create_with_allocator;
-    pool_id_fn p_pool_retain;
+    pool_id_fn p_pool_retain, p_pool_set_sleepable, p_pool_resume;
+    pool_pause_fn p_pool_pause;
+    pool_paused_bytes_fn p_pool_paused_bytes;
+    int64_t paused = -2;
     pool_create_with_functions_fn p_pool_create_with_functions;
     pool_set_flags_fn p_pool_set_flags;
     pool_begin_filtered_fn p_pool_begin_filtered;
@@ -281,6 +286,10 @@ int main(int argc, char **argv)
     TYPECHECK(pool_reserved_fn, accalloc_pool_reserved_bytes);
     TYPECHECK(pool_create_with_allocator_fn, accalloc_pool_create_with_allocator);
     TYPECHECK(pool_id_fn, accalloc_pool_retain);
+    TYPECHECK(pool_id_fn, accalloc_pool_set_sleepable);
+    TYPECHECK(pool_id_fn, accalloc_pool_resume);
+    TYPECHECK(pool_pause_fn, accalloc_pool_pause);
+    TYPECHECK(pool_paused_bytes_fn, accalloc_pool_paused_bytes);
     TYPECHECK(pool_create_with_functions_fn, accalloc_pool_create_with_functions);
     TYPECHECK(pool_set_flags_fn, accalloc_pool_set_flags);
     TYPECHECK(pool_begin_filtered_fn, accalloc_pool_begin_filtered);
@@ -347,6 +356,10 @@ int main(int argc, char **argv)
     LOAD(p_pool_reserved_bytes, "accalloc_pool_reserved_bytes");
     LOAD(p_pool_create_with_allocator, "accalloc_pool_create_with_allocator");
     LOAD(p_pool_retain, "accalloc_pool_retain");
+    LOAD(p_pool_set_sleepable, "accalloc_pool_set_sleepable");
+    LOAD(p_pool_resume, "accalloc_pool_resume");
+    LOAD(p_pool_pause, "accalloc_pool_pause");
+    LOAD(p_pool_paused_bytes, "accalloc_pool_paused_bytes");
     LOAD(p_pool_create_with_functions, "accalloc_pool_create_with_functions");
     LOAD(p_pool_set_flags, "accalloc_pool_set_flags");
     LOAD(p_pool_begin_filtered, "accalloc_pool_begin_filtered");
@@ -529,6 +542,26 @@ int main(int argc, char **argv)
     CHECK_STATUS(p_pool_release(0, pool), ACCALLOC_OK);
     CHECK_STATUS(p_empty_cache(), ACCALLOC_OK); /* freeable: its segment goes back to the heap */
     CHECK_EQ(heap_bytes, 0);
+
+    /* Sleep and wake of a tag's pool: its page paused and resumed, the contents kept. */
+    CHECK_STATUS(p_pool_create(0, 0, 0, &pool), ACCALLOC_OK);
+    CHECK_STATUS(p_pool_set_sleepable(0, pool), ACCALLOC_OK);
+    CHECK_STATUS(p_pool_begin(0, pool, ACCALLOC_ROUTE_THREAD, NULL), ACCALLOC_OK);
+    CHECK_STATUS(p_malloc(&ptr, 1000, 0, NULL), ACCALLOC_OK);
+    CHECK_STATUS(p_pool_end(0, pool), ACCALLOC_OK);
+    /* The host keeps a backup; the CUDA backend has none yet (a pause without one). */
+    if (!accalloc_test_on_cuda())
+        ((unsigned char *)ptr)[999] = 0x5d;
+    CHECK_STATUS(p_pool_pause(0, pool, !accalloc_test_on_cuda()), ACCALLOC_OK);
+    CHECK_STATUS(p_pool_paused_bytes(0, pool, &paused), ACCALLOC_OK);
+    CHECK_EQ(paused, 2 << 20);
+    CHECK_STATUS(p_pool_resume(0, pool), ACCALLOC_OK);
+    if (!accalloc_test_on_cuda())
+        CHECK_EQ(((unsigned char *)ptr)[999], 0x5d);
+    CHECK_STATUS(p_free(ptr), ACCALLOC_OK);
+    CHECK_STATUS(p_pool_release(0, pool), ACCALLOC_OK);
+    CHECK_STATUS(p_pool_release(0, pool), ACCALLOC_OK);
+    CHECK_STATUS(p_empty_cache(), ACCALLOC_OK);
 
     /* A pool over PyTorch's pluggable pair. */
     CHECK_STATUS(p_pool_create_with_functions(0, 0, 0, heap_pair_alloc, heap_pair_free, &pool), ACCALLOC_OK);

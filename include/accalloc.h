@@ -1224,6 +1224,81 @@ enum AccallocStatus accalloc_get_allocator_settings_on(AccallocDeviceType device
                                                        size_t *len);
 
 /**
+ * Make `pool` sleepable: its segments grow as expandable ones (pages that can be unmapped and
+ * mapped again at the same addresses) whatever `expandable_segments` says. Call it before the pool
+ * allocates.
+ *
+ * Errors: ACCALLOC_ERROR_NOT_SUPPORTED (the pool's memory has no virtual memory; the message names
+ * the backend), ACCALLOC_ERROR_INVALID_ARGUMENT (no such pool; it holds ordinary segments already),
+ * ACCALLOC_ERROR_INVALID_DEVICE; nothing changes.
+ */
+enum AccallocStatus accalloc_pool_set_sleepable(int32_t device, struct AccallocPoolId pool);
+
+/**
+ * accalloc_pool_set_sleepable on the accelerator of `device_type`.
+ */
+enum AccallocStatus accalloc_pool_set_sleepable_on(AccallocDeviceType device_type,
+                                                   int32_t device,
+                                                   struct AccallocPoolId pool);
+
+/**
+ * Pause a sleepable `pool`: the memory behind each of its mapped pages goes back to the device
+ * (accalloc_mem_get_info's free rises by accalloc_pool_paused_bytes), the addresses stay reserved,
+ * and with `backup` non-zero the contents are first copied to host memory. Every statistic stays:
+ * its blocks are still allocated or free as they were. Until accalloc_pool_resume, an allocation
+ * routed to the pool fails with ACCALLOC_ERROR_INVALID_ARGUMENT (its blocks may be freed), and its
+ * memory must not be touched. Work queued on the pool's memory must be finished first. Pausing a
+ * paused pool does nothing. A failure half way puts back the pages this call paused.
+ *
+ * Errors: ACCALLOC_ERROR_NOT_SUPPORTED (no virtual memory; a backup where the backend has no
+ * copies to host memory: the message says which), ACCALLOC_ERROR_INVALID_ARGUMENT (no such pool;
+ * not sleepable), ACCALLOC_ERROR_BACKEND, ACCALLOC_ERROR_INVALID_DEVICE.
+ */
+enum AccallocStatus accalloc_pool_pause(int32_t device, struct AccallocPoolId pool, int32_t backup);
+
+/**
+ * accalloc_pool_pause on the accelerator of `device_type`.
+ */
+enum AccallocStatus accalloc_pool_pause_on(AccallocDeviceType device_type,
+                                           int32_t device,
+                                           struct AccallocPoolId pool,
+                                           int32_t backup);
+
+/**
+ * Resume a paused `pool`: new memory at the same addresses, and the backup copied back (without
+ * one, the contents are undefined). Resuming a running pool does nothing. When the device has no
+ * room (ACCALLOC_ERROR_BACKEND or ACCALLOC_ERROR_OUT_OF_MEMORY from its map), the pages resumed so
+ * far stay resumed and the rest paused: call it again.
+ *
+ * Errors: as accalloc_pool_pause.
+ */
+enum AccallocStatus accalloc_pool_resume(int32_t device, struct AccallocPoolId pool);
+
+/**
+ * accalloc_pool_resume on the accelerator of `device_type`.
+ */
+enum AccallocStatus accalloc_pool_resume_on(AccallocDeviceType device_type,
+                                            int32_t device,
+                                            struct AccallocPoolId pool);
+
+/**
+ * Store in `*out` the bytes of `pool` paused now (-1 where the pool does not exist).
+ *
+ * Errors: ACCALLOC_ERROR_INVALID_ARGUMENT (out is NULL), ACCALLOC_ERROR_INVALID_DEVICE.
+ */
+enum AccallocStatus accalloc_pool_paused_bytes(int32_t device,
+                                               struct AccallocPoolId pool,
+                                               int64_t *out);
+
+/**
+ * accalloc_pool_paused_bytes on the accelerator of `device_type`.
+ */
+enum AccallocStatus accalloc_pool_paused_bytes_on(AccallocDeviceType device_type,
+                                                  int32_t device,
+                                                  struct AccallocPoolId pool,
+                                                  int64_t *out);
+
+/**
  * Fill `*out` with every statistic of `device` (-1: current). Set out->struct_size to
  * sizeof(AccallocDeviceStats) first; on return it holds the number of bytes filled.
  *

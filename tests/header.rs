@@ -79,6 +79,10 @@ fn header_declares_every_exported_function() {
         "accalloc_pool_set_flags",
         "accalloc_pool_begin_filtered",
         "accalloc_pool_create_with_functions",
+        "accalloc_pool_set_sleepable",
+        "accalloc_pool_pause",
+        "accalloc_pool_resume",
+        "accalloc_pool_paused_bytes",
     ];
     // Functions that do not depend on the accelerator.
     let global = [

@@ -19,6 +19,7 @@ pub mod pinned_host;
 pub mod pluggable;
 pub mod pools;
 pub mod settings;
+pub mod sleep;
 pub mod stats;
 pub mod types;
 

@@ -28,6 +28,7 @@ pub mod pools;
 pub use sole_device::{suspended as with_shortcut_suspended, taken as shortcut_taken};
 pub mod ownership;
 mod reentry;
+mod sleep;
 mod sole_device;
 pub mod trace_log;
 

@@ -1,0 +1,28 @@
+//! Sleep and wake through the runtime: each call on its device's allocator (the rules are the
+//! core's: accalloc_core::caching::allocator, sleep.rs).
+
+use super::Accelerator;
+use crate::error::Result;
+use accalloc_core::caching::pools::MempoolId;
+
+impl Accelerator {
+    /// Make pool `id` on `device` sleepable (before it allocates).
+    pub fn make_pool_sleepable(&self, device: i32, id: MempoolId) -> Result<()> {
+        self.lock(self.resolve(device)?)?.make_pool_sleepable(id)
+    }
+
+    /// Pause pool `id` on `device`, with a backup of its contents in host memory when asked.
+    pub fn pause_pool(&self, device: i32, id: MempoolId, backup: bool) -> Result<()> {
+        self.lock(self.resolve(device)?)?.pause_pool(id, backup)
+    }
+
+    /// Resume pool `id` on `device`.
+    pub fn resume_pool(&self, device: i32, id: MempoolId) -> Result<()> {
+        self.lock(self.resolve(device)?)?.resume_pool(id)
+    }
+
+    /// Bytes of pool `id` paused now (None: no such pool).
+    pub fn pool_paused_bytes(&self, device: i32, id: MempoolId) -> Result<Option<usize>> {
+        Ok(self.lock(self.resolve(device)?)?.pool_paused_bytes(id))
+    }
+}
