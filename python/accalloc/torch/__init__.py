@@ -26,6 +26,7 @@ import accalloc
 from accalloc._library import DEVICE_HOST, library
 from accalloc.torch import _inductor, _module_conversion
 from accalloc.torch._pools import MemPool, PluggableAllocator, use_mem_pool  # noqa: F401 - the package's API
+from accalloc.torch._sleep import forget, pause, paused_bytes, region, resume  # noqa: F401 - the package's API
 
 _PACKAGE = Path(__file__).resolve().parent.parent
 _lock = threading.Lock()
