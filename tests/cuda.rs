@@ -234,3 +234,44 @@ fn pools_map_their_own_pages_and_take_segments_from_their_own_allocator_on_a_gpu
         3
     );
 }
+
+#[test]
+#[ignore = "needs a CUDA driver (a GPU, or the model): run by scripts/test-all.sh and scripts/gpu-check.sh"]
+fn a_sleepable_pool_pauses_and_resumes_at_the_same_addresses_on_a_gpu() {
+    use accalloc::caching::pools::Route;
+
+    let gpu = gpu();
+    // The last device: the other tests use device 0 at the same time, and its free memory with it.
+    let device = gpu.device_count() - 1;
+    let mut a = CachingAllocator::new(gpu.clone(), device, CachingConfig::default()).unwrap();
+    let tag = (0, 3);
+    a.create_pool(tag, false, false).unwrap();
+    a.make_pool_sleepable(tag).unwrap();
+    a.begin_allocate_to_pool(tag, Route::Thread(std::thread::current().id()))
+        .unwrap();
+    let p = a.malloc(25 << 20, 0).unwrap();
+    a.end_allocate_to_pool(tag).unwrap();
+    let running = gpu.mem_get_info(device).unwrap().free;
+    // No backup through CUDA yet: refused in words, nothing paused.
+    let refused = a.pause_pool(tag, true).unwrap_err();
+    assert_eq!(refused.kind, ErrorKind::NotSupported);
+    assert_eq!(a.pool_paused_bytes(tag), Some(0));
+    a.pause_pool(tag, false).unwrap();
+    assert_eq!(a.pool_paused_bytes(tag), Some(40 << 20));
+    assert_eq!(
+        gpu.mem_get_info(device).unwrap().free - running,
+        40 << 20,
+        "cuMemGetInfo's free rose by the paused bytes"
+    );
+    a.resume_pool(tag).unwrap();
+    assert_eq!(gpu.mem_get_info(device).unwrap().free, running);
+    // The same address serves the block: freeing it and allocating again in the tag finds it.
+    a.free(p).unwrap();
+    a.begin_allocate_to_pool(tag, Route::Thread(std::thread::current().id()))
+        .unwrap();
+    assert_eq!(a.malloc(25 << 20, 0).unwrap(), p);
+    a.end_allocate_to_pool(tag).unwrap();
+    a.free(p).unwrap();
+    a.empty_live_pool(tag).unwrap();
+    assert_eq!(a.stats().reserved_bytes[ALL].current, 0);
+}
