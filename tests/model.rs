@@ -69,6 +69,11 @@ enum Op {
         pool: u64,
         live: bool,
     },
+    /// Pause (with a backup or not) or resume pool (0, 1), which is sleepable.
+    Pause {
+        backup: bool,
+    },
+    Resume,
 }
 
 const POOLS: u64 = 2;
@@ -97,6 +102,8 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(pool, stream)| Op::PoolBegin { pool, stream }),
         2 => (0..POOLS).prop_map(|pool| Op::PoolEnd { pool }),
         1 => (0..POOLS, any::<bool>()).prop_map(|(pool, live)| Op::PoolEmpty { pool, live }),
+        1 => any::<bool>().prop_map(|backup| Op::Pause { backup }),
+        1 => Just(Op::Resume),
     ]
 }
 
@@ -108,6 +115,10 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
     // The model of the pools: which are begun.
     let mut begun = [false; POOLS as usize];
     let id = |pool: u64| (0, 1 + pool);
+    // Pool (0, 1) is a tag's: sleepable from the start (one use, released at the end).
+    a.create_pool(id(0), false, false).unwrap();
+    a.make_pool_sleepable(id(0)).unwrap();
+    let mut paused = false;
     for op in ops {
         match *op {
             Op::Malloc { size, stream } => match a.malloc(size, stream) {
@@ -117,6 +128,10 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
                         prop_assert!(ptr + size <= other || other + other_size <= ptr, "overlap");
                     }
                     live.push((ptr, size));
+                }
+                // A request routed to the paused tag is refused; any other fails only for room.
+                Err(e) if paused && e.message.contains("paused") => {
+                    prop_assert_eq!(e.kind, ErrorKind::InvalidArgument)
                 }
                 Err(e) => prop_assert_eq!(e.kind, ErrorKind::OutOfMemory, "{}", e.message),
             },
@@ -160,6 +175,17 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
             Op::PoolEmpty { pool, live: false } => {
                 prop_assert!(a.empty_pool_cache(id(pool)).is_ok())
             }
+            Op::Pause { backup } => {
+                prop_assert!(a.pause_pool(id(0), backup).is_ok());
+                paused = a.pool_paused_bytes(id(0)).is_some_and(|b| b > 0);
+            }
+            Op::Resume => {
+                // Others may have taken the memory meanwhile: then the rest stays paused.
+                if let Err(e) = a.resume_pool(id(0)) {
+                    prop_assert_eq!(e.kind, ErrorKind::OutOfMemory, "{}", e.message);
+                }
+                paused = a.pool_paused_bytes(id(0)).is_some_and(|b| b > 0);
+            }
             _ => {}
         }
         let s = a.stats();
@@ -167,8 +193,10 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
         let asked: usize = live.iter().map(|&(_, size)| size).sum();
         prop_assert!(s.allocated_bytes[ALL].current as usize >= asked);
         prop_assert!(s.active[ALL].current as usize >= live.len());
+        // The device holds what is reserved, less what a pause gave back.
+        let paused_bytes = a.pool_paused_bytes(id(0)).unwrap_or(0);
         prop_assert_eq!(
-            s.reserved_bytes[ALL].current as usize,
+            s.reserved_bytes[ALL].current as usize - paused_bytes,
             CAPACITY - backend.mem_get_info(0).unwrap().free
         );
     }
@@ -178,7 +206,10 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
     for stream in 0..3 {
         backend.complete_stream(stream);
     }
-    // Every pool ended and released as often as it was begun: freeable, emptied and forgotten.
+    // The tag resumed (the cache emptied first: the device has room again); every pool ended and
+    // released as often as it was begun: freeable, emptied and forgotten.
+    prop_assert!(a.empty_cache().is_ok());
+    prop_assert!(a.resume_pool(id(0)).is_ok());
     for pool in 0..POOLS {
         if begun[pool as usize] {
             prop_assert!(a.end_allocate_to_pool(id(pool)).is_ok());
