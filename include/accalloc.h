@@ -1267,12 +1267,13 @@ enum AccallocStatus accalloc_pool_pause_on(AccallocDeviceType device_type,
 /**
  * Resume a paused `pool`: new memory at the same addresses, and the backup copied back (without
  * one, the contents are undefined). Resuming a running pool does nothing. When the device has no
- * room (ACCALLOC_ERROR_BACKEND or ACCALLOC_ERROR_OUT_OF_MEMORY from its map), the pages resumed so
+ * room (ACCALLOC_ERROR_OUT_OF_MEMORY) or a call fails (ACCALLOC_ERROR_BACKEND), the pages resumed so
  * far stay resumed and the rest paused: call it again.
  *
  * Errors: as accalloc_pool_pause.
  */
-enum AccallocStatus accalloc_pool_resume(int32_t device, struct AccallocPoolId pool);
+enum AccallocStatus accalloc_pool_resume(int32_t device,
+                                         struct AccallocPoolId pool);
 
 /**
  * accalloc_pool_resume on the accelerator of `device_type`.

@@ -60,7 +60,7 @@ pub extern "C" fn accalloc_pool_pause_on(
 
 /// Resume a paused `pool`: new memory at the same addresses, and the backup copied back (without
 /// one, the contents are undefined). Resuming a running pool does nothing. When the device has no
-/// room (ACCALLOC_ERROR_BACKEND or ACCALLOC_ERROR_OUT_OF_MEMORY from its map), the pages resumed so
+/// room (ACCALLOC_ERROR_OUT_OF_MEMORY) or a call fails (ACCALLOC_ERROR_BACKEND), the pages resumed so
 /// far stay resumed and the rest paused: call it again.
 ///
 /// Errors: as accalloc_pool_pause.

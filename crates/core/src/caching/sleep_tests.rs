@@ -185,3 +185,24 @@ fn sleep_needs_virtual_memory_and_a_sleepable_pool() {
         "no such pool"
     );
 }
+
+#[test]
+fn a_resume_without_room_is_out_of_memory_and_keeps_the_rest_paused() {
+    let backend = Arc::new(SimulatedBackend::new(1, 64 * MIB));
+    let mut a = CachingAllocator::new(backend.clone(), 0, CachingConfig::default()).unwrap();
+    a.create_pool(TAG, false, false).unwrap();
+    a.make_pool_sleepable(TAG).unwrap();
+    let p = in_tag(&mut a, |a| a.malloc(25 * MIB, 0).unwrap()); // two 20 MiB pages
+    a.pause_pool(TAG, false).unwrap();
+    // Meanwhile another request takes 40 of the 64 MiB.
+    let other = a.malloc(40 * MIB, 0).unwrap();
+    let error = a.resume_pool(TAG).unwrap_err();
+    assert_eq!(error.kind, ErrorKind::OutOfMemory, "{}", error.message);
+    assert_eq!(a.pool_paused_bytes(TAG), Some(20 * MIB), "one page fitted");
+    a.free(other).unwrap();
+    a.empty_cache().unwrap();
+    a.resume_pool(TAG).unwrap();
+    assert_eq!(a.pool_paused_bytes(TAG), Some(0));
+    a.free(p).unwrap();
+    a.check_invariants().unwrap();
+}

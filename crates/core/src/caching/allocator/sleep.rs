@@ -248,7 +248,17 @@ impl CachingAllocator {
         );
         source
             .vm_map(self.device, address, size)
-            .map_err(|e| backend_error(&*source, self.device, "vm_map", e))?;
+            .map_err(|e| match e {
+                BackendError::OutOfMemory => Error::new(
+                    ErrorKind::OutOfMemory,
+                    format!(
+                        "resume: device {} has no room for the {size} bytes at {address:#x} (the rest \
+                         of the pool stays paused: free memory and resume again)",
+                        self.device
+                    ),
+                ),
+                e => backend_error(&*source, self.device, "vm_map", e),
+            })?;
         if let Some(buffer) = self.private_pools.sleep_mut(index).backups.get(&address) {
             let from = buffer.as_ptr() as usize;
             if let Err(e) = source.copy_from_host(self.device, address, from, size) {
