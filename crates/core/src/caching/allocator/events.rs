@@ -133,6 +133,8 @@ impl CachingAllocator {
             self.blocks[id].event_count -= 1;
             self.insert_events(id, events);
         }
+        // Nothing deferred any more: the cached path may serve again when no pool is begun.
+        self.routing = self.private_pools.routing();
         Ok(())
     }
 

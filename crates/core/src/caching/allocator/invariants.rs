@@ -89,6 +89,14 @@ impl CachingAllocator {
                 known.push(id);
             }
         }
+        // The cached path is closed while any pool is begun or any free waits for a capture's end.
+        let closed = self.private_pools.routing() || !self.private_pools.deferred_frees.is_empty();
+        if self.routing != closed || self.capturing != self.private_pools.capturing() {
+            return Err(format!(
+                "routing is {} and capturing {}, but pools begun or frees deferred say {closed}",
+                self.routing, self.capturing
+            ));
+        }
         for &id in &self.private_pools.deferred_frees {
             let block = &self.blocks[id];
             if block.allocated || block.event_count == 0 || !self.stream_uses.contains_key(&id) {

@@ -81,7 +81,8 @@ pub struct CachingAllocator {
     /// Reserved address ranges of expandable segments; blocks refer to them by index.
     expandable: Vec<expandable::ExpandableSegment>,
     /// Private pools (MemPool, graph pools) and the routing of allocations to them: boxed, so that
-    /// the hot path's fields stay together; `routing` mirrors whether any pool is begun.
+    /// the hot path's fields stay together; `routing` mirrors whether any pool is begun, or frees
+    /// deferred by a capture wait for their events (either sends malloc past the cached path).
     private_pools: Box<PrivatePools>,
     routing: bool,
     /// Whether a capture (a pool begun for a stream) is underway.
@@ -177,7 +178,6 @@ impl CachingAllocator {
             || !self.pending_events.is_empty()
             || self.garbage_collection_on()
             || self.routing
-            || !self.private_pools.deferred_frees.is_empty()
         {
             return None;
         }
