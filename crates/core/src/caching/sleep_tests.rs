@@ -206,3 +206,32 @@ fn a_resume_without_room_is_out_of_memory_and_keeps_the_rest_paused() {
     a.free(p).unwrap();
     a.check_invariants().unwrap();
 }
+
+#[test]
+fn a_paused_use_on_oom_pool_lends_no_block() {
+    let backend = Arc::new(SimulatedBackend::new(1, 64 * MIB));
+    let mut a = CachingAllocator::new(backend, 0, CachingConfig::default()).unwrap();
+    a.create_pool(TAG, true, false).unwrap(); // use_on_oom
+    a.make_pool_sleepable(TAG).unwrap();
+    let p = in_tag(&mut a, |a| a.malloc(25 * MIB, 0).unwrap()); // 40 MiB mapped, 15 MiB free
+    a.pause_pool(TAG, false).unwrap();
+    // 60 of the 64 MiB elsewhere, then a request the device cannot hold: the paused pool's free
+    // 15 MiB (no memory behind them) are not lent.
+    let other = a.malloc(60 * MIB, 0).unwrap();
+    let error = a.malloc(10 * MIB, 0).unwrap_err();
+    assert_eq!(error.kind, ErrorKind::OutOfMemory);
+    a.free(other).unwrap();
+    a.empty_cache().unwrap();
+    a.resume_pool(TAG).unwrap();
+    // Resumed, its free block is lent again.
+    let hog = a.malloc(24 * MIB, 0).unwrap();
+    let lent = a.malloc(10 * MIB, 0).unwrap();
+    assert!(
+        lent > p && lent < p + 40 * MIB,
+        "the pool's free block, lent"
+    );
+    for ptr in [hog, lent, p] {
+        a.free(ptr).unwrap();
+    }
+    a.check_invariants().unwrap();
+}

@@ -39,6 +39,10 @@ impl CachingAllocator {
         // blocks of the use_on_oom pools (no new segment; the block stays its pool's).
         if private == DEFAULT_POOLS {
             for candidate in self.private_pools.use_on_oom_pools() {
+                // A paused pool's free blocks have no memory behind them until it resumes.
+                if self.pool_paused(candidate) {
+                    continue;
+                }
                 if let Some(id) = self.take_free_block(candidate, pool, stream, rounded) {
                     return Ok(id);
                 }
