@@ -1,12 +1,12 @@
 //! Replaying a trace through fresh caching allocators (one per device) and measuring it.
 
 use crate::backend::Backend;
-use crate::caching::pools::Route;
+use crate::caching::pools::{MempoolId, Route};
 use crate::caching::snapshot::settings_json;
 use crate::caching::{CachingAllocator, CachingConfig, DeviceStats, StatType};
 use crate::error::{Error, ErrorKind, Result};
 use crate::replay::trace::{devices_used, PoolCall, TraceOp};
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -108,6 +108,8 @@ impl ReplayReport {
 struct Session {
     allocators: Vec<CachingAllocator>,
     live: HashMap<u64, (usize, usize)>,
+    /// Every private pool the trace named, by device: those still in use at the end are let go.
+    pools: BTreeSet<(usize, MempoolId)>,
 }
 
 impl Session {
@@ -128,6 +130,7 @@ impl Session {
         Ok(Session {
             allocators,
             live: HashMap::with_capacity(1024),
+            pools: BTreeSet::new(),
         })
     }
 
@@ -169,6 +172,7 @@ impl Session {
                 }
             }
             TraceOp::Pool { pool, device, call } => {
+                self.pools.insert((device, pool));
                 let allocator = &mut self.allocators[device];
                 match call {
                     PoolCall::Create {
@@ -239,10 +243,20 @@ impl Session {
         })
     }
 
-    /// Give everything back so the backend ends as it began.
+    /// Give everything back so the backend ends as it began. A pool the trace left in use (a
+    /// snapshot's pools live through it, as the program's MemPool did) is ended and released as
+    /// the program's exit would, so that empty_cache can give its segments back.
     fn finish(mut self) -> Result<()> {
         for (_, (device, ptr)) in std::mem::take(&mut self.live) {
             self.allocators[device].free(ptr)?;
+        }
+        for &(device, pool) in &self.pools {
+            let allocator = &mut self.allocators[device];
+            // Each end undoes one begin; it fails once none is left.
+            while allocator.end_allocate_to_pool(pool).is_ok() {}
+            while allocator.pool_use_count(pool).is_some_and(|uses| uses > 0) {
+                allocator.release_pool(pool)?;
+            }
         }
         for allocator in &mut self.allocators {
             allocator.empty_cache()?;
@@ -361,6 +375,23 @@ mod tests {
         assert!(
             backend.live_segments(0).is_empty(),
             "replay gives everything back at the end"
+        );
+    }
+
+    #[test]
+    fn replay_lets_go_of_the_pools_a_trace_leaves_in_use() {
+        // A pool made and begun, never ended nor released (a snapshot's pools live through the
+        // trace): its segment still goes back at the end, as the program's exit gives it.
+        let trace = "{\"op\":\"pool_create\",\"pool\":[203,0]}\n\
+                     {\"op\":\"pool_begin\",\"pool\":[203,0]}\n\
+                     {\"op\":\"alloc\",\"id\":1,\"size\":512}\n";
+        let ops = parse_trace(trace).unwrap();
+        let backend = Arc::new(SimulatedBackend::new(1, 1 << 30));
+        let report = replay(&ops, backend.clone(), &CachingConfig::default()).unwrap();
+        assert_eq!(report.device_allocs(), 1);
+        assert!(
+            backend.live_segments(0).is_empty(),
+            "the pool's segment is given back"
         );
     }
 
