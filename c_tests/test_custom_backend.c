@@ -3,8 +3,10 @@
  * allocator: caching, splitting, stream deferral, the OOM retry, statistics, summary and snapshot, all
  * through the `_on` forms of the API, side by side with the host backend. Two host devices are used
  * from two threads at once and their statistics stay separate. */
+#define _DEFAULT_SOURCE /* mmap's MAP_ANONYMOUS, madvise */
 #include <pthread.h>
 #include <stddef.h>
+#include <sys/mman.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -167,6 +169,14 @@ static int32_t fake_host_free(void *ctx, void *ptr, size_t size)
     return ACCALLOC_BACKEND_OK;
 }
 
+/* Copies between the fake device's memory (plain heap memory here) and the host's: sleep's backups. */
+static int32_t fake_copy(void *ctx, int32_t device, void *dst, const void *src, size_t size)
+{
+    (void)ctx, (void)device;
+    memcpy(dst, src, size);
+    return ACCALLOC_BACKEND_OK;
+}
+
 static AccallocBackendVTable fake_table(void)
 {
     AccallocBackendVTable table;
@@ -184,6 +194,8 @@ static AccallocBackendVTable fake_table(void)
     table.event_destroy = fake_event_destroy;
     table.host_alloc = fake_host_alloc;
     table.host_free = fake_host_free;
+    table.copy_to_host = fake_copy;
+    table.copy_from_host = fake_copy;
     return table;
 }
 
@@ -535,6 +547,107 @@ static void test_sleep_without_virtual_memory(AccallocDeviceType type)
     EXPECT(accalloc_empty_cache_on(type), ACCALLOC_OK);
 }
 
+/* A pool allocator with virtual memory, from mmap: reserve = PROT_NONE address space, map = read and
+ * write with fresh pages, unmap = the pages back to the system and no access, as a device's
+ * cuMemUnmap leaves the addresses. `mapped` counts the bytes with memory behind them. */
+static size_t g_vm_mapped;
+
+static int vm_granularity(void *ctx, int32_t device, size_t *out)
+{
+    (void)ctx, (void)device;
+    *out = 2 * MiB;
+    return ACCALLOC_BACKEND_OK;
+}
+
+static int vm_reserve(void *ctx, int32_t device, size_t size, void **out)
+{
+    /* Twice the size, trimmed to a 2 MiB-aligned start: accalloc wants reservations aligned. */
+    char *base = (char *)mmap(NULL, size + 2 * MiB, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    char *aligned;
+    (void)ctx, (void)device;
+    if (base == MAP_FAILED)
+        return ACCALLOC_BACKEND_OUT_OF_MEMORY;
+    aligned = (char *)(((uintptr_t)base + 2 * MiB - 1) & ~(uintptr_t)(2 * MiB - 1));
+    if (aligned > base)
+        munmap(base, (size_t)(aligned - base));
+    munmap(aligned + size, (size_t)(base + size + 2 * MiB - (aligned + size)));
+    *out = aligned;
+    return ACCALLOC_BACKEND_OK;
+}
+
+static int vm_map(void *ctx, int32_t device, void *ptr, size_t size)
+{
+    (void)ctx, (void)device;
+    if (mprotect(ptr, size, PROT_READ | PROT_WRITE) != 0)
+        return 1;
+    g_vm_mapped += size;
+    return ACCALLOC_BACKEND_OK;
+}
+
+static int vm_unmap(void *ctx, int32_t device, void *ptr, size_t size)
+{
+    (void)ctx, (void)device;
+    if (madvise(ptr, size, MADV_DONTNEED) != 0 || mprotect(ptr, size, PROT_NONE) != 0)
+        return 1;
+    g_vm_mapped -= size;
+    return ACCALLOC_BACKEND_OK;
+}
+
+static int vm_release(void *ctx, int32_t device, void *ptr, size_t size)
+{
+    (void)ctx, (void)device;
+    return munmap(ptr, size) == 0 ? ACCALLOC_BACKEND_OK : 1;
+}
+
+/* Sleep on the registered device, in a pool whose pages come from the mmap allocator above: the
+ * weights are backed up through the fake's copy entries and come back with their bytes, at the
+ * same address; the pages go back meanwhile. */
+static void test_sleep_with_backup(AccallocDeviceType type)
+{
+    AccallocBackendVTable vm;
+    AccallocPoolId pool;
+    unsigned char *weights = NULL;
+    int held = 0;
+    int64_t paused = -1;
+    size_t i;
+
+    memset(&vm, 0, sizeof vm);
+    vm.struct_size = sizeof vm;
+    vm.context = &held;
+    vm.raw_alloc = heap_alloc;
+    vm.raw_free = heap_free;
+    vm.vm_granularity = vm_granularity;
+    vm.vm_reserve = vm_reserve;
+    vm.vm_map = vm_map;
+    vm.vm_unmap = vm_unmap;
+    vm.vm_release = vm_release;
+    EXPECT(accalloc_pool_create_with_allocator_on(type, 0, 0, 0, &vm, &pool), ACCALLOC_OK);
+    EXPECT(accalloc_pool_set_sleepable_on(type, 0, pool), ACCALLOC_OK);
+    EXPECT(accalloc_pool_begin_on(type, 0, pool, ACCALLOC_ROUTE_THREAD, NULL), ACCALLOC_OK);
+    EXPECT(accalloc_malloc_on(type, (void **)&weights, 3 * MiB, 0, NULL), ACCALLOC_OK);
+    EXPECT(accalloc_pool_end_on(type, 0, pool), ACCALLOC_OK);
+    for (i = 0; i < 3 * MiB; i++)
+        weights[i] = (unsigned char)(i * 7 + 3);
+    CHECK(g_vm_mapped >= 3 * MiB);
+    EXPECT(accalloc_pool_pause_on(type, 0, pool, 1), ACCALLOC_OK);
+    CHECK_EQ(g_vm_mapped, 0);
+    EXPECT(accalloc_pool_paused_bytes_on(type, 0, pool, &paused), ACCALLOC_OK);
+    CHECK(paused >= 3 * MiB);
+    EXPECT(accalloc_pool_resume_on(type, 0, pool), ACCALLOC_OK);
+    CHECK(g_vm_mapped >= 3 * MiB);
+    for (i = 0; i < 3 * MiB; i++) {
+        if (weights[i] != (unsigned char)(i * 7 + 3))
+            break;
+    }
+    CHECK_EQ(i, 3 * MiB); /* every byte came back */
+    EXPECT(accalloc_free(weights), ACCALLOC_OK);
+    EXPECT(accalloc_pool_release_on(type, 0, pool), ACCALLOC_OK); /* the begin's use */
+    EXPECT(accalloc_pool_release_on(type, 0, pool), ACCALLOC_OK); /* the creation's */
+    EXPECT(accalloc_empty_cache_on(type), ACCALLOC_OK);
+    CHECK_EQ(g_vm_mapped, 0);
+    CHECK_EQ(held, 0);
+}
+
 static void test_out_of_memory_and_errors(AccallocDeviceType type)
 {
     void *big = NULL, *bigger = NULL, *none = NULL;
@@ -645,6 +758,7 @@ int main(void)
     test_pools(type);
     test_pool_allocator(type);
     test_sleep_without_virtual_memory(type);
+    test_sleep_with_backup(type);
     test_out_of_memory_and_errors(type);
     test_every_on_form(type);
     test_current_accelerator(type);

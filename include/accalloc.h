@@ -165,10 +165,11 @@ typedef int32_t AccallocDeviceType;
  * accalloc_record_stream falls back to stream_synchronize when there is one and is otherwise
  * ACCALLOC_ERROR_NOT_SUPPORTED; without the five virtual-memory functions, expandable segments fall back
  * to ordinary segments; without host_alloc and host_free, pinned host memory (accalloc_host_malloc) is
- * ACCALLOC_ERROR_NOT_SUPPORTED. A table from a caller built against an older header, whose
- * struct_size ends before host_alloc, is read up to its struct_size and has no pinned host memory. The functions may be called from any thread, and with the same context
- * concurrently for different devices. They may call accalloc for other device types (the host,
- * say), but not for their own: such a call returns ACCALLOC_ERROR_NOT_SUPPORTED, since the device is
+ * ACCALLOC_ERROR_NOT_SUPPORTED; without copy_to_host and copy_from_host, a pause with a backup is. A
+ * table from a caller built against an older header, whose struct_size ends before host_alloc (or
+ * copy_to_host), is read up to its struct_size and lacks what follows. The functions may be called
+ * from any thread, and with the same context concurrently for different devices. They may call
+ * accalloc for other device types (the host, say), but not for their own: such a call returns ACCALLOC_ERROR_NOT_SUPPORTED, since the device is
  * locked or being set up while they run. What they hand back is checked: a segment or reservation
  * that is NULL, not aligned (512 bytes; reservations also to vm_granularity), wraps around the
  * address space or overlaps one accalloc holds is refused with ACCALLOC_ERROR_BACKEND and given back
@@ -252,6 +253,17 @@ typedef struct AccallocBackendVTable {
    * Optional: free what host_alloc returned (`size` as asked for).
    */
   int32_t (*host_free)(void *context, void *ptr, size_t size);
+  /**
+   * Optional: copy `size` bytes of `device` memory at `src` to host memory at `dst`, done when it
+   * returns (the backups of accalloc_pool_pause; without both copy entries a pause with a backup
+   * is ACCALLOC_ERROR_NOT_SUPPORTED).
+   */
+  int32_t (*copy_to_host)(void *context, int32_t device, void *dst, const void *src, size_t size);
+  /**
+   * Optional: copy `size` bytes of host memory at `src` to `device` memory at `dst`, done when it
+   * returns (accalloc_pool_resume puts the backups back with it).
+   */
+  int32_t (*copy_from_host)(void *context, int32_t device, void *dst, const void *src, size_t size);
 } AccallocBackendVTable;
 
 /**

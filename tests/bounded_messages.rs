@@ -78,6 +78,8 @@ fn messages_quote_a_bounded_prefix_of_huge_inputs() {
             vm_release: None,
             host_alloc: None,
             host_free: None,
+            copy_to_host: None,
+            copy_from_host: None,
         };
         let mut device_type = -1;
         check_bounded(

@@ -251,20 +251,29 @@ fn a_sleepable_pool_pauses_and_resumes_at_the_same_addresses_on_a_gpu() {
         .unwrap();
     let p = a.malloc(25 << 20, 0).unwrap();
     a.end_allocate_to_pool(tag).unwrap();
+    // The block's bytes, written through the driver (cuMemcpyHtoD).
+    let weights: Vec<u8> = (0..25usize << 20).map(|i| (i * 7 + 3) as u8).collect();
+    gpu.copy_from_host(device, p, weights.as_ptr() as usize, weights.len())
+        .unwrap();
     let running = gpu.mem_get_info(device).unwrap().free;
-    // No backup through CUDA yet: refused in words, nothing paused.
-    let refused = a.pause_pool(tag, true).unwrap_err();
-    assert_eq!(refused.kind, ErrorKind::NotSupported);
-    assert_eq!(a.pool_paused_bytes(tag), Some(0));
-    a.pause_pool(tag, false).unwrap();
-    assert_eq!(a.pool_paused_bytes(tag), Some(40 << 20));
-    assert_eq!(
-        gpu.mem_get_info(device).unwrap().free - running,
-        40 << 20,
-        "cuMemGetInfo's free rose by the paused bytes"
-    );
-    a.resume_pool(tag).unwrap();
-    assert_eq!(gpu.mem_get_info(device).unwrap().free, running);
+    for backup in [true, false] {
+        a.pause_pool(tag, backup).unwrap();
+        assert_eq!(a.pool_paused_bytes(tag), Some(40 << 20));
+        assert_eq!(
+            gpu.mem_get_info(device).unwrap().free - running,
+            40 << 20,
+            "cuMemGetInfo's free rose by the paused bytes"
+        );
+        a.resume_pool(tag).unwrap();
+        assert_eq!(gpu.mem_get_info(device).unwrap().free, running);
+        if backup {
+            // The backup came back: the same bytes at the same address (cuMemcpyDtoH).
+            let mut back = vec![0u8; weights.len()];
+            gpu.copy_to_host(device, back.as_mut_ptr() as usize, p, back.len())
+                .unwrap();
+            assert!(back == weights, "the contents came back with the pages");
+        }
+    }
     // The same address serves the block: freeing it and allocating again in the tag finds it.
     a.free(p).unwrap();
     a.begin_allocate_to_pool(tag, Route::Thread(std::thread::current().id()))

@@ -14,11 +14,14 @@ use cuda_model_support::Model;
 
 use accalloc::backend::cuda::REQUIRED_SYMBOLS;
 use accalloc::backend::Backend;
+use accalloc::caching::pools::Route;
 use accalloc::caching::settings::parse_settings;
 use accalloc::caching::{CachingAllocator, CachingConfig, StatType};
 use accalloc::error::ErrorKind;
 
 const ALL: usize = StatType::All as usize;
+/// The workload's sleepable pool.
+const SLEEPER: (u64, u64) = (0, 9);
 const MIB: usize = 1 << 20;
 /// More than any model device holds (the model allows at most 1 TiB).
 const CAPACITY_PAST_ANY_MODEL_DEVICE: usize = (1 << 40) + 1;
@@ -55,9 +58,27 @@ fn model() -> (Model, std::sync::MutexGuard<'static, ()>) {
 fn workload(model: &Model, a: &mut CachingAllocator, device: usize, side: usize) -> Vec<usize> {
     let sizes = [500, 3 * MIB, 25 * MIB, 1024, 12 * MIB, 2 * MIB + 5];
     let mut held = Vec::new();
+    // A sleepable pool (its pages always from the virtual-memory calls) takes every fifth
+    // allocation, and pauses with a backup and resumes now and then: each call kind of sleep fails
+    // under the faults too, and every page must end paused or running with the books exact.
+    a.create_pool(SLEEPER, false, false).unwrap();
+    a.make_pool_sleepable(SLEEPER).unwrap();
     for i in 0..48 {
         let size = sizes[i % sizes.len()];
-        match a.malloc(size, if i % 4 == 1 { side } else { 0 }) {
+        let in_pool = i % 5 == 2;
+        if in_pool {
+            a.begin_allocate_to_pool(SLEEPER, Route::Thread(std::thread::current().id()))
+                .unwrap();
+        }
+        let result = a.malloc(size, if i % 4 == 1 { side } else { 0 });
+        if in_pool {
+            a.end_allocate_to_pool(SLEEPER).unwrap();
+            a.release_pool(SLEEPER).unwrap();
+        }
+        if i % 8 == 7 {
+            sleep_and_wake(a);
+        }
+        match result {
             Ok(p) => {
                 if i % 3 == 0 {
                     // A launch refused by a poisoned context is the caller's business, not ours.
@@ -66,8 +87,10 @@ fn workload(model: &Model, a: &mut CachingAllocator, device: usize, side: usize)
                 }
                 held.push(p);
             }
+            // The sleeping pool stays paused when a resume was refused: it refuses allocations.
             Err(e) => assert!(
-                matches!(e.kind, ErrorKind::OutOfMemory | ErrorKind::Backend),
+                matches!(e.kind, ErrorKind::OutOfMemory | ErrorKind::Backend)
+                    || (in_pool && e.message.contains("paused")),
                 "{e:?}"
             ),
         }
@@ -88,7 +111,15 @@ fn workload(model: &Model, a: &mut CachingAllocator, device: usize, side: usize)
         a.check_invariants().unwrap();
     }
     // Everything is given back under the same faults: a refused free is retried, and so is the
-    // release of the cache.
+    // release of the cache; the sleeping pool wakes first (a refused resume is retried), then its
+    // creation's use goes, so that empty_cache may give its pages back.
+    for _ in 0..4 {
+        if a.pool_paused_bytes(SLEEPER).unwrap_or(0) > 0 {
+            let _ = a.resume_pool(SLEEPER);
+            a.check_invariants().unwrap();
+        }
+    }
+    a.release_pool(SLEEPER).unwrap();
     for _ in 0..4 {
         held.retain(|&p| a.free(p).is_err());
         let _ = a.empty_cache();
@@ -97,24 +128,26 @@ fn workload(model: &Model, a: &mut CachingAllocator, device: usize, side: usize)
     held
 }
 
+/// Pause with a backup and resume the sleeping pool, each refused now and then by the faults;
+/// the books are recounted after each.
+fn sleep_and_wake(a: &mut CachingAllocator) {
+    for result in [a.pause_pool(SLEEPER, true), a.resume_pool(SLEEPER)] {
+        if let Err(e) = result {
+            assert!(
+                matches!(e.kind, ErrorKind::OutOfMemory | ErrorKind::Backend),
+                "{e:?}"
+            );
+        }
+        a.check_invariants().unwrap();
+    }
+}
+
 /// Whether the workload under `config` makes `call` at all: segments come from cuMemAlloc, or
-/// from the virtual-memory calls with expandable segments.
+/// from the virtual-memory calls with expandable segments (the sleeping pool's always do).
 fn makes(call: &str, config: &str) -> bool {
     let expandable = !config.is_empty();
     match call {
         "cuMemAlloc_v2" | "cuMemFree_v2" => !expandable,
-        c if c.starts_with("cuMemAddress")
-            || [
-                "cuMemCreate",
-                "cuMemRelease",
-                "cuMemMap",
-                "cuMemUnmap",
-                "cuMemSetAccess",
-            ]
-            .contains(&c) =>
-        {
-            expandable
-        }
         _ => true,
     }
 }

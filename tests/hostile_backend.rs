@@ -220,6 +220,8 @@ fn table(liar: &'static Liar, virtual_memory: bool) -> AccallocBackendVTable {
         vm_release: vm(vm_release as unsafe extern "C" fn(_, _, _, _) -> i32),
         host_alloc: None,
         host_free: None,
+        copy_to_host: None,
+        copy_from_host: None,
     }
 }
 

@@ -711,6 +711,8 @@ fn vendor_device_type() -> AccallocDeviceType {
             vm_release: None,
             host_alloc: None,
             host_free: None,
+            copy_to_host: None,
+            copy_from_host: None,
         };
         let mut device_type = -1;
         let status =

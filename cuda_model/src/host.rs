@@ -1,6 +1,8 @@
 //! The host's side of the driver: page-locked host memory (cuMemHostAlloc, cuMemFreeHost; its books
-//! in pinned.rs) and the asynchronous copies between host and device (cuMemcpyHtoDAsync,
-//! cuMemcpyDtoHAsync). A copy with memory pinned for the stream's device is queued on the stream
+//! in pinned.rs), the asynchronous copies between host and device (cuMemcpyHtoDAsync,
+//! cuMemcpyDtoHAsync) and the synchronous ones (cuMemcpyHtoD, cuMemcpyDtoH: on the legacy default
+//! stream, which first waits for all work of the current device, and back only once the bytes are
+//! copied). A copy with memory pinned for the stream's device is queued on the stream
 //! and made when the stream gets there, its host range in use until then like its device range;
 //! with pageable memory the call waits for the stream and copies at once, as the driver stages such
 //! copies. Pinned memory handed out or freed while a queued copy on any device's stream still uses
@@ -73,6 +75,36 @@ pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
     driver("cuMemcpyDtoHAsync_v2", |m| {
         copy(m, false, src as usize, dst as usize, bytes, stream)
     })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyHtoD_v2(dst: CUdeviceptr, src: *const c_void, bytes: usize) -> CuResult {
+    driver("cuMemcpyHtoD_v2", |m| {
+        copy_synchronously(m, true, dst as usize, src as usize, bytes)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyDtoH_v2(dst: *mut c_void, src: CUdeviceptr, bytes: usize) -> CuResult {
+    driver("cuMemcpyDtoH_v2", |m| {
+        copy_synchronously(m, false, src as usize, dst as usize, bytes)
+    })
+}
+
+/// The synchronous copies: every stream of the current device is waited for (the legacy default
+/// stream synchronizes with them), then the copy is queued on the default stream and waited for.
+fn copy_synchronously(
+    m: &'static Model,
+    to_device: bool,
+    device_ptr: usize,
+    host: usize,
+    bytes: usize,
+) -> Result<(), CuResult> {
+    let device = m.current()?;
+    m.streams_of(device).iter().for_each(|s| s.synchronize());
+    copy(m, to_device, device_ptr, host, bytes, std::ptr::null_mut())?;
+    m.stream(device, std::ptr::null_mut())?.synchronize();
+    Ok(())
 }
 
 /// A copy of `bytes` between the current device's memory at `device_ptr` and the host's at `host`,

@@ -128,6 +128,8 @@ fn hostile() -> AccallocDeviceType {
             vm_release: Some(h_free),
             host_alloc: None,
             host_free: None,
+            copy_to_host: None,
+            copy_from_host: None,
         };
         let mut device_type = -1;
         let status = unsafe { accalloc_register_backend(c"hostile".as_ptr(), &table, &mut device_type) };

@@ -4,7 +4,8 @@
 //! struct: `AccallocBackendVTable::functions` checks it and hands backend/custom.rs its Rust view.
 
 use crate::backend::custom::{
-    self, EventFunctions, Functions, PinnedHostFunctions, SegmentFunctions, VirtualMemoryFunctions,
+    self, CopyFunctions, EventFunctions, Functions, PinnedHostFunctions, SegmentFunctions,
+    VirtualMemoryFunctions,
 };
 use std::ffi::c_void;
 
@@ -20,10 +21,11 @@ pub const ACCALLOC_BACKEND_OUT_OF_MEMORY: i32 = 2;
 /// accalloc_record_stream falls back to stream_synchronize when there is one and is otherwise
 /// ACCALLOC_ERROR_NOT_SUPPORTED; without the five virtual-memory functions, expandable segments fall back
 /// to ordinary segments; without host_alloc and host_free, pinned host memory (accalloc_host_malloc) is
-/// ACCALLOC_ERROR_NOT_SUPPORTED. A table from a caller built against an older header, whose
-/// struct_size ends before host_alloc, is read up to its struct_size and has no pinned host memory. The functions may be called from any thread, and with the same context
-/// concurrently for different devices. They may call accalloc for other device types (the host,
-/// say), but not for their own: such a call returns ACCALLOC_ERROR_NOT_SUPPORTED, since the device is
+/// ACCALLOC_ERROR_NOT_SUPPORTED; without copy_to_host and copy_from_host, a pause with a backup is. A
+/// table from a caller built against an older header, whose struct_size ends before host_alloc (or
+/// copy_to_host), is read up to its struct_size and lacks what follows. The functions may be called
+/// from any thread, and with the same context concurrently for different devices. They may call
+/// accalloc for other device types (the host, say), but not for their own: such a call returns ACCALLOC_ERROR_NOT_SUPPORTED, since the device is
 /// locked or being set up while they run. What they hand back is checked: a segment or reservation
 /// that is NULL, not aligned (512 bytes; reservations also to vm_granularity), wraps around the
 /// address space or overlaps one accalloc holds is refused with ACCALLOC_ERROR_BACKEND and given back
@@ -143,6 +145,29 @@ pub struct AccallocBackendVTable {
     /// Optional: free what host_alloc returned (`size` as asked for).
     pub host_free:
         Option<unsafe extern "C" fn(context: *mut c_void, ptr: *mut c_void, size: usize) -> i32>,
+    /// Optional: copy `size` bytes of `device` memory at `src` to host memory at `dst`, done when it
+    /// returns (the backups of accalloc_pool_pause; without both copy entries a pause with a backup
+    /// is ACCALLOC_ERROR_NOT_SUPPORTED).
+    pub copy_to_host: Option<
+        unsafe extern "C" fn(
+            context: *mut c_void,
+            device: i32,
+            dst: *mut c_void,
+            src: *const c_void,
+            size: usize,
+        ) -> i32,
+    >,
+    /// Optional: copy `size` bytes of host memory at `src` to `device` memory at `dst`, done when it
+    /// returns (accalloc_pool_resume puts the backups back with it).
+    pub copy_from_host: Option<
+        unsafe extern "C" fn(
+            context: *mut c_void,
+            device: i32,
+            dst: *mut c_void,
+            src: *const c_void,
+            size: usize,
+        ) -> i32,
+    >,
 }
 
 /// The struct_size of the first table layout (up to vm_release): the smallest a caller may pass.
@@ -261,9 +286,14 @@ impl AccallocBackendVTable {
             (Some(alloc), Some(free)) => Some(PinnedHostFunctions { alloc, free }),
             _ => None,
         };
+        let copies = match (self.copy_to_host, self.copy_from_host) {
+            (Some(to_host), Some(from_host)) => Some(CopyFunctions { to_host, from_host }),
+            _ => None,
+        };
         Ok(Functions {
             context: self.context,
             pinned_host,
+            copies,
             device_count,
             raw_alloc,
             raw_free,

@@ -4,7 +4,8 @@
 //! first checks that the library loads, and every call into cudarc runs inside a panic guard. Each
 //! device is driven through its primary context. Segments come from cuMemAlloc; expandable segments
 //! from cuMemAddressReserve / cuMemCreate / cuMemMap / cuMemSetAccess at the device's granularity;
-//! pinned host memory from cuMemHostAlloc, portable, so that every device's copies may use it.
+//! pinned host memory from cuMemHostAlloc, portable, so that every device's copies may use it;
+//! sleep's backups through cuMemcpyDtoH / cuMemcpyHtoD.
 
 use super::{Backend, BackendError, EventId, MemInfo, PinnedHostAllocation, StreamId};
 use cudarc::driver::sys;
@@ -54,7 +55,7 @@ fn check(call: &str, result: Result<sys::CUresult, BackendError>) -> Result<(), 
 
 /// Every driver function this backend calls (cudarc panics on a missing one, so they are checked
 /// before the first call).
-pub const REQUIRED_SYMBOLS: [&str; 24] = [
+pub const REQUIRED_SYMBOLS: [&str; 26] = [
     "cuInit",
     "cuDeviceGetCount",
     "cuDeviceGet",
@@ -79,6 +80,8 @@ pub const REQUIRED_SYMBOLS: [&str; 24] = [
     "cuMemSetAccess",
     "cuMemHostAlloc",
     "cuMemFreeHost",
+    "cuMemcpyDtoH_v2",
+    "cuMemcpyHtoD_v2",
 ];
 
 /// Open the libcuda cudarc would open (the first of its candidate names that loads) and check that
@@ -211,6 +214,77 @@ impl CudaBackend {
         Self::make_current(&self.gpus[device])?;
         check(call, guarded(call, f))
     }
+
+    /// Unmap one mapping and release its handle. When the release fails, the handle is mapped
+    /// back at its address (contents kept) and the error returned; when that fails too, the
+    /// mapping stays listed as unmapped for a retry.
+    fn unmap_one(
+        &self,
+        device: usize,
+        address: usize,
+        mapping: Mapping,
+    ) -> Result<(), BackendError> {
+        let gpu = &self.gpus[device];
+        if mapping.mapped {
+            // SAFETY: the mapping was made by vm_map and nothing uses it any more.
+            self.on(device, "cuMemUnmap", || unsafe {
+                sys::cuMemUnmap(address as sys::CUdeviceptr, mapping.size)
+            })?;
+        }
+        // SAFETY: the handle came from cuMemCreate and is no longer mapped.
+        let release = self.on(device, "cuMemRelease", || unsafe {
+            sys::cuMemRelease(mapping.handle)
+        });
+        let Err(e) = release else {
+            gpu.mappings.lock().unwrap().remove(&address);
+            return Ok(());
+        };
+        let mapped_again = mapping.mapped && self.map_handle(device, address, mapping).is_ok();
+        if let Some(m) = gpu.mappings.lock().unwrap().get_mut(&address) {
+            m.mapped = mapped_again;
+        }
+        Err(e)
+    }
+
+    /// Map `mapping.handle` at `address` again, readable and writable.
+    fn map_handle(
+        &self,
+        device: usize,
+        address: usize,
+        mapping: Mapping,
+    ) -> Result<(), BackendError> {
+        // SAFETY: the address range is reserved and was this handle's until just now.
+        self.on(device, "cuMemMap", || unsafe {
+            sys::cuMemMap(
+                address as sys::CUdeviceptr,
+                mapping.size,
+                0,
+                mapping.handle,
+                0,
+            )
+        })?;
+        let access = Self::access_desc(device);
+        // SAFETY: the range was just mapped.
+        let accessible = self.on(device, "cuMemSetAccess", || unsafe {
+            sys::cuMemSetAccess(address as sys::CUdeviceptr, mapping.size, &access, 1)
+        });
+        if accessible.is_err() {
+            // SAFETY: undo the mapping made above.
+            let _ = self.on(device, "cuMemUnmap", || unsafe {
+                sys::cuMemUnmap(address as sys::CUdeviceptr, mapping.size)
+            });
+        }
+        accessible
+    }
+
+    /// Read and write access for `device`.
+    fn access_desc(device: usize) -> sys::CUmemAccessDesc {
+        // SAFETY: a plain C struct; zero is its default.
+        let mut access: sys::CUmemAccessDesc = unsafe { std::mem::zeroed() };
+        access.location = Self::allocation_prop(device as i32).location;
+        access.flags = sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        access
+    }
 }
 
 impl Backend for CudaBackend {
@@ -323,9 +397,41 @@ impl Backend for CudaBackend {
         true
     }
 
-    // Not yet: sleep's backups through cuMemcpyDtoH/HtoD (pause without one works).
+    // Sleep's backups: synchronous copies on the legacy default stream, which first waits for the
+    // device's other blocking streams, and returns once the bytes are there.
     fn copies_supported(&self) -> bool {
-        false
+        true
+    }
+
+    fn copy_to_host(
+        &self,
+        device: usize,
+        dst: usize,
+        src: usize,
+        size: usize,
+    ) -> Result<(), BackendError> {
+        // SAFETY: src is device memory mapped on `device`, dst host memory of `size` bytes (the
+        // caller's contract).
+        self.on(device, "cuMemcpyDtoH", || unsafe {
+            sys::cuMemcpyDtoH_v2(dst as *mut std::ffi::c_void, src as sys::CUdeviceptr, size)
+        })
+    }
+
+    fn copy_from_host(
+        &self,
+        device: usize,
+        dst: usize,
+        src: usize,
+        size: usize,
+    ) -> Result<(), BackendError> {
+        // SAFETY: as copy_to_host, the other way.
+        self.on(device, "cuMemcpyHtoD", || unsafe {
+            sys::cuMemcpyHtoD_v2(
+                dst as sys::CUdeviceptr,
+                src as *const std::ffi::c_void,
+                size,
+            )
+        })
     }
 
     fn pinned_host_alloc(&self, size: usize) -> Result<PinnedHostAllocation, BackendError> {
@@ -379,10 +485,7 @@ impl Backend for CudaBackend {
             });
             return Err(e);
         }
-        // SAFETY: a plain C struct; zero is its default.
-        let mut access: sys::CUmemAccessDesc = unsafe { std::mem::zeroed() };
-        access.location = prop.location;
-        access.flags = sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        let access = Self::access_desc(device);
         // SAFETY: the range was just mapped.
         let accessible = self.on(device, "cuMemSetAccess", || unsafe {
             sys::cuMemSetAccess(ptr as sys::CUdeviceptr, size, &access, 1)
@@ -409,9 +512,12 @@ impl Backend for CudaBackend {
     }
 
     fn vm_unmap(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError> {
-        // Each mapping is unmapped whole: the range may cover several. A mapping whose handle could
-        // not be released after its unmap stays listed, as unmapped, so a retry releases it
-        // instead of unmapping it twice.
+        // Each mapping is unmapped whole: the range may cover several. A failure leaves the whole
+        // range mapped, as the caller books it (a pause keeps running a page it could not pause,
+        // and trusts its bytes): a mapping whose handle could not be released is mapped again with
+        // the same handle (its contents kept), and the mappings this call had released already
+        // get new memory. Only when that fails too does a mapping stay listed as unmapped, so a
+        // retry releases it instead of unmapping it twice.
         let covered: Vec<(usize, Mapping)> = {
             let mappings = self.gpus[device].mappings.lock().unwrap();
             mappings
@@ -419,21 +525,15 @@ impl Backend for CudaBackend {
                 .map(|(&a, &v)| (a, v))
                 .collect()
         };
+        let mut released = Vec::new();
         for (address, mapping) in covered {
-            if mapping.mapped {
-                // SAFETY: the mapping was made by vm_map and nothing uses it any more.
-                self.on(device, "cuMemUnmap", || unsafe {
-                    sys::cuMemUnmap(address as sys::CUdeviceptr, mapping.size)
-                })?;
-                if let Some(m) = self.gpus[device].mappings.lock().unwrap().get_mut(&address) {
-                    m.mapped = false;
+            if let Err(e) = self.unmap_one(device, address, mapping) {
+                for (address, size) in released {
+                    let _ = self.vm_map(device, address, size);
                 }
+                return Err(e);
             }
-            // SAFETY: the handle came from cuMemCreate and is no longer mapped.
-            self.on(device, "cuMemRelease", || unsafe {
-                sys::cuMemRelease(mapping.handle)
-            })?;
-            self.gpus[device].mappings.lock().unwrap().remove(&address);
+            released.push((address, mapping.size));
         }
         Ok(())
     }

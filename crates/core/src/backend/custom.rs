@@ -75,6 +75,7 @@ pub struct Functions {
     pub stream_synchronize: Option<HandleFn>,
     pub virtual_memory: Option<VirtualMemoryFunctions>,
     pub pinned_host: Option<PinnedHostFunctions>,
+    pub copies: Option<CopyFunctions>,
 }
 
 /// Allocate `size` bytes of pinned host memory into *out.
@@ -83,6 +84,22 @@ pub type HostAllocFn =
 /// Free pinned host memory from the HostAllocFn.
 pub type HostFreeFn =
     unsafe extern "C" fn(context: *mut c_void, ptr: *mut c_void, size: usize) -> i32;
+
+/// Copy `size` bytes from `src` to `dst` (device to host, or host to device), finished on return.
+pub type CopyFn = unsafe extern "C" fn(
+    context: *mut c_void,
+    device: i32,
+    dst: *mut c_void,
+    src: *const c_void,
+    size: usize,
+) -> i32;
+
+/// The two copy functions (sleep's backups).
+#[derive(Clone, Copy)]
+pub struct CopyFunctions {
+    pub to_host: CopyFn,
+    pub from_host: CopyFn,
+}
 
 /// The two pinned host memory functions.
 #[derive(Clone, Copy)]
@@ -333,9 +350,46 @@ impl Backend for CustomBackend {
         self.functions.pinned_host.is_some()
     }
 
-    // Copies from C are not offered yet: sleep's backups need them (pause without one works).
     fn copies_supported(&self) -> bool {
-        false
+        self.functions.copies.is_some()
+    }
+
+    fn copy_to_host(
+        &self,
+        device: usize,
+        dst: usize,
+        src: usize,
+        size: usize,
+    ) -> Result<(), BackendError> {
+        let to_host = self.functions.copies.map(|f| f.to_host);
+        self.call("copy_to_host", to_host, |f, ctx| unsafe {
+            f(
+                ctx,
+                device as i32,
+                dst as *mut c_void,
+                src as *const c_void,
+                size,
+            )
+        })
+    }
+
+    fn copy_from_host(
+        &self,
+        device: usize,
+        dst: usize,
+        src: usize,
+        size: usize,
+    ) -> Result<(), BackendError> {
+        let from_host = self.functions.copies.map(|f| f.from_host);
+        self.call("copy_from_host", from_host, |f, ctx| unsafe {
+            f(
+                ctx,
+                device as i32,
+                dst as *mut c_void,
+                src as *const c_void,
+                size,
+            )
+        })
     }
 
     fn pinned_host_alloc(&self, size: usize) -> Result<PinnedHostAllocation, BackendError> {
@@ -471,6 +525,7 @@ impl PoolAllocator {
                 stream_synchronize: None,
                 virtual_memory: functions.virtual_memory,
                 pinned_host: None,
+                copies: None,
             },
             devices: device.device_count(),
         };

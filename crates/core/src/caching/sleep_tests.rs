@@ -63,8 +63,9 @@ fn a_pause_gives_the_memory_back_and_a_resume_brings_it_back_with_the_books_unch
         before,
         "the books describe the blocks, as before"
     );
-    a.pause_pool(TAG, true).unwrap(); // a paused pool: nothing to do
-                                      // An allocation in the paused tag is refused; outside it, all goes on.
+    // A paused pool: nothing to do.
+    a.pause_pool(TAG, true).unwrap();
+    // An allocation in the paused tag is refused; outside it, all goes on.
     let refused = in_tag(&mut a, |a| a.malloc(1000, 0).unwrap_err());
     assert_eq!(refused.kind, ErrorKind::InvalidArgument);
     assert!(refused.message.contains("paused"), "{}", refused.message);
@@ -127,6 +128,31 @@ fn a_resume_that_fails_keeps_the_rest_paused_and_may_be_tried_again() {
     );
     a.free(p).unwrap();
     a.check_invariants().unwrap();
+}
+
+#[test]
+fn a_restore_that_fails_and_cannot_unmap_leaves_the_page_running_and_says_so() {
+    let (mut a, backend) = tagged();
+    let p = in_tag(&mut a, |a| a.malloc(5 * MIB, 0).unwrap());
+    a.pause_pool(TAG, true).unwrap();
+    // The copy back fails, and so does giving the new memory back: the page is mapped, so it is
+    // booked running (never paused with memory behind it, nor mapped twice by the next resume).
+    backend.fail_calls("copy_from_host", 1);
+    backend.fail_calls("vm_unmap", 1);
+    let e = a.resume_pool(TAG).unwrap_err();
+    assert!(e.message.contains("without its contents"), "{}", e.message);
+    assert_eq!(
+        (a.pool_paused_bytes(TAG), backend.mapped_bytes(0)),
+        (Some(0), 20 * MIB)
+    );
+    a.check_invariants().unwrap();
+    // The pool runs: it pauses and resumes again.
+    a.pause_pool(TAG, false).unwrap();
+    a.resume_pool(TAG).unwrap();
+    a.free(p).unwrap();
+    a.release_pool(TAG).unwrap();
+    a.empty_cache().unwrap();
+    assert_eq!(backend.mapped_bytes(0), 0);
 }
 
 #[test]

@@ -44,6 +44,11 @@ impl ExpandableSegment {
         self.base + page * self.page
     }
 
+    /// Page `page`'s (address, size).
+    pub(super) fn page_range(&self, page: usize) -> (usize, usize) {
+        (self.page_address(page), self.page)
+    }
+
     /// The reserved range: (base, size).
     pub(super) fn range(&self) -> (usize, usize) {
         (self.base, self.size)

@@ -135,9 +135,8 @@ impl CachingAllocator {
     /// pause, their backups go now.
     pub(super) fn forget_paused_pages(&mut self, segment: usize, first: usize, last: usize) {
         let owner = self.expandable[segment].owner;
-        let page_size = self.expandable[segment].page;
         for page in first..last {
-            let address = self.expandable[segment].page_address(page);
+            let (address, page_size) = self.expandable[segment].page_range(page);
             self.expandable[segment].paused[page] = false;
             let sleep = self.private_pools.sleep_mut(owner);
             sleep.paused_bytes -= page_size;
@@ -212,15 +211,25 @@ impl CachingAllocator {
         backup: bool,
     ) -> Result<()> {
         let source = self.segment_backend(index);
-        let (address, size) = (
-            self.expandable[segment].page_address(page),
-            self.expandable[segment].page,
-        );
+        let (address, size) = self.expandable[segment].page_range(page);
         let copy = if backup {
-            let mut buffer = vec![0u8; size];
+            // Host memory may run out too: a clear error, never an abort.
+            let mut buffer: Vec<u8> = Vec::new();
+            buffer.try_reserve_exact(size).map_err(|_| {
+                Error::new(
+                    ErrorKind::OutOfMemory,
+                    format!(
+                        "pause: no host memory for the backup of the {size} bytes at {address:#x} \
+                         (the pool stays running: free host memory, or pause without a backup)"
+                    ),
+                )
+            })?;
             source
                 .copy_to_host(self.device, buffer.as_mut_ptr() as usize, address, size)
                 .map_err(|e| backend_error(&*source, self.device, "copy_to_host", e))?;
+            // SAFETY: the copy wrote all `size` reserved bytes (not zeroed first: a backup of a
+            // large pool would write every byte twice).
+            unsafe { buffer.set_len(size) };
             Some(buffer)
         } else {
             None
@@ -242,10 +251,7 @@ impl CachingAllocator {
     /// Resume one paused page: new memory at its address, its backup copied back.
     fn resume_page(&mut self, index: PoolIndex, segment: usize, page: usize) -> Result<()> {
         let source = self.segment_backend(index);
-        let (address, size) = (
-            self.expandable[segment].page_address(page),
-            self.expandable[segment].page,
-        );
+        let (address, size) = self.expandable[segment].page_range(page);
         source
             .vm_map(self.device, address, size)
             .map_err(|e| match e {
@@ -262,16 +268,34 @@ impl CachingAllocator {
         if let Some(buffer) = self.private_pools.sleep_mut(index).backups.get(&address) {
             let from = buffer.as_ptr() as usize;
             if let Err(e) = source.copy_from_host(self.device, address, from, size) {
+                let error = backend_error(&*source, self.device, "copy_from_host", e);
                 // Not restored: the page goes back to paused, its backup kept for the next try.
-                let _ = source.vm_unmap(self.device, address, size);
-                return Err(backend_error(&*source, self.device, "copy_from_host", e));
+                if source.vm_unmap(self.device, address, size).is_ok() {
+                    return Err(error);
+                }
+                // The new memory cannot go either: the page runs, its contents lost, as said.
+                self.mark_running(index, segment, page);
+                return Err(Error::new(
+                    error.kind,
+                    format!(
+                        "{} (and the new memory at {address:#x} could not be unmapped again: that \
+                         page runs without its contents)",
+                        error.message
+                    ),
+                ));
             }
         }
+        self.mark_running(index, segment, page);
+        Ok(())
+    }
+
+    /// A paused page whose memory is mapped again: booked running, its backup dropped.
+    fn mark_running(&mut self, index: PoolIndex, segment: usize, page: usize) {
+        let (address, size) = self.expandable[segment].page_range(page);
         self.expandable[segment].paused[page] = false;
         let sleep = self.private_pools.sleep_mut(index);
         sleep.paused_bytes -= size;
         sleep.backups.remove(&address);
         self.announce(SegmentAction::Map, index, address, size, 0);
-        Ok(())
     }
 }
