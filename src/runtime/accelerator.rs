@@ -288,9 +288,12 @@ impl Accelerator {
     /// The summary table of one device.
     pub fn memory_summary(&self, device: i32, abbreviated: bool) -> Result<String> {
         let index = self.resolve(device)?;
-        let stats = self.lock(index)?.stats();
+        let (stats, paused) = {
+            let allocator = self.lock(index)?;
+            (allocator.stats(), allocator.paused_memory())
+        };
         let title = format!("accalloc {}", self.name());
-        Ok(memory_summary(&stats, index, &title, abbreviated))
+        Ok(memory_summary(&stats, &paused, index, &title, abbreviated))
     }
 
     /// Every segment and block of every device, the history of each device, and the settings.

@@ -11,7 +11,7 @@
 
 use super::block::{BlockId, BlockPool, PoolIndex, DEFAULT_POOLS};
 use super::policy::PoolKind;
-use super::stats::PooledStat;
+use super::stats::{PooledStat, Stat};
 use crate::backend::{Backend, StreamId};
 use crate::error::{Error, Result};
 use std::collections::BTreeMap;
@@ -100,6 +100,9 @@ pub struct PrivatePools {
     /// or queried: their events are recorded once no capture is underway (PyTorch's
     /// needs_events_deferred_until_no_capture). Each counts one placeholder in its event_count.
     pub deferred_frees: Vec<BlockId>,
+    /// Bytes paused on the device, over every pool: current, peak, paused and resumed in all (the
+    /// memory_summary's "Paused memory" row; not one of PyTorch's statistics).
+    pub paused_memory: Stat,
 }
 
 impl PrivatePools {
@@ -231,6 +234,12 @@ impl PrivatePools {
 
     /// reset_accumulated_memory_stats and reset_peak_memory_stats, for every pool's figures.
     pub fn reset_stats(&mut self, accumulated: bool, peak: bool) {
+        if accumulated {
+            self.paused_memory.reset_accumulated();
+        }
+        if peak {
+            self.paused_memory.reset_peak();
+        }
         for pool in self.slots.iter_mut().flatten() {
             if accumulated {
                 pool.reserved_bytes.reset_accumulated();
@@ -332,6 +341,21 @@ impl PrivatePools {
     /// The pool's sleep state, to change.
     pub fn sleep_mut(&mut self, index: PoolIndex) -> &mut SleepState {
         &mut self.get_mut(index).sleep
+    }
+
+    /// `size` bytes of pool `index` paused (the pool's figure and the device's statistic).
+    pub fn pages_paused(&mut self, index: PoolIndex, size: usize) {
+        self.sleep_mut(index).paused_bytes += size;
+        self.paused_memory.increase(size as u64);
+    }
+
+    /// `size` bytes of pool `index` no longer paused (resumed, or let go by empty_cache); its
+    /// backup of the page at `address` goes.
+    pub fn pages_resumed(&mut self, index: PoolIndex, address: usize, size: usize) {
+        let sleep = self.sleep_mut(index);
+        sleep.paused_bytes -= size;
+        sleep.backups.remove(&address);
+        self.paused_memory.decrease(size as u64);
     }
 
     /// The pool's own allocator, if it has one.

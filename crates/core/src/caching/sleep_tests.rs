@@ -63,6 +63,15 @@ fn a_pause_gives_the_memory_back_and_a_resume_brings_it_back_with_the_books_unch
         before,
         "the books describe the blocks, as before"
     );
+    // The snapshot tells the tag's segment paused; the default pools' is not.
+    let mut paused: Vec<(bool, usize)> = a
+        .segments()
+        .iter()
+        .map(|s| (s.pool_id == TAG, s.paused_size))
+        .collect();
+    paused.sort();
+    assert_eq!(paused, vec![(false, 0), (true, 20 * MIB)]);
+    assert_eq!(a.paused_memory().current, 20 * MIB as i64);
     // A paused pool: nothing to do.
     a.pause_pool(TAG, true).unwrap();
     // An allocation in the paused tag is refused; outside it, all goes on.
@@ -73,6 +82,12 @@ fn a_pause_gives_the_memory_back_and_a_resume_brings_it_back_with_the_books_unch
     a.resume_pool(TAG).unwrap();
     assert_eq!(free_bytes(&backend), free_before);
     assert_eq!(a.pool_paused_bytes(TAG), Some(0));
+    let memory = a.paused_memory();
+    assert_eq!(
+        (memory.current, memory.peak, memory.allocated, memory.freed),
+        (0, 20 * MIB as i64, 20 * MIB as i64, 20 * MIB as i64)
+    );
+    assert!(a.segments().iter().all(|s| s.paused_size == 0));
     a.resume_pool(TAG).unwrap(); // a running pool: nothing to do
     let more = in_tag(&mut a, |a| a.malloc(5 * MIB, 0).unwrap());
     assert_eq!(

@@ -49,6 +49,8 @@ pub struct SegmentInfo {
     /// The private pool it belongs to, (0, 0) for the default pools (PyTorch's segment_pool_id).
     pub pool_id: (u64, u64),
     pub is_expandable: bool,
+    /// Bytes of its pages paused (sleep and wake): their memory is back with the device.
+    pub paused_size: usize,
     pub blocks: Vec<BlockInfo>,
 }
 
@@ -74,7 +76,7 @@ impl SegmentInfo {
 
     /// The segment as PyTorch's snapshot writes it.
     pub fn to_json(&self, device: usize) -> Value {
-        json!({
+        let mut segment = json!({
             "device": device,
             "address": self.address,
             "total_size": self.total_size,
@@ -95,7 +97,13 @@ impl SegmentInfo {
                 "state": b.state.name(),
                 "frames": [],
             })).collect::<Vec<_>>(),
-        })
+        });
+        // accalloc's own key, only on a segment with paused pages: otherwise the record is
+        // PyTorch's, key for key.
+        if self.paused_size > 0 {
+            segment["paused_size"] = json!(self.paused_size);
+        }
+        segment
     }
 }
 
@@ -245,6 +253,7 @@ mod tests {
             pool: PoolKind::Small,
             pool_id: (0, 0),
             is_expandable: false,
+            paused_size: 0,
             blocks: vec![
                 block(0x1000, 1024, 1000, BlockState::ActiveAllocated),
                 block(0x1400, 512, 300, BlockState::ActivePendingFree),

@@ -51,8 +51,16 @@ fn pad(text: String) -> String {
     format!("{text:<WIDTH$}")
 }
 
-/// The summary table of one device. `name` heads it, e.g. "accalloc host".
-pub fn memory_summary(stats: &DeviceStats, device: usize, name: &str, abbreviated: bool) -> String {
+/// The summary table of one device. `name` heads it, e.g. "accalloc host". `paused` is the
+/// device's paused memory (sleep and wake): its row, accalloc's own, shows only once something was
+/// paused, so that the table is PyTorch's otherwise.
+pub fn memory_summary(
+    stats: &DeviceStats,
+    paused: &Stat,
+    device: usize,
+    name: &str,
+    abbreviated: bool,
+) -> String {
     let pooled: [(&StatArray, &str, Formatter); 9] = [
         (&stats.allocated_bytes, "Allocated memory", format_size),
         (&stats.active_bytes, "Active memory", format_size),
@@ -108,6 +116,10 @@ pub fn memory_summary(stats: &DeviceStats, device: usize, name: &str, abbreviate
         lines.push("-".repeat(WIDTH));
         lines.push(row(name, stat, stat, format_count));
     }
+    if paused.current > 0 || paused.allocated > 0 {
+        lines.push("-".repeat(WIDTH));
+        lines.push(row("Paused memory", paused, paused, format_size));
+    }
     lines.push("=".repeat(WIDTH));
     format!("|{}|\n", lines.join("|\n|"))
 }
@@ -136,7 +148,8 @@ mod tests {
         stats.allocated_bytes[1].increase(1024);
         stats.allocation[0].increase(1);
         stats.num_ooms = 2;
-        let full = memory_summary(&stats, 0, "accalloc host", false);
+        let none = Stat::default();
+        let full = memory_summary(&stats, &none, 0, "accalloc host", false);
         let lines: Vec<&str> = full.lines().collect();
         assert!(
             lines.iter().all(|l| l.chars().count() == WIDTH + 2),
@@ -157,9 +170,25 @@ mod tests {
             "|       from small pool |   1024 B   |   1024 B   |   1024 B   |      0 B   |"
         );
         assert!(full.contains("| Oversize segments     |       0    |"));
-        let short = memory_summary(&stats, 3, "accalloc host", true);
+        let short = memory_summary(&stats, &none, 3, "accalloc host", true);
         assert_eq!(short.lines().count(), 6 + 9 * 2 + 2 * 2 + 1);
         assert!(!short.contains("from large pool"));
         assert!(short.contains("device ID 3"));
+        assert!(
+            !full.contains("Paused"),
+            "no row until something was paused"
+        );
+        // 40 MiB paused, 20 MiB of it resumed: accalloc's own row, in the table's shape.
+        let mut paused = Stat::default();
+        paused.increase(40 << 20);
+        paused.decrease(20 << 20);
+        let with = memory_summary(&stats, &paused, 0, "accalloc host", true);
+        assert!(
+            with.contains(
+                "| Paused memory         |  20480 KiB |  40960 KiB |  40960 KiB |  20480 KiB |"
+            ),
+            "{with}"
+        );
+        assert_eq!(with.lines().count(), short.lines().count() + 2);
     }
 }

@@ -44,6 +44,12 @@ impl ExpandableSegment {
         self.base + page * self.page
     }
 
+    /// Bytes of the paused pages inside [ptr, ptr + size).
+    pub(super) fn paused_bytes_inside(&self, ptr: usize, size: usize) -> usize {
+        let (first, last) = self.pages_inside(ptr, size);
+        self.paused[first..last].iter().filter(|&&p| p).count() * self.page
+    }
+
     /// Page `page`'s (address, size).
     pub(super) fn page_range(&self, page: usize) -> (usize, usize) {
         (self.page_address(page), self.page)

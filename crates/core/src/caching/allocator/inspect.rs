@@ -80,6 +80,7 @@ impl CachingAllocator {
                     pool: first.pool,
                     pool_id: self.pool_of_block(first.private),
                     is_expandable: first.expandable.is_some(),
+                    paused_size: 0,
                     blocks: Vec::new(),
                 };
                 let mut cursor = Some(head);
@@ -100,6 +101,10 @@ impl CachingAllocator {
                         state,
                     });
                     cursor = block.next;
+                }
+                if let Some(index) = first.expandable {
+                    segment.paused_size = self.expandable[index as usize]
+                        .paused_bytes_inside(segment.address, segment.total_size);
                 }
                 segment
             })

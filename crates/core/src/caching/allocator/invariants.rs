@@ -273,6 +273,13 @@ impl CachingAllocator {
                 }
             }
         }
+        let paused_everywhere: usize = paused_pages.values().map(|(bytes, _)| bytes).sum();
+        if self.private_pools.paused_memory.current != paused_everywhere as i64 {
+            return Err(format!(
+                "paused memory is {} but {paused_everywhere} bytes of pages are paused",
+                self.private_pools.paused_memory.current
+            ));
+        }
         for (index, pool) in self.private_pools.iter() {
             let (bytes, pages) = paused_pages.remove(&index).unwrap_or_default();
             if pool.sleep.paused_bytes != bytes

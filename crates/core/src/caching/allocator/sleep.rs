@@ -17,6 +17,7 @@
 use super::*;
 use crate::caching::observers::SegmentAction;
 use crate::caching::pools::MempoolId;
+use crate::caching::Stat;
 
 /// Whether a range of pages is running, paused, or some of each (after a pause that failed).
 pub(super) enum PauseState {
@@ -105,6 +106,12 @@ impl CachingAllocator {
         ))
     }
 
+    /// Bytes paused on this device, over every pool: current, peak, and paused and resumed in all
+    /// (reset with the other statistics).
+    pub fn paused_memory(&self) -> Stat {
+        self.private_pools.paused_memory
+    }
+
     /// Bytes of pool `id` paused now (None: no such pool).
     pub fn pool_paused_bytes(&self, id: MempoolId) -> Option<usize> {
         let index = self.private_pools.index_of(id)?;
@@ -138,9 +145,7 @@ impl CachingAllocator {
         for page in first..last {
             let (address, page_size) = self.expandable[segment].page_range(page);
             self.expandable[segment].paused[page] = false;
-            let sleep = self.private_pools.sleep_mut(owner);
-            sleep.paused_bytes -= page_size;
-            sleep.backups.remove(&address);
+            self.private_pools.pages_resumed(owner, address, page_size);
         }
         let still = self.pool_paused_bytes_at(owner) > 0;
         self.private_pools.sleep_mut(owner).paused = still;
@@ -240,10 +245,12 @@ impl CachingAllocator {
             return Err(backend_error(&*source, self.device, "vm_unmap", e));
         }
         self.expandable[segment].paused[page] = true;
-        let sleep = self.private_pools.sleep_mut(index);
-        sleep.paused_bytes += size;
+        self.private_pools.pages_paused(index, size);
         if let Some(buffer) = copy {
-            sleep.backups.insert(address, buffer);
+            self.private_pools
+                .sleep_mut(index)
+                .backups
+                .insert(address, buffer);
         }
         Ok(())
     }
@@ -293,9 +300,7 @@ impl CachingAllocator {
     fn mark_running(&mut self, index: PoolIndex, segment: usize, page: usize) {
         let (address, size) = self.expandable[segment].page_range(page);
         self.expandable[segment].paused[page] = false;
-        let sleep = self.private_pools.sleep_mut(index);
-        sleep.paused_bytes -= size;
-        sleep.backups.remove(&address);
+        self.private_pools.pages_resumed(index, address, size);
         self.announce(SegmentAction::Map, index, address, size, 0);
     }
 }

@@ -7,6 +7,7 @@ use accalloc::backend::host::{HostBackend, CAPACITY_VAR};
 use accalloc::backend::simulated::SimulatedBackend;
 use accalloc::backend::Backend;
 use accalloc::caching::summary::memory_summary;
+use accalloc::caching::Stat;
 use accalloc::runtime::DEVICE_VAR;
 use accalloc::units::format_size;
 use accalloc_tools::replay::timeline::timeline_svg;
@@ -107,7 +108,8 @@ pub fn replay_command(args: &[String]) -> Result<(), String> {
         for (device, stats) in report.device_stats.iter().enumerate() {
             print!(
                 "{}",
-                memory_summary(stats, device, "accalloc replay", false)
+                // A trace has no sleep and wake: nothing is ever paused in a replay.
+                memory_summary(stats, &Stat::default(), device, "accalloc replay", false)
             );
         }
     }
