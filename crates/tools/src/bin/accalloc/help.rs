@@ -47,7 +47,8 @@ const CONVERT: &str = "  accalloc convert FILE -o OUT [--config STR]
                                    simulated replay (what replay reads back with the same figures)";
 
 const BENCH: &str =
-    "  accalloc bench [--quick]         cached malloc+free pair against the C library's malloc+free";
+    "  accalloc bench [--quick]         cached malloc+free pair against the C library's malloc+free;
+                                   sleep and wake (pause, resume) against a plain copy";
 
 const OTHERS: &str = "  accalloc --version               the version and ABI of this build
   accalloc help [COMMAND]          this text, or one command's (also: accalloc COMMAND --help, -h)";

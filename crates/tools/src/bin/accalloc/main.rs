@@ -177,5 +177,14 @@ fn bench(args: &[String]) -> Result<(), String> {
         };
         println!("| {threads} | {same:.1} | {separate} |");
     }
+
+    // Sleep and wake: a pool's pages paused and resumed, against a plain copy of the same bytes.
+    let (bytes, rounds) = if quick { (256 << 20, 3) } else { (1 << 30, 7) };
+    let rows = accalloc_tools::replay::sleep_bench::run(bytes, rounds)?;
+    println!(
+        "\nsleep and wake of a {} MiB pool on device 0, median of {rounds} rounds, ms per GiB",
+        bytes >> 20
+    );
+    print!("{}", accalloc_tools::replay::sleep_bench::table(&rows));
     Ok(())
 }
