@@ -2531,6 +2531,19 @@ static void section_sleep(void)
         CHECK_CONTAINS(text, "\"paused_size\":20971520");
     }
     free(text);
+    /* Its memory is paused: what a framework asks before running a kernel on it. */
+    {
+        AccallocPoolId at = {9, 9};
+        void *outside = NULL;
+        CHECK_STATUS(accalloc_pool_paused_at(1, (char *)weights + 100, 4, &at), ACCALLOC_OK);
+        CHECK(at.first == tag.first && at.second == tag.second);
+        CHECK_STATUS(accalloc_malloc(&outside, 1000, 1, NULL), ACCALLOC_OK);
+        CHECK_STATUS(accalloc_pool_paused_at(1, outside, 1000, &at), ACCALLOC_OK);
+        CHECK(at.first == 0 && at.second == 0);
+        CHECK_STATUS(accalloc_free(outside), ACCALLOC_OK);
+        CHECK_STATUS(accalloc_pool_paused_at(1, weights, 4, NULL), ACCALLOC_ERROR_INVALID_ARGUMENT);
+        CHECK_STATUS(accalloc_pool_paused_at(7, weights, 4, &at), ACCALLOC_ERROR_INVALID_DEVICE);
+    }
     /* No allocation in a paused tag. */
     CHECK_STATUS(accalloc_pool_begin(1, tag, ACCALLOC_ROUTE_THREAD, NULL), ACCALLOC_OK);
     CHECK_STATUS(accalloc_malloc(&p, 1000, 1, NULL), ACCALLOC_ERROR_INVALID_ARGUMENT);
@@ -2540,6 +2553,11 @@ static void section_sleep(void)
     CHECK_STATUS(accalloc_pool_resume(1, tag), ACCALLOC_OK);
     CHECK_STATUS(accalloc_pool_paused_bytes(1, tag, &paused), ACCALLOC_OK);
     CHECK_EQ(paused, 0);
+    {
+        AccallocPoolId at = {9, 9};
+        CHECK_STATUS(accalloc_pool_paused_at(1, weights, 5 * MiB, &at), ACCALLOC_OK);
+        CHECK(at.first == 0 && at.second == 0); /* running again */
+    }
     if (is_host()) {
         /* Same address, same contents. */
         const unsigned char *bytes = weights;

@@ -633,6 +633,11 @@ static void test_sleep_with_backup(AccallocDeviceType type)
     CHECK_EQ(g_vm_mapped, 0);
     EXPECT(accalloc_pool_paused_bytes_on(type, 0, pool, &paused), ACCALLOC_OK);
     CHECK(paused >= 3 * MiB);
+    {
+        AccallocPoolId at = {0, 0};
+        EXPECT(accalloc_pool_paused_at_on(type, 0, weights + 5, 10, &at), ACCALLOC_OK);
+        CHECK(at.first == pool.first && at.second == pool.second);
+    }
     EXPECT(accalloc_pool_resume_on(type, 0, pool), ACCALLOC_OK);
     CHECK(g_vm_mapped >= 3 * MiB);
     for (i = 0; i < 3 * MiB; i++) {

@@ -56,6 +56,7 @@ typedef AccallocStatus (*pool_create_with_allocator_fn)(int32_t, int32_t, int32_
 typedef AccallocStatus (*pool_id_fn)(int32_t, AccallocPoolId);
 typedef AccallocStatus (*pool_pause_fn)(int32_t, AccallocPoolId, int32_t);
 typedef AccallocStatus (*pool_paused_bytes_fn)(int32_t, AccallocPoolId, int64_t *);
+typedef AccallocStatus (*pool_paused_at_fn)(int32_t, const void *, size_t, AccallocPoolId *);
 typedef AccallocStatus (*pool_create_with_functions_fn)(int32_t, int32_t, int32_t, AccallocPluggableAlloc,
                                                        AccallocPluggableFree, AccallocPoolId *);
 typedef AccallocStatus (*pool_set_flags_fn)(int32_t, AccallocPoolId, int32_t, int32_t);
@@ -209,6 +210,7 @@ int main(int argc, char **argv)
     pool_id_fn p_pool_retain, p_pool_set_sleepable, p_pool_resume;
     pool_pause_fn p_pool_pause;
     pool_paused_bytes_fn p_pool_paused_bytes;
+    pool_paused_at_fn p_pool_paused_at;
     int64_t paused = -2;
     pool_create_with_functions_fn p_pool_create_with_functions;
     pool_set_flags_fn p_pool_set_flags;
@@ -290,6 +292,7 @@ int main(int argc, char **argv)
     TYPECHECK(pool_id_fn, accalloc_pool_resume);
     TYPECHECK(pool_pause_fn, accalloc_pool_pause);
     TYPECHECK(pool_paused_bytes_fn, accalloc_pool_paused_bytes);
+    TYPECHECK(pool_paused_at_fn, accalloc_pool_paused_at);
     TYPECHECK(pool_create_with_functions_fn, accalloc_pool_create_with_functions);
     TYPECHECK(pool_set_flags_fn, accalloc_pool_set_flags);
     TYPECHECK(pool_begin_filtered_fn, accalloc_pool_begin_filtered);
@@ -360,6 +363,7 @@ int main(int argc, char **argv)
     LOAD(p_pool_resume, "accalloc_pool_resume");
     LOAD(p_pool_pause, "accalloc_pool_pause");
     LOAD(p_pool_paused_bytes, "accalloc_pool_paused_bytes");
+    LOAD(p_pool_paused_at, "accalloc_pool_paused_at");
     LOAD(p_pool_create_with_functions, "accalloc_pool_create_with_functions");
     LOAD(p_pool_set_flags, "accalloc_pool_set_flags");
     LOAD(p_pool_begin_filtered, "accalloc_pool_begin_filtered");
@@ -549,12 +553,16 @@ int main(int argc, char **argv)
     CHECK_STATUS(p_pool_begin(0, pool, ACCALLOC_ROUTE_THREAD, NULL), ACCALLOC_OK);
     CHECK_STATUS(p_malloc(&ptr, 1000, 0, NULL), ACCALLOC_OK);
     CHECK_STATUS(p_pool_end(0, pool), ACCALLOC_OK);
-    /* The host keeps a backup; the CUDA backend has none yet (a pause without one). */
     if (!accalloc_test_on_cuda())
         ((unsigned char *)ptr)[999] = 0x5d;
-    CHECK_STATUS(p_pool_pause(0, pool, !accalloc_test_on_cuda()), ACCALLOC_OK);
+    CHECK_STATUS(p_pool_pause(0, pool, 1), ACCALLOC_OK);
     CHECK_STATUS(p_pool_paused_bytes(0, pool, &paused), ACCALLOC_OK);
     CHECK_EQ(paused, 2 << 20);
+    {
+        AccallocPoolId at = {0, 0};
+        CHECK_STATUS(p_pool_paused_at(0, (char *)ptr + 999, 1, &at), ACCALLOC_OK);
+        CHECK(at.first == pool.first && at.second == pool.second);
+    }
     CHECK_STATUS(p_pool_resume(0, pool), ACCALLOC_OK);
     if (!accalloc_test_on_cuda())
         CHECK_EQ(((unsigned char *)ptr)[999], 0x5d);

@@ -1312,6 +1312,28 @@ enum AccallocStatus accalloc_pool_paused_bytes_on(AccallocDeviceType device_type
                                                   int64_t *out);
 
 /**
+ * Store in `*out` the sleepable pool whose paused memory the `size` bytes at `ptr` on `device`
+ * touch, or {0, 0} when none of them is paused: a framework checks a kernel's arguments with it
+ * before touching them (their memory went back to the device at the pause). Until the first
+ * pause on this accelerator it costs a load; after that, the device's lock and a lookup.
+ *
+ * Errors: ACCALLOC_ERROR_INVALID_ARGUMENT (out is NULL), ACCALLOC_ERROR_INVALID_DEVICE.
+ */
+enum AccallocStatus accalloc_pool_paused_at(int32_t device,
+                                            const void *ptr,
+                                            size_t size,
+                                            struct AccallocPoolId *out);
+
+/**
+ * accalloc_pool_paused_at on the accelerator of `device_type`.
+ */
+enum AccallocStatus accalloc_pool_paused_at_on(AccallocDeviceType device_type,
+                                               int32_t device,
+                                               const void *ptr,
+                                               size_t size,
+                                               struct AccallocPoolId *out);
+
+/**
  * Fill `*out` with every statistic of `device` (-1: current). Set out->struct_size to
  * sizeof(AccallocDeviceStats) first; on return it holds the number of bytes filled.
  *

@@ -63,3 +63,22 @@ def test_pause_and_resume_every_tag_and_allocate_again(tags):
     with pytest.raises(ValueError, match="no region"):
         accalloc.torch.pause("never used")
     del weights, cache, more
+
+
+def test_an_operator_given_a_paused_tensor_raises_naming_its_tag(tags):
+    # Its memory went back to the device: a kernel reading it would crash the process (the host's
+    # pages are inaccessible while paused). What a user tries first: print it, add to it, copy it.
+    with accalloc.torch.region("kv_cache"):
+        cache = torch.ones(1000, device="accalloc")
+    other = torch.ones(1000, device="accalloc")
+    view = cache[10:20]
+    accalloc.torch.pause("kv_cache")
+    for attempt in (lambda: cache + other, lambda: other.add_(view), lambda: cache.cpu(),
+                    lambda: float(view.sum()), lambda: print(cache), lambda: cache.fill_(2.0)):
+        with pytest.raises(RuntimeError, match="paused tag 'kv_cache'"):
+            attempt()
+    assert float(other.sum()) == 1000.0, "tensors outside the tag work on"
+    accalloc.torch.resume("kv_cache")
+    cache.fill_(2.0)
+    assert float((cache + other).sum()) == 3000.0
+    del cache, other, view

@@ -4,6 +4,7 @@
 use super::guard::{current_type, guard, on, out_ptr};
 use super::pools::AccallocPoolId;
 use super::types::{AccallocDeviceType, AccallocStatus};
+use std::ffi::c_void;
 
 /// Make `pool` sleepable: its segments grow as expandable ones (pages that can be unmapped and
 /// mapped again at the same addresses) whatever `expandable_segments` says. Call it before the pool
@@ -103,6 +104,40 @@ pub unsafe extern "C" fn accalloc_pool_paused_bytes_on(
         let out = out_ptr(out, "out")?;
         let bytes = on(device_type)?.pool_paused_bytes(device, (pool.first, pool.second))?;
         *out = bytes.map_or(-1, |b| b as i64);
+        Ok(())
+    })
+}
+
+/// Store in `*out` the sleepable pool whose paused memory the `size` bytes at `ptr` on `device`
+/// touch, or {0, 0} when none of them is paused: a framework checks a kernel's arguments with it
+/// before touching them (their memory went back to the device at the pause). Until the first
+/// pause on this accelerator it costs a load; after that, the device's lock and a lookup.
+///
+/// Errors: ACCALLOC_ERROR_INVALID_ARGUMENT (out is NULL), ACCALLOC_ERROR_INVALID_DEVICE.
+#[no_mangle]
+pub unsafe extern "C" fn accalloc_pool_paused_at(
+    device: i32,
+    ptr: *const c_void,
+    size: usize,
+    out: *mut AccallocPoolId,
+) -> AccallocStatus {
+    accalloc_pool_paused_at_on(current_type(), device, ptr, size, out)
+}
+
+/// accalloc_pool_paused_at on the accelerator of `device_type`.
+#[no_mangle]
+pub unsafe extern "C" fn accalloc_pool_paused_at_on(
+    device_type: AccallocDeviceType,
+    device: i32,
+    ptr: *const c_void,
+    size: usize,
+    out: *mut AccallocPoolId,
+) -> AccallocStatus {
+    guard(|| {
+        let out = out_ptr(out, "out")?;
+        let pool = on(device_type)?.paused_pool_at(device, ptr as usize, size)?;
+        let (first, second) = pool.unwrap_or((0, 0));
+        *out = AccallocPoolId { first, second };
         Ok(())
     })
 }

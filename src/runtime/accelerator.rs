@@ -30,6 +30,9 @@ pub struct Accelerator {
     devices: Vec<spin::Once<Box<DeviceLock<CachingAllocator>>>>,
     /// The pinned host caching allocator, made on first use (runtime/pinned_host.rs).
     pub(super) pinned_host: Mutex<Option<accalloc_core::pinned::PinnedHostCache>>,
+    /// Set by the first pause of a pool on any device (runtime/sleep.rs): until then, asking
+    /// whether memory is paused costs one load, not a device's lock.
+    pub(super) paused_ever: std::sync::atomic::AtomicBool,
 }
 
 impl Accelerator {
@@ -51,6 +54,7 @@ impl Accelerator {
             config: Mutex::new(config),
             history: Mutex::new(None),
             pinned_host: Mutex::new(None),
+            paused_ever: std::sync::atomic::AtomicBool::new(false),
             devices: (0..count).map(|_| spin::Once::new()).collect(),
         }
     }

@@ -4,6 +4,7 @@
 use super::Accelerator;
 use crate::error::Result;
 use accalloc_core::caching::pools::MempoolId;
+use std::sync::atomic::Ordering;
 
 impl Accelerator {
     /// Make pool `id` on `device` sleepable (before it allocates).
@@ -13,7 +14,25 @@ impl Accelerator {
 
     /// Pause pool `id` on `device`, with a backup of its contents in host memory when asked.
     pub fn pause_pool(&self, device: i32, id: MempoolId, backup: bool) -> Result<()> {
-        self.lock(self.resolve(device)?)?.pause_pool(id, backup)
+        let mut allocator = self.lock(self.resolve(device)?)?;
+        // Set before any page pauses, while the device is held: paused_pool_at never misses one.
+        self.paused_ever.store(true, Ordering::Release);
+        allocator.pause_pool(id, backup)
+    }
+
+    /// The pool whose paused pages [ptr, ptr + size) on `device` touches, if any. One load until
+    /// this accelerator first pauses; the device's lock and a lookup after that.
+    pub fn paused_pool_at(
+        &self,
+        device: i32,
+        ptr: usize,
+        size: usize,
+    ) -> Result<Option<MempoolId>> {
+        let index = self.resolve(device)?;
+        if !self.paused_ever.load(Ordering::Acquire) {
+            return Ok(None);
+        }
+        Ok(self.lock(index)?.paused_pool_at(ptr, size))
     }
 
     /// Resume pool `id` on `device`.

@@ -15,9 +15,42 @@
 #include <torch/library.h>
 
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
 
 namespace accalloc_host {
 namespace {
+
+// The names of sleep-and-wake tags (accalloc.torch.region), by pool id, for the error of a kernel
+// given a paused tensor.
+std::mutex g_tag_names_mutex;
+std::map<std::pair<uint64_t, uint64_t>, std::string> g_tag_names;
+
+std::string tag_name(AccallocPoolId pool) {
+  std::lock_guard<std::mutex> lock(g_tag_names_mutex);
+  auto found = g_tag_names.find({pool.first, pool.second});
+  if (found != g_tag_names.end()) {
+    return "'" + found->second + "'";
+  }
+  return c10::str("of pool (", pool.first, ", ", pool.second, ")");
+}
+
+// A paused tag's memory went back to the device (PROT_NONE on the host): a kernel touching it would
+// crash the process, so the call is refused first, naming the tag.
+void check_not_paused(const c10::StorageImpl* storage, c10::Device device) {
+  if (storage->data() == nullptr) {
+    return;
+  }
+  AccallocPoolId pool{0, 0};
+  if (accalloc_pool_paused_at_on(allocator().accalloc_type(), device.index(), storage->data(), storage->nbytes(),
+                                 &pool) != ACCALLOC_OK) {
+    return;  // not memory accalloc can tell about (another device's): the kernel decides
+  }
+  TORCH_CHECK(pool.first == 0 && pool.second == 0, "a tensor of the paused tag ", tag_name(pool),
+              " was given to an operator on ", device,
+              ": its memory is back with the device until accalloc.torch.resume()");
+}
 
 // Set on a thread while a CpuCall lives there: its CPU allocations come from accalloc.
 thread_local bool t_allocate_from_accalloc = false;
@@ -113,6 +146,7 @@ at::Tensor CpuCall::cpu(const at::Tensor& t) {
       return tensor_over(cpu_storage, c10::DispatchKeySet(c10::DispatchKey::CPU), t);
     }
   }
+  check_not_paused(impl, t.device());
   c10::Storage cpu_storage = cpu_storage_over(impl, c10::GetCPUAllocator());
   cpu_storages_.emplace_back(impl, cpu_storage);
   device_storages_.emplace_back(cpu_storage.unsafeGetStorageImpl(), t.storage());
@@ -335,3 +369,18 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
 }
 
 }  // namespace accalloc_host
+
+extern "C" {
+
+// Name the sleep-and-wake tag of pool (first, second) for the error of an operator given one of its
+// tensors while paused (accalloc.torch.region calls it when it makes the tag).
+__attribute__((visibility("default"))) void accalloc_torch_name_tag(uint64_t first, uint64_t second,
+                                                                    const char* name) {
+  if (name == nullptr) {
+    return;
+  }
+  std::lock_guard<std::mutex> lock(accalloc_host::g_tag_names_mutex);
+  accalloc_host::g_tag_names[{first, second}] = name;
+}
+
+}  // extern "C"

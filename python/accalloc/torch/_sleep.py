@@ -12,9 +12,11 @@ A tag is a sleepable private pool of its own (accalloc_pool_set_sleepable): allo
 its pages back and keeps the addresses, with a copy of the contents in host memory when the tag asked
 for a backup; resume(tag) maps new memory at the same addresses and copies the backup back (without
 one, the contents are undefined, as a KV cache allows). Tensors keep their addresses throughout;
-between pause and resume they must not be used, and allocating in a paused tag raises RuntimeError.
+between pause and resume an operator given one of them raises RuntimeError naming the tag (their
+memory is back with the device), and so does allocating in a paused tag.
 """
 import contextlib
+import ctypes
 import threading
 
 from accalloc._library import check, library
@@ -33,10 +35,22 @@ def _tag(tag, enable_cpu_backup, device):
         if entry is None:
             pool = MemPool(device=index)
             check(library().accalloc_pool_set_sleepable_on(device_type, index, pool._pool()))
+            _name(pool._pool(), tag)
             entry = _tags[key] = (pool, bool(enable_cpu_backup))
         elif entry[1] != bool(enable_cpu_backup):
             raise ValueError(f"tag {tag!r} was made with enable_cpu_backup={entry[1]}: a tag keeps its setting")
     return entry
+
+
+def _name(pool_id, tag):
+    """Tell the device's kernels the tag's name: an operator given one of its tensors while it is
+    paused raises RuntimeError naming it."""
+    from accalloc import torch as accalloc_torch
+
+    extension = accalloc_torch._extension("_torch_host")
+    extension.accalloc_torch_name_tag.argtypes = [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_char_p]
+    extension.accalloc_torch_name_tag.restype = None
+    extension.accalloc_torch_name_tag(pool_id.first, pool_id.second, str(tag).encode())
 
 
 @contextlib.contextmanager
@@ -73,8 +87,6 @@ def resume(tag=None):
 
 def paused_bytes(tag=None):
     """Bytes of `tag` (None: every tag) paused now."""
-    import ctypes
-
     total = 0
     for (device_type, index, _), (pool, _backup) in _selected(tag):
         value = ctypes.c_int64()

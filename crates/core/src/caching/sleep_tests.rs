@@ -101,6 +101,30 @@ fn a_pause_gives_the_memory_back_and_a_resume_brings_it_back_with_the_books_unch
 }
 
 #[test]
+fn paused_pool_at_names_the_pool_of_paused_memory_only() {
+    let (mut a, _backend) = tagged();
+    // 25 MiB: two 20 MiB pages of the tag's range.
+    let p = in_tag(&mut a, |a| a.malloc(25 * MIB, 0).unwrap());
+    let outside = a.malloc(1000, 0).unwrap();
+    assert_eq!(a.paused_pool_at(p, 25 * MIB), None, "running");
+    a.pause_pool(TAG, false).unwrap();
+    assert_eq!(a.paused_pool_at(p, 25 * MIB), Some(TAG));
+    // Any byte of it, the last of the second page's part included; nothing outside the tag.
+    assert_eq!(a.paused_pool_at(p + 25 * MIB - 1, 1), Some(TAG));
+    assert_eq!(a.paused_pool_at(p + 20 * MIB, 0), Some(TAG));
+    assert_eq!(a.paused_pool_at(outside, 1000), None);
+    assert_eq!(
+        a.paused_pool_at(0, usize::MAX),
+        Some(TAG),
+        "a range over everything"
+    );
+    a.resume_pool(TAG).unwrap();
+    assert_eq!(a.paused_pool_at(p, 25 * MIB), None);
+    a.free(p).unwrap();
+    a.free(outside).unwrap();
+}
+
+#[test]
 fn a_pause_that_fails_half_way_puts_back_the_pages_it_had_paused() {
     let (mut a, backend) = tagged();
     // 25 MiB: two 20 MiB pages.

@@ -112,6 +112,29 @@ impl CachingAllocator {
         self.private_pools.paused_memory
     }
 
+    /// The pool whose paused pages [ptr, ptr + size) touches, if any (a framework refuses to run a
+    /// kernel on such memory: it has none behind it). A lookup over the expandable ranges, nothing
+    /// when no page is paused.
+    pub fn paused_pool_at(&self, ptr: usize, size: usize) -> Option<MempoolId> {
+        if self.private_pools.paused_memory.current == 0 {
+            return None;
+        }
+        let end = ptr.saturating_add(size.max(1));
+        self.expandable.iter().find_map(|segment| {
+            let (base, len) = segment.range();
+            let limit = base + len;
+            if segment.owner == DEFAULT_POOLS || end <= base || ptr >= limit {
+                return None;
+            }
+            let first = (ptr.max(base) - base) / segment.page;
+            let last = (end.min(limit) - base).div_ceil(segment.page);
+            segment.paused[first..last]
+                .iter()
+                .any(|&p| p)
+                .then(|| self.private_pools.get(segment.owner).id)
+        })
+    }
+
     /// Bytes of pool `id` paused now (None: no such pool).
     pub fn pool_paused_bytes(&self, id: MempoolId) -> Option<usize> {
         let index = self.private_pools.index_of(id)?;
