@@ -12,6 +12,7 @@ use accalloc::capi::memory::*;
 use accalloc::capi::pinned_host::*;
 use accalloc::capi::pools::*;
 use accalloc::capi::settings::{accalloc_set_allocator_settings, accalloc_set_allocator_settings_on};
+use accalloc::capi::sleep::*;
 use accalloc::capi::stats::*;
 use accalloc::capi::*;
 use libfuzzer_sys::fuzz_target;
@@ -250,8 +251,25 @@ fuzz_target!(|data: &[u8]| {
                             }
                         }
                         4 if !pools.is_empty() => {
+                            // Emptied, or slept and woken (made sleepable, paused with or without
+                            // a backup, resumed, asked about any address): a paused pool refuses
+                            // its allocations and keeps its books.
                             let entry = pools[pick % pools.len()];
-                            ok_or_expected(accalloc_pool_empty_cache(entry.0, entry.1, (arg >> 16) as i32 & 1));
+                            match (arg >> 16) % 6 {
+                                0 => ok_or_expected(accalloc_pool_empty_cache(entry.0, entry.1, (arg >> 19) as i32 & 1)),
+                                1 => ok_or_expected(accalloc_pool_set_sleepable(entry.0, entry.1)),
+                                2 => ok_or_expected(accalloc_pool_pause(entry.0, entry.1, (arg >> 19) as i32 & 1)),
+                                3 => ok_or_expected(accalloc_pool_resume(entry.0, entry.1)),
+                                4 => {
+                                    let mut bytes = 0;
+                                    ok_or_expected(accalloc_pool_paused_bytes(entry.0, entry.1, &mut bytes));
+                                }
+                                _ => {
+                                    let p = live.get((arg >> 20) as usize % live.len().max(1)).map_or(arg as usize, |&p| p);
+                                    let mut at = AccallocPoolId { first: 0, second: 0 };
+                                    ok_or_expected(accalloc_pool_paused_at(device, p as *const c_void, (arg >> 24) as usize, &mut at));
+                                }
+                            }
                         }
                         5 => {
                             // A pool whose segments come from PyTorch's pluggable pair (the heap).
