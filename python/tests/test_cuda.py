@@ -53,3 +53,32 @@ def test_use_for_cuda_too_late_says_what_to_do():
     """)
     assert code != 0
     assert "before the first CUDA tensor" in out, out
+
+
+def test_sleep_and_wake_on_cuda_with_use_for_cuda():
+    code, out = run_python("""
+        import torch, accalloc.torch
+        accalloc.torch.use_for_cuda()
+        MiB = 1 << 20
+        with accalloc.torch.region("weights", enable_cpu_backup=True):
+            weights = torch.arange(5 * MiB // 4, dtype=torch.int32, device="cuda")
+        with accalloc.torch.region("kv_cache"):
+            cache = torch.zeros(3 * MiB // 4, device="cuda")
+        address = weights.data_ptr()
+        allocated = torch.cuda.memory_allocated()
+        torch.cuda.synchronize()
+        running = torch.cuda.mem_get_info()[0]
+        accalloc.torch.pause()
+        paused = accalloc.torch.paused_bytes()
+        assert paused >= 5 * MiB + 3 * MiB, paused
+        assert torch.cuda.mem_get_info()[0] - running == paused, "the driver got the pages back"
+        assert torch.cuda.memory_allocated() == allocated, "the books describe the blocks"
+        accalloc.torch.resume()
+        assert torch.cuda.mem_get_info()[0] == running
+        assert weights.data_ptr() == address
+        assert torch.equal(weights.cpu(), torch.arange(5 * MiB // 4, dtype=torch.int32)), "the backup came back"
+        cache.fill_(1.0)
+        assert float(cache.sum()) == 3 * MiB // 4
+        print("cuda sleep ok")
+    """)
+    assert code == 0 and "cuda sleep ok" in out, out

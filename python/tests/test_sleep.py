@@ -73,12 +73,19 @@ def test_an_operator_given_a_paused_tensor_raises_naming_its_tag(tags):
     other = torch.ones(1000, device="accalloc")
     view = cache[10:20]
     accalloc.torch.pause("kv_cache")
-    for attempt in (lambda: cache + other, lambda: other.add_(view), lambda: cache.cpu(),
-                    lambda: float(view.sum()), lambda: print(cache), lambda: cache.fill_(2.0)):
+    attempts = (lambda c, o, v: c + o, lambda c, o, v: o.add_(v), lambda c, o, v: c.cpu(),
+                lambda c, o, v: float(v.sum()), lambda c, o, v: print(c), lambda c, o, v: c.fill_(2.0))
+    for attempt in attempts:
         with pytest.raises(RuntimeError, match="paused tag 'kv_cache'"):
-            attempt()
+            attempt(cache, other, view)
     assert float(other.sum()) == 1000.0, "tensors outside the tag work on"
     accalloc.torch.resume("kv_cache")
     cache.fill_(2.0)
     assert float((cache + other).sum()) == 3000.0
     del cache, other, view
+
+
+def test_a_region_on_cuda_needs_accalloc_as_cudas_allocator(tags):
+    with pytest.raises(RuntimeError, match="use_for_cuda"):
+        with accalloc.torch.region("weights", device="cuda"):
+            pass

@@ -14,17 +14,28 @@ import contextlib
 import ctypes
 import json
 
+import torch
+
 import accalloc
 from accalloc._library import ROUTE_THREAD, PoolId, check, library
 
 
 def _device_type_and_index(device):
-    """(accalloc device type, index) of the accalloc accelerator's `device` (None: its current one)."""
+    """(accalloc device type, index) of `device` (None: the current one): a device of the accalloc
+    accelerator, or a CUDA device once accalloc.torch.use_for_cuda() made accalloc CUDA's allocator
+    (None means CUDA's current device when no accalloc accelerator is registered)."""
     from accalloc import torch as accalloc_torch
 
     name = accalloc_torch._host_name
+    cuda = device is not None and not isinstance(device, int) and torch.device(device).type == "cuda"
+    if cuda or (name is None and device is None and accalloc_torch._cuda_allocator is not None):
+        if accalloc_torch._cuda_allocator is None:
+            raise RuntimeError("a pool or region on a CUDA device needs accalloc.torch.use_for_cuda() first")
+        index = accalloc_torch._device_index(device)
+        return accalloc.DEVICE_CUDA, torch.cuda.current_device() if index < 0 else index
     if name is None:
-        raise RuntimeError("register the accalloc device first (accalloc.torch.register_host_device())")
+        raise RuntimeError("register the accalloc device first (accalloc.torch.register_host_device()), or "
+                           "make accalloc CUDA's allocator (accalloc.torch.use_for_cuda())")
     device_type = accalloc._DEVICE_TYPES[name]
     index = accalloc_torch._device_index(device)
     if index < 0:

@@ -19,7 +19,7 @@ import contextlib
 import ctypes
 import threading
 
-from accalloc._library import check, library
+from accalloc._library import DEVICE_CUDA, check, library
 from accalloc.torch._pools import MemPool, _device_type_and_index, use_mem_pool
 
 _lock = threading.Lock()
@@ -35,7 +35,8 @@ def _tag(tag, enable_cpu_backup, device):
         if entry is None:
             pool = MemPool(device=index)
             check(library().accalloc_pool_set_sleepable_on(device_type, index, pool._pool()))
-            _name(pool._pool(), tag)
+            if device_type != DEVICE_CUDA:  # a GPU's kernels check nothing: the host's do
+                _name(pool._pool(), tag)
             entry = _tags[key] = (pool, bool(enable_cpu_backup))
         elif entry[1] != bool(enable_cpu_backup):
             raise ValueError(f"tag {tag!r} was made with enable_cpu_backup={entry[1]}: a tag keeps its setting")
@@ -55,9 +56,10 @@ def _name(pool_id, tag):
 
 @contextlib.contextmanager
 def region(tag="default", enable_cpu_backup=False, device=None):
-    """This thread's allocations on the accalloc device go to `tag`'s memory (made on first use),
-    which pause(tag) gives back to the device and resume(tag) brings back at the same addresses;
-    `enable_cpu_backup`: its contents survive the pause (kept in host memory meanwhile)."""
+    """This thread's allocations on the accalloc device (or, after accalloc.torch.use_for_cuda(), on
+    CUDA: device="cuda", or None where no accalloc device is registered) go to `tag`'s memory (made
+    on first use), which pause(tag) gives back to the device and resume(tag) brings back at the same
+    addresses; `enable_cpu_backup`: its contents survive the pause (kept in host memory meanwhile)."""
     pool, _ = _tag(tag, enable_cpu_backup, device)
     with use_mem_pool(pool):
         yield
