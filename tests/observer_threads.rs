@@ -3,12 +3,13 @@
 //! the books; calls back into accalloc from inside are refused, not deadlocked; and once remove
 //! returns, the observer is not running and never runs again.
 
+mod common;
 use accalloc::capi::memory::{accalloc_empty_cache, accalloc_free, accalloc_malloc};
 use accalloc::capi::observers::*;
-use accalloc::capi::stats::accalloc_memory_stat;
 use accalloc::capi::AccallocStatus;
+use common::stat;
 use std::collections::BTreeMap;
-use std::ffi::{c_void, CStr};
+use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -73,15 +74,6 @@ unsafe extern "C" fn count_oom(_t: i32, _d: i64, _a: usize, _l: usize, _f: usize
     OOMS.fetch_add(1, Ordering::SeqCst);
 }
 
-fn stat(key: &CStr) -> i64 {
-    let mut value = -1;
-    assert_eq!(
-        unsafe { accalloc_memory_stat(0, key.as_ptr(), &mut value) },
-        AccallocStatus::ACCALLOC_OK
-    );
-    value
-}
-
 fn add_segment_observer(observer: AccallocSegmentObserver) -> u64 {
     let mut handle = 0;
     let status =
@@ -143,13 +135,13 @@ fn observers_keep_a_network_librarys_view_exact_under_threads() {
     let registered: usize = REGISTERED.lock().unwrap().values().sum();
     assert_eq!(
         registered as i64,
-        stat(c"reserved_bytes.all.current"),
+        stat("reserved_bytes.all.current"),
         "the observer's view is the books' reserved memory"
     );
     assert!(OOMS.load(Ordering::SeqCst) > 0);
     assert_eq!(
         OOMS.load(Ordering::SeqCst) as i64,
-        stat(c"num_ooms"),
+        stat("num_ooms"),
         "every out-of-memory failure was told once"
     );
     assert!(REFUSED_CALLS.load(Ordering::Relaxed) > 0);

@@ -2,25 +2,17 @@
 //! pool of its own (use_mem_pool) while others allocate outside any pool; every block is handed out
 //! once, each pool's blocks stay in its segments, and the books balance after.
 
+mod common;
 use accalloc::capi::memory::{accalloc_empty_cache, accalloc_free, accalloc_malloc};
 use accalloc::capi::pools::*;
-use accalloc::capi::stats::accalloc_memory_stat;
 use accalloc::capi::AccallocStatus;
+use common::stat;
 use std::collections::HashSet;
-use std::ffi::{c_void, CStr};
+use std::ffi::c_void;
 use std::sync::Mutex;
 
 const THREADS: usize = 6;
 const ROUNDS: usize = 1_500;
-
-fn stat(key: &CStr) -> i64 {
-    let mut value = -1;
-    assert_eq!(
-        unsafe { accalloc_memory_stat(0, key.as_ptr(), &mut value) },
-        AccallocStatus::ACCALLOC_OK
-    );
-    value
-}
 
 #[test]
 fn threads_in_and_out_of_pools_keep_exact_books() {
@@ -102,12 +94,12 @@ fn threads_in_and_out_of_pools_keep_exact_books() {
         worker.join().unwrap();
     }
     assert_eq!(accalloc_empty_cache(), AccallocStatus::ACCALLOC_OK);
-    assert_eq!(stat(c"allocated_bytes.all.current"), 0);
+    assert_eq!(stat("allocated_bytes.all.current"), 0);
     assert_eq!(
-        stat(c"reserved_bytes.all.current"),
+        stat("reserved_bytes.all.current"),
         0,
         "every pool freeable, emptied and gone"
     );
-    assert_eq!(stat(c"segment.all.current"), 0);
-    assert_eq!(stat(c"num_device_alloc"), stat(c"num_device_free"));
+    assert_eq!(stat("segment.all.current"), 0);
+    assert_eq!(stat("num_device_alloc"), stat("num_device_free"));
 }

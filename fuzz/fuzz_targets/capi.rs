@@ -155,6 +155,19 @@ unsafe extern "C" fn heap_free(ptr: *mut c_void, size: usize, _device: i32, _str
     std::alloc::dealloc(ptr as *mut u8, std::alloc::Layout::from_size_align(size.max(1), 512).unwrap());
 }
 
+/// A pool made (or refused): kept with the device it is on, whatever the current device becomes, and
+/// its creation's use.
+unsafe fn remember_pool(pools: &mut Vec<(i32, AccallocPoolId, u32, bool)>, status: AccallocStatus, device: i32, id: AccallocPoolId) {
+    ok_or_expected(status);
+    if status == AccallocStatus::ACCALLOC_OK {
+        let mut on = device;
+        if on < 0 {
+            assert_eq!(accalloc_current_device(&mut on), AccallocStatus::ACCALLOC_OK);
+        }
+        pools.push((on, id, 1, false));
+    }
+}
+
 /// A pool filter that takes stream 1.
 unsafe extern "C" fn stream_one(stream: *mut c_void, _context: *mut c_void) -> i32 {
     (stream as usize == 1) as i32
@@ -212,15 +225,7 @@ fuzz_target!(|data: &[u8]| {
                         0 => {
                             let mut id = AccallocPoolId { first: 0, second: 0 };
                             let status = accalloc_pool_create(device, (arg >> 16) as i32 & 1, (arg >> 17) as i32 & 1, &mut id);
-                            ok_or_expected(status);
-                            if status == AccallocStatus::ACCALLOC_OK {
-                                // The device it is on, whatever the current device becomes.
-                                let mut on = device;
-                                if on < 0 {
-                                    assert_eq!(accalloc_current_device(&mut on), AccallocStatus::ACCALLOC_OK);
-                                }
-                                pools.push((on, id, 1, false));
-                            }
+                            remember_pool(&mut pools, status, device, id);
                         }
                         1 if !pools.is_empty() => {
                             let at = pick % pools.len();
@@ -275,14 +280,7 @@ fuzz_target!(|data: &[u8]| {
                             // A pool whose segments come from PyTorch's pluggable pair (the heap).
                             let mut id = AccallocPoolId { first: 0, second: 0 };
                             let status = accalloc_pool_create_with_functions(device, 0, (arg >> 17) as i32 & 1, Some(heap_alloc), Some(heap_free), &mut id);
-                            ok_or_expected(status);
-                            if status == AccallocStatus::ACCALLOC_OK {
-                                let mut on = device;
-                                if on < 0 {
-                                    assert_eq!(accalloc_current_device(&mut on), AccallocStatus::ACCALLOC_OK);
-                                }
-                                pools.push((on, id, 1, false));
-                            }
+                            remember_pool(&mut pools, status, device, id);
                         }
                         6 if !pools.is_empty() => {
                             // One more use, the flags, or a route by a filter (a capture or not).

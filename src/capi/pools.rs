@@ -397,7 +397,7 @@ pub type AccallocPoolFilterRelease = Option<unsafe extern "C" fn(context: *mut c
 
 /// The caller's filter and context, called from whichever thread allocates.
 struct CallerFilter {
-    filter: unsafe extern "C" fn(*mut c_void, *mut c_void) -> i32,
+    filter: AccallocPoolFilter,
     context: *mut c_void,
     release: AccallocPoolFilterRelease,
 }
@@ -458,23 +458,20 @@ pub unsafe extern "C" fn accalloc_pool_begin_filtered_on(
     capture: i32,
 ) -> AccallocStatus {
     guard(|| {
-        let Some(filter) = filter else {
-            if let Some(release) = release {
-                // SAFETY: the caller gave a function of this type for this context.
-                unsafe { release(context) }
-            }
-            return Err(Error::invalid_argument("filter is NULL"));
-        };
-        // From here the context is released when the last copy of the filter goes, the failed
-        // begin's included.
-        let caller = Arc::new(CallerFilter {
+        // The context is released when the last copy of the filter goes: at once when the begin
+        // is refused (a NULL filter included), else once the route has ended.
+        let caller = CallerFilter {
             filter,
             context,
             release,
-        });
+        };
+        let Some(filter) = caller.filter else {
+            return Err(Error::invalid_argument("filter is NULL"));
+        };
+        let caller = Arc::new(caller);
         let accepts = move |stream: usize| {
             // SAFETY: the caller gave a function of this type for this context.
-            unsafe { (caller.filter)(stream as *mut c_void, caller.context) != 0 }
+            unsafe { filter(stream as *mut c_void, caller.context) != 0 }
         };
         on(device_type)?.begin_allocate_to_pool_filtered(
             device,

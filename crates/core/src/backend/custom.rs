@@ -212,6 +212,28 @@ impl CustomBackend {
         self.check(name, invoke(function, self.functions.context))
     }
 
+    /// One of the two copies, `size` bytes from `src` to `dst`.
+    fn copy(
+        &self,
+        name: &str,
+        function: Option<CopyFn>,
+        device: usize,
+        dst: usize,
+        src: usize,
+        size: usize,
+    ) -> Result<(), BackendError> {
+        // SAFETY: the registering framework's function, with the caller's ranges (Backend's contract).
+        self.call(name, function, |f, ctx| unsafe {
+            f(
+                ctx,
+                device as i32,
+                dst as *mut c_void,
+                src as *const c_void,
+                size,
+            )
+        })
+    }
+
     fn missing(call: &str) -> BackendError {
         BackendError::Failed {
             code: -1,
@@ -362,15 +384,7 @@ impl Backend for CustomBackend {
         size: usize,
     ) -> Result<(), BackendError> {
         let to_host = self.functions.copies.map(|f| f.to_host);
-        self.call("copy_to_host", to_host, |f, ctx| unsafe {
-            f(
-                ctx,
-                device as i32,
-                dst as *mut c_void,
-                src as *const c_void,
-                size,
-            )
-        })
+        self.copy("copy_to_host", to_host, device, dst, src, size)
     }
 
     fn copy_from_host(
@@ -381,15 +395,7 @@ impl Backend for CustomBackend {
         size: usize,
     ) -> Result<(), BackendError> {
         let from_host = self.functions.copies.map(|f| f.from_host);
-        self.call("copy_from_host", from_host, |f, ctx| unsafe {
-            f(
-                ctx,
-                device as i32,
-                dst as *mut c_void,
-                src as *const c_void,
-                size,
-            )
-        })
+        self.copy("copy_from_host", from_host, device, dst, src, size)
     }
 
     fn pinned_host_alloc(&self, size: usize) -> Result<PinnedHostAllocation, BackendError> {
