@@ -78,14 +78,22 @@ pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemcpyHtoD_v2(dst: CUdeviceptr, src: *const c_void, bytes: usize) -> CuResult {
+pub unsafe extern "C" fn cuMemcpyHtoD_v2(
+    dst: CUdeviceptr,
+    src: *const c_void,
+    bytes: usize,
+) -> CuResult {
     driver("cuMemcpyHtoD_v2", |m| {
         copy_synchronously(m, true, dst as usize, src as usize, bytes)
     })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemcpyDtoH_v2(dst: *mut c_void, src: CUdeviceptr, bytes: usize) -> CuResult {
+pub unsafe extern "C" fn cuMemcpyDtoH_v2(
+    dst: *mut c_void,
+    src: CUdeviceptr,
+    bytes: usize,
+) -> CuResult {
     driver("cuMemcpyDtoH_v2", |m| {
         copy_synchronously(m, false, src as usize, dst as usize, bytes)
     })
