@@ -12,6 +12,7 @@ pub mod backend;
 pub mod caching;
 pub mod error;
 pub mod pinned;
+pub mod planning;
 pub mod trace;
 pub mod units;
 

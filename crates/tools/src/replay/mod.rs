@@ -14,6 +14,7 @@
 pub mod bench;
 pub mod compare;
 pub mod input;
+pub mod plan;
 pub mod session;
 pub mod sleep_bench;
 pub mod snapshot;

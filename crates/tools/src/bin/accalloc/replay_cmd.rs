@@ -22,6 +22,7 @@ pub fn replay_command(args: &[String]) -> Result<(), String> {
             "--simulate",
             "--cuda",
             "--summary",
+            "--plan",
             crate::input::EMPTY_CACHE_FLAG,
         ],
         &["--backend", "--config", "--svg", "--snapshot", "--device"],
@@ -102,6 +103,26 @@ pub fn replay_command(args: &[String]) -> Result<(), String> {
         print_report(path, &workload, &described, &report);
         for line in &written {
             println!("{line}");
+        }
+    }
+    if args.has("--plan") {
+        // What planned placement could reach: the floor and the best offline placement.
+        for bound in accalloc_tools::replay::plan::plan_bounds(&workload.ops, &config) {
+            let period = match bound.period {
+                Some((events, times)) => format!("{events} events, {times} times"),
+                None => "none".to_string(),
+            };
+            println!(
+                "plan bound, device {}: {} blocks; floor {} ({}); offline placement {} ({}, {}), utilization {:.3} of it; steady period: {period}",
+                bound.device,
+                bound.blocks,
+                format_size(bound.floor as u64),
+                bound.floor,
+                format_size(bound.placed as u64),
+                bound.placed,
+                bound.order.name(),
+                bound.utilization(),
+            );
         }
     }
     if args.has("--summary") {

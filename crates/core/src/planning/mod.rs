@@ -1,0 +1,11 @@
+//! Planned placement (issue 33): training asks for the same tensors in the same order every
+//! iteration, so their addresses can be planned instead of found. This module holds the pure parts,
+//! with no allocator state:
+//!
+//! - `placement`: offsets for blocks whose lifetimes are known, in one address range, so that no
+//!   two blocks live at the same time overlap; several greedy planners and the best of them. Its
+//!   bound is the floor: the most bytes ever live at once.
+//! - `period`: the repeating sequence in a stream of requests (an iteration), found with no hint.
+
+pub mod period;
+pub mod placement;

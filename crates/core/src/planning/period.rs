@@ -1,0 +1,281 @@
+//! The repeating sequence in a stream of requests: a training iteration asks for the same sizes on
+//! the same streams in the same order, and frees them in the same order, every time. Requests are
+//! events (an allocation's size and stream; a free, by how many allocations ago its block was made),
+//! each reduced to a key; the finder watches the keys and reports a period `p` once the last `p`
+//! events repeat the `p` before them.
+//!
+//! It costs O(K) per event, K the positions remembered per key: a period `p` is a candidate only
+//! while every event so far has matched the one `p` before it, so candidates come from the earlier
+//! positions of the current key. Inner repetitions (the layers of a model, the same sizes
+//! several times in an iteration) repeat too, and are found first; they end where the iteration
+//! moves on, and a period that ended once is never reported again, so the iteration's own period
+//! wins by its second repetition.
+
+use std::collections::{HashMap, HashSet};
+
+/// One request, as the finder compares them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Event {
+    /// An allocation of `size` bytes (as rounded) on `stream`.
+    Alloc { size: usize, stream: usize },
+    /// The free of the block allocated `back` allocations before this free's latest allocation
+    /// (0: the latest one).
+    Free { back: usize },
+}
+
+/// A period found: the last `length` events repeat the `length` before them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Period {
+    /// Events in one repetition.
+    pub length: usize,
+    /// The index of the event that completed the second repetition.
+    pub at: usize,
+}
+
+/// Finds periods in a stream of events, one event at a time.
+pub struct PeriodFinder {
+    /// The shortest period reported (shorter ones are the same few requests over and over).
+    min_length: usize,
+    /// The longest period looked for.
+    max_length: usize,
+    /// Earlier positions of each key, newest last, at most POSITIONS_PER_KEY.
+    positions: HashMap<Event, Vec<usize>>,
+    /// Candidate period -> how many latest events matched the one a period before.
+    runs: HashMap<usize, usize>,
+    /// Periods that repeated fully and then ended: not reported again.
+    ended: HashSet<usize>,
+    /// Events seen.
+    count: usize,
+}
+
+const POSITIONS_PER_KEY: usize = 64;
+
+impl PeriodFinder {
+    pub fn new(min_length: usize, max_length: usize) -> Self {
+        PeriodFinder {
+            min_length: min_length.max(1),
+            max_length,
+            positions: HashMap::new(),
+            runs: HashMap::new(),
+            ended: HashSet::new(),
+            count: 0,
+        }
+    }
+
+    /// Take the next event; Some when it completes a second repetition of a period not reported
+    /// before (the shortest, if several do at once).
+    pub fn push(&mut self, event: Event) -> Option<Period> {
+        let now = self.count;
+        self.count += 1;
+        let earlier = self.positions.entry(event).or_default();
+        let mut runs = HashMap::with_capacity(earlier.len());
+        for &position in earlier.iter() {
+            let length = now - position;
+            if length > self.max_length {
+                continue;
+            }
+            runs.insert(length, self.runs.get(&length).copied().unwrap_or(0) + 1);
+        }
+        if earlier.len() == POSITIONS_PER_KEY {
+            earlier.remove(0);
+        }
+        earlier.push(now);
+        // A period that had repeated fully and now breaks has ended.
+        for (&length, &run) in &self.runs {
+            if run >= length && !runs.contains_key(&length) {
+                self.ended.insert(length);
+            }
+        }
+        self.runs = runs;
+        let found = self
+            .runs
+            .iter()
+            .filter(|&(&length, &run)| {
+                run == length
+                    && length >= self.min_length
+                    && !self.ended.contains(&length)
+                    && !self.repeats_shorter(length)
+            })
+            .map(|(&length, _)| length)
+            .min()?;
+        Some(Period {
+            length: found,
+            at: now,
+        })
+    }
+
+    /// Whether the last `length` events are a shorter period repeated (a multiple of a period is
+    /// no period of its own).
+    fn repeats_shorter(&self, length: usize) -> bool {
+        self.runs.iter().any(|(&shorter, &run)| {
+            shorter < length && length.is_multiple_of(shorter) && run >= length
+        })
+    }
+
+    /// Whether `length` repeated fully and has ended since.
+    pub fn has_ended(&self, length: usize) -> bool {
+        self.ended.contains(&length)
+    }
+
+    /// How many of the latest events matched the event `length` before them.
+    pub fn run(&self, length: usize) -> usize {
+        self.runs.get(&length).copied().unwrap_or(0)
+    }
+}
+
+/// The events of a request stream given as (is_alloc, size or allocation index, stream): allocations
+/// are numbered in order, and a free names the number of the allocation it frees.
+pub fn events_of(requests: impl IntoIterator<Item = Request>) -> Vec<Event> {
+    let mut allocations = 0usize;
+    requests
+        .into_iter()
+        .map(|request| match request {
+            Request::Alloc { size, stream } => {
+                allocations += 1;
+                Event::Alloc { size, stream }
+            }
+            Request::Free { allocation } => Event::Free {
+                back: allocations.saturating_sub(allocation + 1),
+            },
+        })
+        .collect()
+}
+
+/// A request by allocation number, as a trace has them.
+#[derive(Clone, Copy, Debug)]
+pub enum Request {
+    Alloc {
+        size: usize,
+        stream: usize,
+    },
+    /// The free of allocation number `allocation` (counted from 0).
+    Free {
+        allocation: usize,
+    },
+}
+
+/// The first period of `events` that keeps repeating to the end (a period found and then ended
+/// is passed over), with at least `min_length` events and at most `max_length`.
+pub fn steady_period(events: &[Event], min_length: usize, max_length: usize) -> Option<Period> {
+    let mut finder = PeriodFinder::new(min_length, max_length);
+    let mut found: Option<Period> = None;
+    for &event in events {
+        if let Some(period) = finder.push(event) {
+            found.get_or_insert(period);
+        }
+        if let Some(period) = found {
+            if finder.has_ended(period.length) {
+                found = None;
+            }
+        }
+    }
+    // One that repeated up to the end, not one cut short.
+    found.filter(|p| finder.run(p.length) >= p.length)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn alloc(size: usize) -> Request {
+        Request::Alloc { size, stream: 0 }
+    }
+
+    /// A training-like stream: `layers` identical layers (each allocates two activations and frees
+    /// its scratch), then a loss and an optimizer step that free everything of the iteration.
+    fn iteration(first: usize, layers: usize) -> Vec<Request> {
+        let mut out = Vec::new();
+        let mut next = first;
+        let mut activations = Vec::new();
+        for _ in 0..layers {
+            out.push(alloc(4096));
+            activations.push(next);
+            out.push(alloc(1024)); // scratch
+            out.push(Request::Free {
+                allocation: next + 1,
+            });
+            next += 2;
+        }
+        out.push(alloc(512)); // the loss
+        out.push(alloc(8192)); // the optimizer's buffer
+        out.push(Request::Free { allocation: next });
+        out.push(Request::Free {
+            allocation: next + 1,
+        });
+        for a in activations.into_iter().rev() {
+            out.push(Request::Free { allocation: a });
+        }
+        out
+    }
+
+    fn stream(iterations: usize, layers: usize) -> Vec<Event> {
+        let per_iteration = 2 * layers + 2;
+        events_of((0..iterations).flat_map(|i| iteration(i * per_iteration, layers)))
+    }
+
+    #[test]
+    fn an_iteration_repeated_is_found_at_the_end_of_its_second_run() {
+        // 4 layers: 3 + 3 + 3 + 3 + 4 + 4 = 20 events an iteration.
+        let events = stream(3, 4);
+        assert_eq!(events.len(), 60);
+        let mut finder = PeriodFinder::new(8, 1000);
+        let found: Vec<Period> = events.iter().filter_map(|&e| finder.push(e)).collect();
+        // The layers (3 events) are too short to report; the iteration is found when its second
+        // run completes, at event 39.
+        assert_eq!(found, vec![Period { length: 20, at: 39 }]);
+        assert_eq!(steady_period(&events, 8, 1000).map(|p| p.length), Some(20));
+    }
+
+    #[test]
+    fn inner_repetitions_are_found_first_and_then_passed_over() {
+        // With no minimum, the layers' 3 events repeat from the second layer on: found, then they
+        // end where the loss comes; the iteration is still found, and it is the steady one.
+        let events = stream(4, 6);
+        let mut finder = PeriodFinder::new(1, 1000);
+        let lengths: Vec<usize> = events
+            .iter()
+            .filter_map(|&e| finder.push(e))
+            .map(|p| p.length)
+            .collect();
+        assert_eq!(lengths.first(), Some(&3), "the layers first");
+        // Two layers' 6 events are the layers' period twice over: not reported on their own.
+        assert_eq!(
+            lengths,
+            vec![3, 28],
+            "then the iteration (6 x 3 + 4 + 6 events)"
+        );
+        assert!(finder.has_ended(3));
+        assert_eq!(steady_period(&events, 1, 1000).map(|p| p.length), Some(28));
+    }
+
+    #[test]
+    fn frees_name_their_blocks_by_distance_so_iterations_compare_equal() {
+        let events = stream(2, 1);
+        // Iteration 1: alloc 4096 (#0), alloc 1024 (#1), free #1 (back 0), alloc 512 (#2),
+        // alloc 8192 (#3), free #2 (back 1), free #3 (back 0), free #0 (back 3).
+        assert_eq!(events[2], Event::Free { back: 0 });
+        assert_eq!(events[5], Event::Free { back: 1 });
+        assert_eq!(events[7], Event::Free { back: 3 });
+        assert_eq!(events[..8], events[8..]);
+    }
+
+    #[test]
+    fn no_period_in_a_stream_that_does_not_repeat_or_is_cut_short() {
+        let events: Vec<Event> = (0..200)
+            .map(|i| Event::Alloc {
+                size: i * 512,
+                stream: 0,
+            })
+            .collect();
+        assert_eq!(steady_period(&events, 1, 1000), None);
+        // A period longer than the longest looked for is not found.
+        assert_eq!(steady_period(&stream(3, 4), 8, 19), None);
+        // Two iterations and then something else: the period ended, nothing steady.
+        let mut events = stream(2, 4);
+        events.extend((0..30).map(|i| Event::Alloc {
+            size: 100_000 + i,
+            stream: 0,
+        }));
+        assert_eq!(steady_period(&events, 8, 1000), None);
+    }
+}
