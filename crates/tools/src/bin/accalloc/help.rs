@@ -4,7 +4,7 @@
 const INFO: &str =
     "  accalloc info                    the current accelerator, its devices and their capacity";
 
-const REPLAY: &str = "  accalloc replay FILE [--json] [--simulate|--cuda|--backend LIB] [--config STR] [--svg FILE] [--snapshot FILE] [--summary]
+const REPLAY: &str = "  accalloc replay FILE [--json] [--simulate|--cuda|--backend LIB] [--config STR] [--svg FILE] [--snapshot FILE] [--summary] [--plan]
                                    replay an allocation trace through the allocator; FILE is
                                    accalloc's trace (JSON lines) or a PyTorch memory snapshot
                                    (torch.cuda.memory._dump_snapshot's pickle, or the same as JSON),
@@ -20,7 +20,10 @@ const REPLAY: &str = "  accalloc replay FILE [--json] [--simulate|--cuda|--backe
                                    --config: allocator settings (ACCALLOC_CONF syntax)
                                    --svg: write the memory timeline (allocated and reserved by pool)
                                    --snapshot: write the snapshot taken at peak reserved memory
-                                   --summary: print memory_summary's table at the end";
+                                   --summary: print memory_summary's table at the end
+                                   --plan: what planned placement could reach, per device: the
+                                     floor (most bytes live at once), the best offline placement
+                                     of the whole trace and its steady period (its iteration)";
 
 const TUNE: &str = "  accalloc tune FILE [--capacity SIZE] [--json] [--threads N] [--top N] [--frontier]
                                    replay under a search of the settings that matter, on all cores,
