@@ -6,7 +6,8 @@ Each workload of WORKLOADS runs in a process of its own (ACCALLOC_TRACE is read 
 and writes DIR/NAME.jsonl (default: examples/traces/real): every malloc and free the model made on the
 device, its weights, AdamW's states, the activations and the CPU kernels' scratch, in order. Training
 workloads change batch size and sequence length between steps, as a data loader with padded batches
-does; the generation workload decodes with a KV cache that grows a token at a time.
+does, or keep them fixed (the _fixed ones); the generation workload decodes with a KV cache that grows
+a token at a time.
 
 The traces are committed (examples/traces/real/README.md says what each holds), so the benchmarks
 that replay them need no PyTorch; this script is how they were made, and test_traces.py re-records a
@@ -29,6 +30,13 @@ WORKLOADS = {
     "llama_train": ("llama", "train", [(8, 64), (8, 64), (4, 128), (8, 80), (2, 256)]),
     "cnn_train": ("cnn", "train", [(32, 0), (32, 0), (8, 0), (64, 0), (32, 0)]),
     "llama_generate": ("llama", "generate", [(1, 16), (4, 24), (2, 48)]),
+    # Fixed shapes, as a training loop with a fixed batch and sequence length runs: every step asks
+    # for the same tensors in the same order (what planned placement learns, issue 33).
+    "gpt2_train_fixed": ("gpt2", "train", [(8, 64)] * 6),
+    "bert_train_fixed": ("bert", "train", [(8, 64)] * 5),
+    "t5_train_fixed": ("t5", "train", [(8, 64)] * 4),
+    "llama_train_fixed": ("llama", "train", [(8, 64)] * 5),
+    "cnn_train_fixed": ("cnn", "train", [(32, 0)] * 5),
 }
 
 

@@ -4,9 +4,9 @@
 //! each reduced to a key; the finder watches the keys and reports a period `p` once the last `p`
 //! events repeat the `p` before them.
 //!
-//! It costs O(K) per event, K the positions remembered per key: a period `p` is a candidate only
-//! while every event so far has matched the one `p` before it, so candidates come from the earlier
-//! positions of the current key. Inner repetitions (the layers of a model, the same sizes
+//! It costs O(K) per event, K the positions remembered per key (a key: the last eight events): a
+//! period `p` is a candidate only while every key so far has matched the one `p` before it, so
+//! candidates come from the earlier positions of the current key. Inner repetitions (the layers of a model, the same sizes
 //! several times in an iteration) repeat too, and are found first; they end where the iteration
 //! moves on, and a period that ended once is never reported again, so the iteration's own period
 //! wins by its second repetition.
@@ -28,8 +28,10 @@ pub enum Event {
 pub struct Period {
     /// Events in one repetition.
     pub length: usize,
-    /// The index of the event that completed the second repetition.
+    /// The index of the event that completed the last repetition counted.
     pub at: usize,
+    /// Repetitions in a row up to `at` (at least 2).
+    pub repeats: usize,
 }
 
 /// Finds periods in a stream of events, one event at a time.
@@ -38,8 +40,11 @@ pub struct PeriodFinder {
     min_length: usize,
     /// The longest period looked for.
     max_length: usize,
-    /// Earlier positions of each key, newest last, at most POSITIONS_PER_KEY.
-    positions: HashMap<Event, Vec<usize>>,
+    /// Earlier positions of each key (the hash of the last CONTEXT events), newest last, at most
+    /// POSITIONS_PER_KEY.
+    positions: HashMap<u64, Vec<usize>>,
+    /// The hashes of the last CONTEXT events, oldest first.
+    recent: std::collections::VecDeque<u64>,
     /// Candidate period -> how many latest events matched the one a period before.
     runs: HashMap<usize, usize>,
     /// Periods that repeated fully and then ended: not reported again.
@@ -49,6 +54,10 @@ pub struct PeriodFinder {
 }
 
 const POSITIONS_PER_KEY: usize = 64;
+/// Events a key stands for: a free of the latest block or a 512-byte allocation comes hundreds of
+/// times an iteration, so one event alone would remember none of its positions an iteration back;
+/// eight in a row are rare enough.
+const CONTEXT: usize = 8;
 
 impl PeriodFinder {
     pub fn new(min_length: usize, max_length: usize) -> Self {
@@ -56,6 +65,7 @@ impl PeriodFinder {
             min_length: min_length.max(1),
             max_length,
             positions: HashMap::new(),
+            recent: std::collections::VecDeque::with_capacity(CONTEXT),
             runs: HashMap::new(),
             ended: HashSet::new(),
             count: 0,
@@ -67,7 +77,14 @@ impl PeriodFinder {
     pub fn push(&mut self, event: Event) -> Option<Period> {
         let now = self.count;
         self.count += 1;
-        let earlier = self.positions.entry(event).or_default();
+        if self.recent.len() == CONTEXT {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(hash_of(&event));
+        let key = self.recent.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &e| {
+            (h ^ e).wrapping_mul(0x100_0000_01b3)
+        });
+        let earlier = self.positions.entry(key).or_default();
         let mut runs = HashMap::with_capacity(earlier.len());
         for &position in earlier.iter() {
             let length = now - position;
@@ -101,6 +118,7 @@ impl PeriodFinder {
         Some(Period {
             length: found,
             at: now,
+            repeats: 2,
         })
     }
 
@@ -121,6 +139,13 @@ impl PeriodFinder {
     pub fn run(&self, length: usize) -> usize {
         self.runs.get(&length).copied().unwrap_or(0)
     }
+}
+
+fn hash_of(event: &Event) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    event.hash(&mut hasher);
+    hasher.finish()
 }
 
 /// The events of a request stream given as (is_alloc, size or allocation index, stream): allocations
@@ -154,23 +179,50 @@ pub enum Request {
     },
 }
 
-/// The first period of `events` that keeps repeating to the end (a period found and then ended
-/// is passed over), with at least `min_length` events and at most `max_length`.
+/// The period of `events` that repeats over the most events (at least twice), with at least
+/// `min_length` events and at most `max_length`: a training loop's iteration, whatever comes before
+/// its first step (the optimizer making its states) and after its last (the model let go); its
+/// inner repetitions (layers) repeat over fewer events, its multiples too. Exhaustive over the
+/// lengths, O(events x max_length): for traces and for a learning window, not for every request.
+/// `at` is where its longest run of repetitions ended.
 pub fn steady_period(events: &[Event], min_length: usize, max_length: usize) -> Option<Period> {
-    let mut finder = PeriodFinder::new(min_length, max_length);
-    let mut found: Option<Period> = None;
-    for &event in events {
-        if let Some(period) = finder.push(event) {
-            found.get_or_insert(period);
-        }
-        if let Some(period) = found {
-            if finder.has_ended(period.length) {
-                found = None;
+    // Each distinct event as a small number: comparing them is the whole cost.
+    let mut ids: HashMap<Event, u32> = HashMap::new();
+    let keys: Vec<u32> = events
+        .iter()
+        .map(|e| {
+            let next = ids.len() as u32;
+            *ids.entry(*e).or_insert(next)
+        })
+        .collect();
+    let longest = max_length.min(keys.len() / 2);
+    let mut best: Option<(usize, Period)> = None;
+    for length in min_length.max(1)..=longest {
+        let (mut run, mut most, mut most_at) = (0usize, 0usize, 0usize);
+        for at in length..keys.len() {
+            if keys[at] == keys[at - length] {
+                run += 1;
+                if run > most {
+                    (most, most_at) = (run, at);
+                }
+            } else {
+                run = 0;
             }
         }
+        // Repeated at least twice: the last `length` events equal the `length` before them.
+        if most >= length && best.is_none_or(|(m, _)| most > m) {
+            let repeats = most / length + 1;
+            best = Some((
+                most,
+                Period {
+                    length,
+                    at: most_at,
+                    repeats,
+                },
+            ));
+        }
     }
-    // One that repeated up to the end, not one cut short.
-    found.filter(|p| finder.run(p.length) >= p.length)
+    best.map(|(_, period)| period)
 }
 
 #[cfg(test)]
@@ -220,10 +272,18 @@ mod tests {
         assert_eq!(events.len(), 60);
         let mut finder = PeriodFinder::new(8, 1000);
         let found: Vec<Period> = events.iter().filter_map(|&e| finder.push(e)).collect();
-        // The layers (3 events) are too short to report; the iteration is found when its second
-        // run completes, at event 39.
-        assert_eq!(found, vec![Period { length: 20, at: 39 }]);
-        assert_eq!(steady_period(&events, 8, 1000).map(|p| p.length), Some(20));
+        // The layers (3 events) are too short to report; the iteration is found once its second
+        // run completes (event 39) and the keys of eight events have caught up, at event 46.
+        assert_eq!(
+            found,
+            vec![Period {
+                length: 20,
+                at: 46,
+                repeats: 2
+            }]
+        );
+        let steady = steady_period(&events, 8, 1000).unwrap();
+        assert_eq!((steady.length, steady.repeats, steady.at), (20, 3, 59));
     }
 
     #[test]
@@ -270,12 +330,12 @@ mod tests {
         assert_eq!(steady_period(&events, 1, 1000), None);
         // A period longer than the longest looked for is not found.
         assert_eq!(steady_period(&stream(3, 4), 8, 19), None);
-        // Two iterations and then something else: the period ended, nothing steady.
-        let mut events = stream(2, 4);
+        // Three iterations and then something else (the model let go): the iteration still.
+        let mut events = stream(3, 4);
         events.extend((0..30).map(|i| Event::Alloc {
             size: 100_000 + i,
             stream: 0,
         }));
-        assert_eq!(steady_period(&events, 8, 1000), None);
+        assert_eq!(steady_period(&events, 8, 1000).map(|p| p.length), Some(20));
     }
 }

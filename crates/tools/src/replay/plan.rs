@@ -22,7 +22,7 @@ pub struct PlanBound {
     /// The best offline placement's size, and its order.
     pub placed: usize,
     pub order: Order,
-    /// The steady period in events and how many times it fits in the device's events, if any.
+    /// The steady period in events and how many times in a row it repeats, if any.
     pub period: Option<(usize, usize)>,
 }
 
@@ -101,8 +101,7 @@ pub fn plan_bounds(ops: &[TraceOp], config: &CachingConfig) -> Vec<PlanBound> {
             }
             let (order, placement) = best(&d.lifetimes);
             let events = events_of(d.requests.iter().copied());
-            let period = steady_period(&events, 4, events.len() / 2)
-                .map(|p| (p.length, events.len() / p.length));
+            let period = steady_period(&events, 4, events.len() / 2).map(|p| (p.length, p.repeats));
             PlanBound {
                 device,
                 blocks: d.lifetimes.len(),

@@ -109,7 +109,7 @@ pub fn replay_command(args: &[String]) -> Result<(), String> {
         // What planned placement could reach: the floor and the best offline placement.
         for bound in accalloc_tools::replay::plan::plan_bounds(&workload.ops, &config) {
             let period = match bound.period {
-                Some((events, times)) => format!("{events} events, {times} times"),
+                Some((events, times)) => format!("{events} events, {times} times in a row"),
                 None => "none".to_string(),
             };
             println!(
