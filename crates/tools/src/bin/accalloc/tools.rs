@@ -9,6 +9,7 @@ use accalloc::caching::CachingConfig;
 use accalloc::units::format_size;
 use accalloc_tools::replay::compare::{compare, comparison_table};
 use accalloc_tools::replay::input::json_to_pickle;
+use accalloc_tools::replay::plan::plan_bounds;
 use accalloc_tools::replay::timeline::comparison_svg;
 use accalloc_tools::replay::tune::{
     default_candidates, fold_equivalent, frontier_candidates, on_frontier, tune, Candidate,
@@ -259,6 +260,23 @@ pub fn tune_command(args: &[String]) -> Result<(), String> {
         pytorch_line(&best_pytorch.candidate),
         run_figures(best_pytorch, searched)
     );
+    // How far the best setting is from what planning the trace's addresses could reach.
+    for bound in plan_bounds(&workload.ops, &CachingConfig::default()) {
+        let repeats = match bound.period {
+            Some((events, times)) => {
+                format!("its step of {events} requests repeats {times} times in a row")
+            }
+            None => "no step of it repeats exactly".to_string(),
+        };
+        println!(
+            "planning bound:   device {}: the best offline placement of the whole trace needs {} \
+             (utilization {:.3}; the floor is {}); {repeats} (accalloc replay FILE --plan)",
+            bound.device,
+            format_size(bound.placed as u64),
+            bound.utilization(),
+            format_size(bound.floor as u64),
+        );
+    }
     Ok(())
 }
 
