@@ -264,9 +264,9 @@ pub fn tune_command(args: &[String]) -> Result<(), String> {
     for bound in plan_bounds(&workload.ops, &CachingConfig::default()) {
         let repeats = match bound.period {
             Some((events, times)) => {
-                format!("its step of {events} requests repeats {times} times in a row")
+                format!("its longest exact repetition: {events} requests, {times} times in a row")
             }
-            None => "no step of it repeats exactly".to_string(),
+            None => "no run of its requests repeats exactly".to_string(),
         };
         println!(
             "planning bound:   device {}: the best offline placement of the whole trace needs {} \
