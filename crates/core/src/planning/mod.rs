@@ -3,8 +3,9 @@
 //! with no allocator state:
 //!
 //! - `placement`: offsets for blocks whose lifetimes are known, in one address range, so that no
-//!   two blocks live at the same time overlap; several greedy planners and the best of them. Its
-//!   bound is the floor: the most bytes ever live at once.
+//!   two blocks live at the same time overlap; several greedy planners and the best of them, for a
+//!   straight stretch of time or for a step that repeats (cyclic lifetimes, which may run into the
+//!   next repetition). Its bound is the floor: the most bytes ever live at once.
 //! - `period`: the repeating sequence in a stream of requests (an iteration), found with no hint.
 
 pub mod period;

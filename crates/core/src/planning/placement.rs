@@ -14,7 +14,8 @@ pub struct Lifetime {
 }
 
 impl Lifetime {
-    fn overlaps(&self, other: &Lifetime) -> bool {
+    /// Whether the two live at the same time.
+    pub fn overlaps(&self, other: &Lifetime) -> bool {
         self.start < other.end && other.start < self.end
     }
 }
@@ -80,6 +81,44 @@ pub fn floor(blocks: &[Lifetime]) -> usize {
 
 /// Place `blocks` greedily in `order`, each at the lowest offset free over its whole lifetime.
 pub fn place(blocks: &[Lifetime], order: Order) -> Placement {
+    let pieces: Vec<Pieces> = blocks
+        .iter()
+        .map(|b| Pieces {
+            first: (b.start, b.end),
+            second: None,
+        })
+        .collect();
+    place_pieces(blocks, &pieces, order)
+}
+
+/// Place blocks that repeat every `period` events (one step of a training loop): a block's lifetime
+/// [start, end) may run past the period's end into the next repetition (end > period), where it
+/// meets the blocks of the start of the step, so it occupies [start, period) and [0, end - period)
+/// of the cycle. Refused (the block's index in the error) when a block starts outside the period or
+/// lives longer than it: such a block overlaps its own next repetition and cannot have one offset.
+pub fn place_cyclic(blocks: &[Lifetime], period: usize, order: Order) -> Result<Placement, usize> {
+    let mut pieces = Vec::with_capacity(blocks.len());
+    for (i, b) in blocks.iter().enumerate() {
+        if b.start >= period || b.end < b.start || b.end - b.start > period {
+            return Err(i);
+        }
+        pieces.push(if b.end <= period {
+            Pieces {
+                first: (b.start, b.end),
+                second: None,
+            }
+        } else {
+            Pieces {
+                first: (b.start, period),
+                second: Some((0, b.end - period)),
+            }
+        });
+    }
+    Ok(place_pieces(blocks, &pieces, order))
+}
+
+/// The greedy placement, over each block's pieces of time (the blocks give sizes and the order).
+fn place_pieces(blocks: &[Lifetime], pieces: &[Pieces], order: Order) -> Placement {
     let mut by: Vec<usize> = (0..blocks.len()).collect();
     let length = |b: &Lifetime| b.end.saturating_sub(b.start);
     match order {
@@ -108,7 +147,7 @@ pub fn place(blocks: &[Lifetime], order: Order) -> Placement {
         }),
         Order::EarliestFirst => by.sort_by_key(|&i| (blocks[i].start, i)),
     }
-    let mut index = TimeIndex::new(blocks);
+    let mut index = TimeIndex::new(pieces);
     let mut offsets = vec![0usize; blocks.len()];
     let mut size = 0usize;
     let mut taken: Vec<(usize, usize)> = Vec::new();
@@ -119,7 +158,7 @@ pub fn place(blocks: &[Lifetime], order: Order) -> Placement {
         }
         // The address ranges of the placed blocks that live at the same time, lowest first.
         taken.clear();
-        index.for_each_overlapping(&block, |j| {
+        index.for_each_overlapping(i, |j| {
             taken.push((offsets[j], offsets[j] + blocks[j].size));
         });
         taken.sort_unstable();
@@ -146,10 +185,30 @@ pub fn best(blocks: &[Lifetime]) -> (Order, Placement) {
         .expect("there are orders")
 }
 
+/// A block's time: one piece, or two for a cyclic lifetime that wraps past the period's end.
+#[derive(Clone, Copy, Debug)]
+struct Pieces {
+    first: (usize, usize),
+    second: Option<(usize, usize)>,
+}
+
+impl Pieces {
+    fn each(&self) -> impl Iterator<Item = (usize, usize)> {
+        std::iter::once(self.first)
+            .chain(self.second)
+            .filter(|(start, end)| end > start)
+    }
+
+    fn overlaps(&self, other: &Pieces) -> bool {
+        self.each()
+            .any(|(s, e)| other.each().any(|(os, oe)| s < oe && os < e))
+    }
+}
+
 /// The placed blocks by time bucket, so that a block is checked only against those that may live
 /// at the same time (a long-lived block is listed in every bucket it spans).
 struct TimeIndex<'a> {
-    blocks: &'a [Lifetime],
+    pieces: &'a [Pieces],
     width: usize,
     buckets: Vec<Vec<u32>>,
     /// The last query that saw each block, so that one listed in several buckets counts once.
@@ -160,34 +219,44 @@ struct TimeIndex<'a> {
 impl<'a> TimeIndex<'a> {
     const BUCKETS: usize = 4096;
 
-    fn new(blocks: &'a [Lifetime]) -> Self {
-        let end = blocks.iter().map(|b| b.end).max().unwrap_or(0);
+    fn new(pieces: &'a [Pieces]) -> Self {
+        let end = pieces
+            .iter()
+            .flat_map(|p| p.each())
+            .map(|(_, end)| end)
+            .max()
+            .unwrap_or(0);
         let width = end.div_ceil(Self::BUCKETS).max(1);
         TimeIndex {
-            blocks,
+            pieces,
             width,
             buckets: vec![Vec::new(); end / width + 1],
-            seen: vec![0; blocks.len()],
+            seen: vec![0; pieces.len()],
             query: 0,
         }
     }
 
-    fn span(&self, block: &Lifetime) -> std::ops::RangeInclusive<usize> {
-        block.start / self.width..=(block.end - 1) / self.width
+    fn buckets_of(&self, i: usize) -> impl Iterator<Item = usize> + '_ {
+        let width = self.width;
+        self.pieces[i]
+            .each()
+            .flat_map(move |(start, end)| start / width..=(end - 1) / width)
     }
 
     fn insert(&mut self, i: usize) {
-        for bucket in self.span(&self.blocks[i]) {
+        let buckets: Vec<usize> = self.buckets_of(i).collect();
+        for bucket in buckets {
             self.buckets[bucket].push(i as u32);
         }
     }
 
-    fn for_each_overlapping(&mut self, block: &Lifetime, mut f: impl FnMut(usize)) {
+    fn for_each_overlapping(&mut self, i: usize, mut f: impl FnMut(usize)) {
         self.query += 1;
-        for bucket in self.span(block) {
+        let buckets: Vec<usize> = self.buckets_of(i).collect();
+        for bucket in buckets {
             for &j in &self.buckets[bucket] {
                 let j = j as usize;
-                if self.seen[j] != self.query && self.blocks[j].overlaps(block) {
+                if self.seen[j] != self.query && self.pieces[j].overlaps(&self.pieces[i]) {
                     self.seen[j] = self.query;
                     f(j);
                 }
@@ -256,11 +325,80 @@ mod tests {
     }
 
     #[test]
+    fn a_cyclic_lifetime_meets_the_start_of_the_next_step() {
+        // A step of 10 events. A (100) lives [8, 13): to the end of the step and 3 events into the
+        // next, where it meets B (50, [1, 5)); C (100, [4, 8)) meets B but not A, so: A at 0;
+        // C shares A's bytes (A is gone from 3 to 8); B above both, at 100.
+        let blocks = [block(100, 8, 13), block(50, 1, 5), block(100, 4, 8)];
+        let p = place_cyclic(&blocks, 10, Order::LargestFirst).unwrap();
+        assert_eq!((p.offsets.clone(), p.size), (vec![0, 100, 0], 150));
+        // Placed as a straight line, A alone with B would not meet it (B ends before A starts):
+        // the cycle is what keeps them apart.
+        let pair = [block(100, 8, 13), block(50, 1, 5)];
+        assert_eq!(place(&pair, Order::LargestFirst).size, 100);
+        assert_eq!(
+            place_cyclic(&pair, 10, Order::LargestFirst).unwrap().size,
+            150
+        );
+        // A block longer than the step overlaps its own next repetition; one outside the step is
+        // not of it.
+        assert_eq!(
+            place_cyclic(&[block(10, 2, 13)], 10, Order::LargestFirst),
+            Err(0)
+        );
+        assert_eq!(
+            place_cyclic(
+                &[block(10, 1, 2), block(10, 10, 12)],
+                10,
+                Order::LargestFirst
+            ),
+            Err(1)
+        );
+    }
+
+    #[test]
     fn empty_and_zero_sized_blocks_take_nothing() {
         assert_eq!(place(&[], Order::LargestFirst).size, 0);
         let blocks = [block(0, 0, 5), block(10, 3, 3), block(8, 1, 2)];
         let p = place(&blocks, Order::LargestFirst);
         assert_eq!((p.size, floor(&blocks)), (8, 8));
+    }
+
+    #[test]
+    fn every_order_places_random_cyclic_lifetimes_without_collisions() {
+        let mut state = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move |n: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n) as usize
+        };
+        let period = 400;
+        let pieces = |b: &Lifetime| Pieces {
+            first: (b.start, b.end.min(period)),
+            second: (b.end > period).then(|| (0, b.end - period)),
+        };
+        for _ in 0..20 {
+            let blocks: Vec<Lifetime> = (0..150)
+                .map(|_| {
+                    let start = next(period as u64);
+                    block(512 * (1 + next(64)), start, start + 1 + next(period as u64))
+                })
+                .collect();
+            for order in Order::ALL {
+                let p = place_cyclic(&blocks, period, order).unwrap();
+                for (i, a) in blocks.iter().enumerate() {
+                    for (j, b) in blocks.iter().enumerate().skip(i + 1) {
+                        let (x, y) = (p.offsets[i], p.offsets[j]);
+                        let apart = x + a.size <= y || y + b.size <= x;
+                        assert!(
+                            !pieces(a).overlaps(&pieces(b)) || apart,
+                            "{order:?}: {i} and {j}"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[test]
