@@ -141,6 +141,52 @@ impl PeriodFinder {
     }
 }
 
+/// Finds where the latest `window` allocations were asked for before, in the same order: in a
+/// training loop, the start of step 2 matches the start of step 1, and what followed then is a
+/// prediction of what follows now. Only allocations count (their size and stream): frees name
+/// their blocks by distance, which an allocation made in one step and not the next (an optimizer
+/// making its states) changes. O(1) per allocation.
+pub struct StretchMatcher {
+    window: usize,
+    /// The hashes of the last `window` allocations, oldest first.
+    recent: std::collections::VecDeque<u64>,
+    /// The latest allocation index at which each window of hashes ended.
+    ended_at: HashMap<u64, usize>,
+    count: usize,
+}
+
+impl StretchMatcher {
+    pub fn new(window: usize) -> Self {
+        StretchMatcher {
+            window: window.max(1),
+            recent: std::collections::VecDeque::with_capacity(window.max(1)),
+            ended_at: HashMap::new(),
+            count: 0,
+        }
+    }
+
+    /// Take the next allocation (its index is the number taken before it); Some(q) when the last
+    /// `window` allocations equal those that ended at allocation q (the latest such q, at least a
+    /// window back).
+    pub fn push(&mut self, size: usize, stream: usize) -> Option<usize> {
+        let now = self.count;
+        self.count += 1;
+        if self.recent.len() == self.window {
+            self.recent.pop_front();
+        }
+        self.recent
+            .push_back(hash_of(&Event::Alloc { size, stream }));
+        if self.recent.len() < self.window {
+            return None;
+        }
+        let key = self.recent.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &e| {
+            (h ^ e).wrapping_mul(0x100_0000_01b3)
+        });
+        let earlier = self.ended_at.insert(key, now);
+        earlier.filter(|&q| now - q >= self.window)
+    }
+}
+
 fn hash_of(event: &Event) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
@@ -306,6 +352,29 @@ mod tests {
         );
         assert!(finder.has_ended(3));
         assert_eq!(steady_period(&events, 1, 1000).map(|p| p.length), Some(28));
+    }
+
+    #[test]
+    fn the_start_of_a_step_matches_the_start_of_the_one_before() {
+        // Step 1 makes two extra blocks at its end (an optimizer's states); steps are otherwise
+        // 6 allocations: sizes 1..=6 KiB.
+        let step: Vec<usize> = (1..=6).map(|k| k << 10).collect();
+        let mut stream: Vec<usize> = step.clone();
+        stream.extend([100 << 10, 200 << 10]);
+        stream.extend(&step);
+        stream.extend(&step);
+        let mut matcher = StretchMatcher::new(4);
+        let found: Vec<(usize, usize)> = stream
+            .iter()
+            .enumerate()
+            .filter_map(|(i, &size)| matcher.push(size, 0).map(|q| (i, q)))
+            .collect();
+        // Allocation 11 (the 4th of step 2) ends the window 1..4 KiB, which ended at allocation
+        // 3 in step 1: step 2 follows step 1 from there on, 8 allocations later. Step 3 matches
+        // step 2, 6 later.
+        assert_eq!(found[0], (11, 3));
+        assert_eq!(found.iter().filter(|(i, q)| i - q == 8).count(), 3);
+        assert!(found.iter().any(|&(i, q)| i == 17 && q == 11));
     }
 
     #[test]
