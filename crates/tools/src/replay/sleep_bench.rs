@@ -2,13 +2,15 @@
 //! accelerator, in milliseconds per GiB, against a plain copy of the same bytes into fresh host
 //! memory (what a backup is), measured in the same run, the two taking turns.
 
-use crate::capi::memory::{accalloc_free, accalloc_malloc};
+use crate::capi::memory::{accalloc_free, accalloc_malloc_on};
 use crate::capi::pools::{
-    accalloc_pool_begin, accalloc_pool_create, accalloc_pool_end, accalloc_pool_release,
-    AccallocPoolId, ACCALLOC_ROUTE_THREAD,
+    accalloc_pool_begin_on, accalloc_pool_create_on, accalloc_pool_end_on,
+    accalloc_pool_release_on, AccallocPoolId, ACCALLOC_ROUTE_THREAD,
 };
-use crate::capi::sleep::{accalloc_pool_pause, accalloc_pool_resume, accalloc_pool_set_sleepable};
-use crate::capi::AccallocStatus;
+use crate::capi::sleep::{
+    accalloc_pool_pause_on, accalloc_pool_resume_on, accalloc_pool_set_sleepable_on,
+};
+use crate::capi::{AccallocStatus, ACCALLOC_DEVICE_HOST as HOST};
 use std::ffi::c_void;
 use std::time::Instant;
 
@@ -36,7 +38,8 @@ fn median(mut samples: Vec<f64>) -> f64 {
     samples[samples.len() / 2]
 }
 
-/// Pause and resume `bytes` of a pool on device 0 of the current accelerator `rounds` times with a
+/// Pause and resume `bytes` of a pool on host device 0 (whatever the current accelerator: the bytes
+/// are written from the CPU) `rounds` times with a
 /// backup, then without, each round beside a plain copy of the same bytes (to fresh memory, as a
 /// backup takes, and back). The rows: plain copy, pause with backup, resume with backup, pause
 /// without, resume without; each the median over the rounds, in ms per GiB.
@@ -49,22 +52,26 @@ pub fn run(bytes: usize, rounds: usize) -> Result<Vec<SleepRow>, String> {
     };
     // SAFETY: a valid out-pointer.
     ok(
-        unsafe { accalloc_pool_create(0, 0, 0, &mut pool) },
+        unsafe { accalloc_pool_create_on(HOST, 0, 0, 0, &mut pool) },
         "accalloc_pool_create",
     )?;
     ok(
-        accalloc_pool_set_sleepable(0, pool),
+        accalloc_pool_set_sleepable_on(HOST, 0, pool),
         "accalloc_pool_set_sleepable",
     )?;
     ok(
-        accalloc_pool_begin(0, pool, ACCALLOC_ROUTE_THREAD, std::ptr::null_mut()),
+        accalloc_pool_begin_on(HOST, 0, pool, ACCALLOC_ROUTE_THREAD, std::ptr::null_mut()),
         "accalloc_pool_begin",
     )?;
     let mut weights: *mut c_void = std::ptr::null_mut();
     // SAFETY: a valid out-pointer.
-    let allocated = unsafe { accalloc_malloc(&mut weights, bytes, 0, std::ptr::null_mut()) };
-    ok(accalloc_pool_end(0, pool), "accalloc_pool_end")?;
-    ok(accalloc_pool_release(0, pool), "accalloc_pool_release")?;
+    let allocated =
+        unsafe { accalloc_malloc_on(HOST, &mut weights, bytes, 0, std::ptr::null_mut()) };
+    ok(accalloc_pool_end_on(HOST, 0, pool), "accalloc_pool_end")?;
+    ok(
+        accalloc_pool_release_on(HOST, 0, pool),
+        "accalloc_pool_release",
+    )?;
     ok(allocated, "accalloc_malloc")?;
     // SAFETY: `bytes` of host memory just allocated: every page made resident.
     let source = unsafe { std::slice::from_raw_parts_mut(weights as *mut u8, bytes) };
@@ -87,10 +94,16 @@ pub fn run(bytes: usize, rounds: usize) -> Result<Vec<SleepRow>, String> {
         samples[0].push(per_gib(t) / 2.0);
         for (backup, at) in [(1, 1), (0, 3)] {
             let t = Instant::now();
-            result = ok(accalloc_pool_pause(0, pool, backup), "accalloc_pool_pause");
+            result = ok(
+                accalloc_pool_pause_on(HOST, 0, pool, backup),
+                "accalloc_pool_pause",
+            );
             samples[at].push(per_gib(t));
             let t = Instant::now();
-            result = result.and(ok(accalloc_pool_resume(0, pool), "accalloc_pool_resume"));
+            result = result.and(ok(
+                accalloc_pool_resume_on(HOST, 0, pool),
+                "accalloc_pool_resume",
+            ));
             samples[at + 1].push(per_gib(t));
             if result.is_err() {
                 break;
@@ -105,7 +118,10 @@ pub fn run(bytes: usize, rounds: usize) -> Result<Vec<SleepRow>, String> {
     }
     // SAFETY: what accalloc_malloc returned, freed once.
     ok(unsafe { accalloc_free(weights) }, "accalloc_free")?;
-    ok(accalloc_pool_release(0, pool), "accalloc_pool_release")?;
+    ok(
+        accalloc_pool_release_on(HOST, 0, pool),
+        "accalloc_pool_release",
+    )?;
     result?;
     let names = [
         "plain copy to fresh host memory (each way)",

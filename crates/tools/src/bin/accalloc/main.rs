@@ -182,7 +182,7 @@ fn bench(args: &[String]) -> Result<(), String> {
     let (bytes, rounds) = if quick { (256 << 20, 3) } else { (1 << 30, 7) };
     let rows = accalloc_tools::replay::sleep_bench::run(bytes, rounds)?;
     println!(
-        "\nsleep and wake of a {} MiB pool on device 0, median of {rounds} rounds, ms per GiB",
+        "\nsleep and wake of a {} MiB pool on host device 0, median of {rounds} rounds, ms per GiB",
         bytes >> 20
     );
     print!("{}", accalloc_tools::replay::sleep_bench::table(&rows));
