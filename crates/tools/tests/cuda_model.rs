@@ -86,7 +86,8 @@ fn every_sample_trace_gives_the_host_backends_statistics() {
         }
     }
     traces.sort();
-    assert_eq!(traces.len(), 9, "{traces:?}");
+    // 3 generated traces and 11 real ones (6 with shapes changing between steps, 5 fixed).
+    assert_eq!(traces.len(), 14, "{traces:?}");
     for trace in &traces {
         for config in ["", "expandable_segments:True"] {
             let (host, cuda) = std::thread::scope(|s| {
