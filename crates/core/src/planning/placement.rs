@@ -88,7 +88,7 @@ pub fn place(blocks: &[Lifetime], order: Order) -> Placement {
             second: None,
         })
         .collect();
-    place_pieces(blocks, &pieces, order)
+    place_pieces(blocks, &pieces, order, &[])
 }
 
 /// Place blocks that repeat every `period` events (one step of a training loop): a block's lifetime
@@ -97,6 +97,18 @@ pub fn place(blocks: &[Lifetime], order: Order) -> Placement {
 /// of the cycle. Refused (the block's index in the error) when a block starts outside the period or
 /// lives longer than it: such a block overlaps its own next repetition and cannot have one offset.
 pub fn place_cyclic(blocks: &[Lifetime], period: usize, order: Order) -> Result<Placement, usize> {
+    place_cyclic_around(blocks, period, order, &[])
+}
+
+/// place_cyclic around `obstacles`: address ranges [start, end) taken at every moment (the blocks
+/// that outlive every step, at the addresses they were given), which no block may overlap; the
+/// blocks fill the gaps between them first. The placement's size covers the obstacles too.
+pub fn place_cyclic_around(
+    blocks: &[Lifetime],
+    period: usize,
+    order: Order,
+    obstacles: &[(usize, usize)],
+) -> Result<Placement, usize> {
     let mut pieces = Vec::with_capacity(blocks.len());
     for (i, b) in blocks.iter().enumerate() {
         if b.start >= period || b.end < b.start || b.end - b.start > period {
@@ -114,11 +126,17 @@ pub fn place_cyclic(blocks: &[Lifetime], period: usize, order: Order) -> Result<
             }
         });
     }
-    Ok(place_pieces(blocks, &pieces, order))
+    Ok(place_pieces(blocks, &pieces, order, obstacles))
 }
 
-/// The greedy placement, over each block's pieces of time (the blocks give sizes and the order).
-fn place_pieces(blocks: &[Lifetime], pieces: &[Pieces], order: Order) -> Placement {
+/// The greedy placement, over each block's pieces of time (the blocks give sizes and the order),
+/// around address ranges taken at all times.
+fn place_pieces(
+    blocks: &[Lifetime],
+    pieces: &[Pieces],
+    order: Order,
+    obstacles: &[(usize, usize)],
+) -> Placement {
     let mut by: Vec<usize> = (0..blocks.len()).collect();
     let length = |b: &Lifetime| b.end.saturating_sub(b.start);
     match order {
@@ -149,7 +167,7 @@ fn place_pieces(blocks: &[Lifetime], pieces: &[Pieces], order: Order) -> Placeme
     }
     let mut index = TimeIndex::new(pieces);
     let mut offsets = vec![0usize; blocks.len()];
-    let mut size = 0usize;
+    let mut size = obstacles.iter().map(|&(_, end)| end).max().unwrap_or(0);
     let mut taken: Vec<(usize, usize)> = Vec::new();
     for &i in &by {
         let block = blocks[i];
@@ -158,6 +176,7 @@ fn place_pieces(blocks: &[Lifetime], pieces: &[Pieces], order: Order) -> Placeme
         }
         // The address ranges of the placed blocks that live at the same time, lowest first.
         taken.clear();
+        taken.extend_from_slice(obstacles);
         index.for_each_overlapping(i, |j| {
             taken.push((offsets[j], offsets[j] + blocks[j].size));
         });
@@ -353,6 +372,24 @@ mod tests {
                 Order::LargestFirst
             ),
             Err(1)
+        );
+    }
+
+    #[test]
+    fn blocks_fill_the_gaps_between_fixed_ones_first() {
+        // Weights at [0, 100) and [300, 400), there for every step. A (200, [0, 5)) fits the gap
+        // [100, 300); B (150, [2, 8)) meets A and goes above the weights, at 400; C (150, [6, 9))
+        // does not meet A: the gap is its.
+        let obstacles = [(0, 100), (300, 400)];
+        let blocks = [block(200, 0, 5), block(150, 2, 8), block(150, 6, 9)];
+        let p = place_cyclic_around(&blocks, 10, Order::LargestFirst, &obstacles).unwrap();
+        assert_eq!((p.offsets.clone(), p.size), (vec![100, 400, 100], 550));
+        // Nothing placed: the obstacles alone.
+        assert_eq!(
+            place_cyclic_around(&[], 10, Order::LargestFirst, &obstacles)
+                .unwrap()
+                .size,
+            400
         );
     }
 
