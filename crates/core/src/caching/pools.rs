@@ -112,6 +112,12 @@ impl PrivatePools {
         !self.captures.is_empty()
     }
 
+    /// Whether malloc must go past the cached path: a pool is begun, or frees deferred by a
+    /// capture still wait for their events (the allocator's `routing` flag mirrors this).
+    pub fn closes_cached_path(&self) -> bool {
+        self.routing() || !self.deferred_frees.is_empty()
+    }
+
     /// Whether a capture is underway: a pool begun for a stream (or a filter). PyTorch 2.15 applies its capture
     /// rules (no event processing in malloc, no last-resort release, empty_cache leaving the
     /// default pools alone) only while a stream is being captured, not for use_mem_pool's thread

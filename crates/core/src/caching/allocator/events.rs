@@ -134,7 +134,7 @@ impl CachingAllocator {
             self.insert_events(id, events);
         }
         // Nothing deferred any more: the cached path may serve again when no pool is begun.
-        self.routing = self.private_pools.routing();
+        self.routing = self.private_pools.closes_cached_path();
         Ok(())
     }
 

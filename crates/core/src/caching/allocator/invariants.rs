@@ -90,7 +90,7 @@ impl CachingAllocator {
             }
         }
         // The cached path is closed while any pool is begun or any free waits for a capture's end.
-        let closed = self.private_pools.routing() || !self.private_pools.deferred_frees.is_empty();
+        let closed = self.private_pools.closes_cached_path();
         if self.routing != closed || self.capturing != self.private_pools.capturing() {
             return Err(format!(
                 "routing is {} and capturing {}, but pools begun or frees deferred say {closed}",

@@ -73,8 +73,7 @@ impl CachingAllocator {
     /// filter given by a caller is theirs to drop once the device is let go.
     pub fn end_allocate_to_pool(&mut self, id: MempoolId) -> Result<Route> {
         let route = self.private_pools.end(id)?;
-        self.routing =
-            self.private_pools.routing() || !self.private_pools.deferred_frees.is_empty();
+        self.routing = self.private_pools.closes_cached_path();
         self.capturing = self.private_pools.capturing();
         Ok(route)
     }
