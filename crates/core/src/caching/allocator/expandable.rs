@@ -50,6 +50,16 @@ impl ExpandableSegment {
         self.paused[first..last].iter().filter(|&&p| p).count() * self.page
     }
 
+    /// Whether [ptr, end) touches a paused page of this range.
+    pub(super) fn touches_paused(&self, ptr: usize, end: usize) -> bool {
+        let (start, limit) = (ptr.max(self.base), end.min(self.base + self.size));
+        if start >= limit {
+            return false;
+        }
+        let (first, last) = self.pages_covering(start, limit - start);
+        self.paused[first..last].contains(&true)
+    }
+
     /// Page `page`'s (address, size).
     pub(super) fn page_range(&self, page: usize) -> (usize, usize) {
         (self.page_address(page), self.page)

@@ -120,19 +120,10 @@ impl CachingAllocator {
             return None;
         }
         let end = ptr.saturating_add(size.max(1));
-        self.expandable.iter().find_map(|segment| {
-            let (base, len) = segment.range();
-            let limit = base + len;
-            if segment.owner == DEFAULT_POOLS || end <= base || ptr >= limit {
-                return None;
-            }
-            let first = (ptr.max(base) - base) / segment.page;
-            let last = (end.min(limit) - base).div_ceil(segment.page);
-            segment.paused[first..last]
-                .iter()
-                .any(|&p| p)
-                .then(|| self.private_pools.get(segment.owner).id)
-        })
+        self.expandable
+            .iter()
+            .find(|segment| segment.owner != DEFAULT_POOLS && segment.touches_paused(ptr, end))
+            .map(|segment| self.private_pools.get(segment.owner).id)
     }
 
     /// Bytes of pool `id` paused now (None: no such pool).
