@@ -181,6 +181,10 @@ pub struct BlockPool {
     pub lookups: u64,
     /// Unmapped address space of expandable segments, by (stream, address).
     pub unmapped: BTreeMap<(StreamId, usize), BlockId>,
+    /// The cached blocks again, by (stream, address), kept only once `index_addresses` is called
+    /// (planned placement asks for the free block at an address; nothing else does, so the
+    /// pools of an allocator that does not plan pay one branch per change for it).
+    by_address: Option<BTreeMap<(StreamId, usize), BlockId>>,
 }
 
 impl BlockPool {
@@ -197,6 +201,9 @@ impl BlockPool {
     /// Cache block `id` under `key` (its current key).
     #[inline]
     pub fn insert_key(&mut self, key: PoolKey, id: BlockId) {
+        if let Some(index) = &mut self.by_address {
+            index.insert((key.0, key.2), id);
+        }
         if !self.staged.is_empty() {
             let displaced = self.tree.insert(self.staged.key(), self.staged.id);
             debug_assert!(displaced.is_none(), "block cached twice");
@@ -212,6 +219,9 @@ impl BlockPool {
 
     #[inline]
     pub fn remove_key(&mut self, key: &PoolKey) {
+        if let Some(index) = &mut self.by_address {
+            index.remove(&(key.0, key.2));
+        }
         if self.staged.holds(key) {
             self.staged.clear();
         } else {
@@ -252,6 +262,9 @@ impl BlockPool {
                 return None;
             }
             let id = self.staged.id;
+            if let Some(index) = &mut self.by_address {
+                index.remove(&(self.staged.stream, self.staged.ptr));
+            }
             self.staged.clear();
             return Some(id);
         }
@@ -278,6 +291,9 @@ impl BlockPool {
         };
         if !accept(key) {
             return None;
+        }
+        if let Some(index) = &mut self.by_address {
+            index.remove(&(key.0, key.2));
         }
         if in_slot && id == self.staged.id {
             self.staged.clear();
@@ -321,6 +337,11 @@ impl BlockPool {
         for id in self.tree.values_mut().chain(self.unmapped.values_mut()) {
             *id = renumbered[*id as usize];
         }
+        if let Some(index) = &mut self.by_address {
+            for id in index.values_mut() {
+                *id = renumbered[*id as usize];
+            }
+        }
         if !self.staged.is_empty() {
             self.staged.id = renumbered[self.staged.id as usize];
         }
@@ -328,6 +349,34 @@ impl BlockPool {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Keep the cached blocks by address from now on too (see `free_at_or_below`).
+    pub fn index_addresses(&mut self) {
+        if self.by_address.is_none() {
+            let index = self.entries().map(|(k, id)| ((k.0, k.2), id)).collect();
+            self.by_address = Some(index);
+        }
+    }
+
+    /// The cached block of `stream` with the highest address at or below `ptr` (None also when
+    /// `index_addresses` was never called).
+    pub fn free_at_or_below(&self, stream: StreamId, ptr: usize) -> Option<BlockId> {
+        let index = self.by_address.as_ref()?;
+        index
+            .range((stream, 0)..=(stream, ptr))
+            .next_back()
+            .map(|(_, &id)| id)
+    }
+
+    /// Whether the address index, when kept, holds exactly the cached blocks (for the invariants).
+    pub fn address_index_agrees(&self) -> bool {
+        self.by_address.as_ref().is_none_or(|index| {
+            index.len() == self.len()
+                && self
+                    .entries()
+                    .all(|(k, id)| index.get(&(k.0, k.2)) == Some(&id))
+        })
     }
 }
 

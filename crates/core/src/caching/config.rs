@@ -30,6 +30,12 @@ pub struct CachingConfig {
     /// The least the trim line lets reserved memory exceed the most ever allocated by, in bytes
     /// (0 by default: a fixed floor makes a small job reserve more than plain expandable segments).
     pub expandable_trim_floor: usize,
+    /// accalloc's own planned placement (issue 33): the allocator learns the step of a training
+    /// loop (the requests that repeat, in order) and serves each request of the next steps at an
+    /// offset planned for the whole step, in the large pool's expandable segment, so that reserved
+    /// memory approaches the most ever allocated. Implies expandable segments with 2 MiB pages;
+    /// requests off the plan are served by the rest of the policy.
+    pub planned_placement: bool,
     /// Drop the device lock around slow backend allocations.
     pub release_lock_on_malloc: bool,
     /// A memory fraction applied to every device when the settings are applied (None: unchanged).
@@ -58,6 +64,7 @@ impl Default for CachingConfig {
             expandable_trim: false,
             expandable_trim_slack: DEFAULT_TRIM_SLACK,
             expandable_trim_floor: 0,
+            planned_placement: false,
             release_lock_on_malloc: false,
             per_process_memory_fraction: None,
             pinned_max_round_threshold: usize::MAX,
@@ -123,6 +130,9 @@ impl CachingConfig {
                 "expandable_trim_floor_mb:{}",
                 self.expandable_trim_floor >> 20
             ));
+        }
+        if self.planned_placement {
+            parts.push("planned_placement:True".into());
         }
         if self.release_lock_on_malloc {
             parts.push("release_lock_on_malloc:True".into());

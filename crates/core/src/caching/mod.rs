@@ -28,6 +28,8 @@ pub use stats::{DeviceStats, Stat, StatType};
 #[cfg(test)]
 mod observer_tests;
 #[cfg(test)]
+mod planned_tests;
+#[cfg(test)]
 mod pool_tests;
 #[cfg(test)]
 mod sleep_tests;

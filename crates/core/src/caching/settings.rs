@@ -8,9 +8,9 @@ use super::config::{CachingConfig, ROUNDUP_POWER2_INTERVALS};
 use crate::error::{bounded, quote, Error, Result};
 
 /// Every key accalloc understands (release_lock_on_cudamalloc is PyTorch's name for
-/// release_lock_on_malloc and is accepted too; the expandable_trim keys are accalloc's own; the
-/// pinned_ keys are the pinned host allocator's).
-pub const KNOWN_KEYS: [&str; 15] = [
+/// release_lock_on_malloc and is accepted too; the expandable_trim keys and planned_placement are
+/// accalloc's own; the pinned_ keys are the pinned host allocator's).
+pub const KNOWN_KEYS: [&str; 16] = [
     "max_split_size_mb",
     "max_non_split_rounding_mb",
     "roundup_power2_divisions",
@@ -19,6 +19,7 @@ pub const KNOWN_KEYS: [&str; 15] = [
     "expandable_trim",
     "expandable_trim_slack",
     "expandable_trim_floor_mb",
+    "planned_placement",
     "release_lock_on_malloc",
     "release_lock_on_cudamalloc",
     "per_process_memory_fraction",
@@ -294,6 +295,7 @@ pub fn parse_settings(text: &str, current: &CachingConfig) -> Result<CachingConf
                     "expandable_trim_floor_mb" => {
                         config.expandable_trim_floor = parse_whole_mb(&key, &value)?
                     }
+                    "planned_placement" => config.planned_placement = parse_bool(&key, &value)?,
                     "release_lock_on_malloc" | "release_lock_on_cudamalloc" => {
                         config.release_lock_on_malloc = parse_bool(&key, &value)?
                     }
@@ -474,7 +476,7 @@ mod tests {
             ("roundup_power2_divisions:[>:134217728]", "invalid allocator setting roundup_power2_divisions:134217728: roundup_power2_divisions divisions must be a power of two from 1 to 67108864, or 0 to turn rounding off"),
             ("roundup_power2_divisions:[100:4]", "invalid allocator setting roundup_power2_divisions:[100:4]: roundup_power2_divisions interval starts must be powers of two (in MiB) or '>'"),
             ("backend:cudaMallocAsync", "invalid allocator setting backend:cudaMallocAsync: backend must be native: accalloc's caching allocator is the only policy"),
-            ("max_split_size:64", "unrecognized key 'max_split_size' in allocator settings; known keys: max_split_size_mb, max_non_split_rounding_mb, roundup_power2_divisions, garbage_collection_threshold, expandable_segments, expandable_trim, expandable_trim_slack, expandable_trim_floor_mb, release_lock_on_malloc, release_lock_on_cudamalloc, per_process_memory_fraction, backend, pinned_max_round_threshold_mb, pinned_max_cached_size_mb, pinned_use_background_threads"),
+            ("max_split_size:64", "unrecognized key 'max_split_size' in allocator settings; known keys: max_split_size_mb, max_non_split_rounding_mb, roundup_power2_divisions, garbage_collection_threshold, expandable_segments, expandable_trim, expandable_trim_slack, expandable_trim_floor_mb, planned_placement, release_lock_on_malloc, release_lock_on_cudamalloc, per_process_memory_fraction, backend, pinned_max_round_threshold_mb, pinned_max_cached_size_mb, pinned_use_background_threads"),
             ("max_split_size_mb", "malformed allocator settings 'max_split_size_mb': expected ':' after 'max_split_size_mb', found the end (the form is key:value,key:value, with roundup_power2_divisions also taking [MiB:divisions,...,>:divisions])"),
             ("max_split_size_mb:", "malformed allocator settings 'max_split_size_mb:': missing value for max_split_size_mb (the form is key:value,key:value, with roundup_power2_divisions also taking [MiB:divisions,...,>:divisions])"),
             ("expandable_segments:True;max_split_size_mb:64", "invalid allocator setting expandable_segments:True;max_split_size_mb: expandable_segments must be True or False"),

@@ -15,6 +15,9 @@ static FALLBACK_WARNED: AtomicBool = AtomicBool::new(false);
 pub(super) struct ExpandableSegment {
     /// The pools it serves (whose allocator, if they have one, holds the range).
     pub(super) owner: PoolIndex,
+    /// The stream and pool kind whose blocks it holds.
+    pub(super) stream: StreamId,
+    pub(super) pool: PoolKind,
     base: usize,
     size: usize,
     pub(super) page: usize,
@@ -169,7 +172,7 @@ impl CachingAllocator {
 
     /// The start of a chain of free or unmapped blocks with at least `size` bytes of address space,
     /// reserving a new range when no segment of this pool and stream has room.
-    fn find_expandable_block(
+    pub(super) fn find_expandable_block(
         &mut self,
         private: PoolIndex,
         pool: PoolKind,
@@ -179,8 +182,12 @@ impl CachingAllocator {
         if let Some(start) = self.growth_chain(private, pool, stream, size) {
             return Ok(start);
         }
-        // PyTorch maps 20 MiB pages in the large pool; expandable_trim maps 2 MiB pages everywhere.
-        let page = if pool == PoolKind::Small || self.config.expandable_trim {
+        // PyTorch maps 20 MiB pages in the large pool; expandable_trim and planned_placement map
+        // 2 MiB pages everywhere.
+        let page = if pool == PoolKind::Small
+            || self.config.expandable_trim
+            || self.config.planned_placement
+        {
             SMALL_PAGE
         } else {
             LARGE_PAGE
@@ -197,6 +204,8 @@ impl CachingAllocator {
             .map_err(|e| backend_error(&*source, self.device, "vm_reserve", e))?;
         let segment = ExpandableSegment {
             owner: private,
+            stream,
+            pool,
             base,
             size: reserve,
             page,
@@ -275,7 +284,7 @@ impl CachingAllocator {
     }
 
     /// A block that a growing segment may take in: free, with no events pending.
-    fn allocatable(&self, id: Option<BlockId>) -> Option<BlockId> {
+    pub(super) fn allocatable(&self, id: Option<BlockId>) -> Option<BlockId> {
         id.filter(|&id| !self.blocks[id].allocated && self.blocks[id].event_count == 0)
     }
 
@@ -401,7 +410,7 @@ impl CachingAllocator {
     /// becomes a free block (merged with free neighbours), the rest stays unmapped. Returns the bytes
     /// mapped: where the device runs out once the first `required` bytes are mapped, what was mapped
     /// is kept; Ok(0) when it runs out before (nothing is left mapped then).
-    fn map_block(&mut self, id: BlockId, size: usize, required: usize) -> Result<usize> {
+    pub(super) fn map_block(&mut self, id: BlockId, size: usize, required: usize) -> Result<usize> {
         let block = self.blocks[id];
         let segment_index = block.expandable.expect("only expandable blocks are mapped") as usize;
         let segment = &self.expandable[segment_index];
@@ -622,6 +631,8 @@ impl CachingAllocator {
                 }
                 self.expandable[index] = ExpandableSegment {
                     owner: DEFAULT_POOLS,
+                    stream: 0,
+                    pool: PoolKind::Large,
                     base: 0,
                     size: 0,
                     page: SMALL_PAGE,

@@ -45,6 +45,11 @@ impl CachingAllocator {
             pools.push((index, PoolKind::Large, &pool.large));
         }
         for (private, pool_kind, pool) in pools {
+            if !pool.address_index_agrees() {
+                return Err(format!(
+                    "the address index of pool {private} {pool_kind:?} differs from its blocks"
+                ));
+            }
             for (key, id) in pool.entries() {
                 let block = &self.blocks[id];
                 if BlockPool::key(block) != key

@@ -13,6 +13,7 @@ mod inspect;
 mod invariants;
 mod metadata;
 mod observers;
+mod planned;
 mod private_pools;
 mod segments;
 mod sleep;
@@ -89,6 +90,11 @@ pub struct CachingAllocator {
     capturing: bool,
     /// The segment observer and the OOM reports waiting for the runtime.
     observers: Box<observers::Observers>,
+    /// planned_placement's planner (see planned.rs); while there is one, malloc passes the cached
+    /// path and free tells it.
+    planner: Option<Box<crate::planning::online::OnlinePlanner>>,
+    /// The default pool whose expandable segment the plan in force lies in.
+    plan_pool: PoolKind,
 }
 
 impl Drop for CachingAllocator {
@@ -125,6 +131,8 @@ impl CachingAllocator {
             routing: false,
             capturing: false,
             observers: Box::default(),
+            planner: None,
+            plan_pool: PoolKind::Large,
         };
         allocator.set_config(config);
         Ok(allocator)
@@ -146,10 +154,18 @@ impl CachingAllocator {
         if let Some(fraction) = config.per_process_memory_fraction {
             self.allowed_maximum = allowed_bytes(fraction, self.capacity);
         }
+        // Planned placement places blocks in the large pool's expandable segment.
+        config.expandable_segments |= config.planned_placement;
         if config.expandable_segments
             && !(self.virtual_memory_available() && self.reservation_size(LARGE_PAGE).is_some())
         {
             config.expandable_segments = false;
+            config.planned_placement = false;
+        }
+        match (config.planned_placement, self.planner.is_some()) {
+            (true, false) => self.planner = Some(Box::default()),
+            (false, true) => self.planner = None,
+            _ => {}
         }
         self.config = config;
         self.verify("set_config");
@@ -178,6 +194,7 @@ impl CachingAllocator {
             || !self.pending_events.is_empty()
             || self.garbage_collection_on()
             || self.routing
+            || self.planner.is_some()
         {
             return None;
         }
@@ -195,7 +212,11 @@ impl CachingAllocator {
     /// whole request is served here.
     #[inline]
     pub fn malloc_begin(&mut self, size: usize, stream: StreamId) -> Result<MallocStep> {
-        let result = self.malloc_begin_unchecked(size, stream);
+        let result = if self.planner.is_some() {
+            self.malloc_with_plan(size, stream)
+        } else {
+            self.malloc_begin_unchecked(size, stream)
+        };
         self.verify("malloc");
         result
     }
@@ -351,6 +372,9 @@ impl CachingAllocator {
                 self.defer_until_no_capture(id)
             }
             None => self.return_to_pool(id),
+        }
+        if let Some(planner) = &mut self.planner {
+            planner.freed(ptr);
         }
         Ok(())
     }

@@ -1,0 +1,294 @@
+//! planned_placement in the allocator: malloc asks the planner (`planning::online`) for an address
+//! and serves the request there when the range is free (`alloc_at`), mapping the pages under it;
+//! otherwise, and for every request off the plan, the policy serves it as usual. Planned blocks are
+//! ordinary blocks of the large pool's expandable segment: they split, merge, free, show in
+//! snapshots and count in every statistic as any block there does (a request under 1 MiB served by
+//! the plan counts in the large pool, where it lies).
+
+use super::*;
+use crate::planning::online::{Candidate, PlannerCounters, Region};
+
+impl CachingAllocator {
+    /// What the planner has done on this device (None: planned_placement is off).
+    pub fn planner_counters(&self) -> Option<PlannerCounters> {
+        self.planner.as_ref().map(|p| p.counters())
+    }
+
+    /// malloc_begin with a planner: the planned address first, then the policy.
+    pub(super) fn malloc_with_plan(&mut self, size: usize, stream: StreamId) -> Result<MallocStep> {
+        // Captures and private pools keep their own rules, unplanned and unlogged.
+        let routed_away =
+            self.capturing || (self.routing && self.private_pools.route(stream) != DEFAULT_POOLS);
+        let rounded = round_size(size, &self.config);
+        let (false, Some(rounded)) = (routed_away || size == 0, rounded) else {
+            return self.malloc_begin_unchecked(size, stream);
+        };
+        let planner = self
+            .planner
+            .as_mut()
+            .expect("malloc_with_plan has a planner");
+        let advice = planner.advise(rounded, stream);
+        if planner.take_pass_end() {
+            self.trim_for_plan()?;
+        }
+        if let Some(address) = advice {
+            if !self.private_pools.deferred_frees.is_empty() {
+                self.insert_deferred_events()?;
+            }
+            if !self.pending_events.is_empty() {
+                self.process_events()?;
+            }
+            match self.alloc_at(address, rounded, size, stream)? {
+                Some(ptr) => {
+                    self.planned_allocation(rounded, stream, ptr)?;
+                    return Ok(MallocStep::Done(ptr));
+                }
+                None => self.planner.as_mut().expect("still planning").conflict(),
+            }
+        }
+        let step = self.malloc_begin_unchecked(size, stream)?;
+        if let MallocStep::Done(ptr) = step {
+            self.planned_allocation(rounded, stream, ptr)?;
+        }
+        Ok(step)
+    }
+
+    /// Tell the planner of an allocation; make the plan it asks for.
+    fn planned_allocation(&mut self, rounded: usize, stream: StreamId, ptr: usize) -> Result<()> {
+        let planner = self.planner.as_mut().expect("planning");
+        if let Some(candidate) = planner.allocated(rounded, stream, ptr) {
+            self.make_plan(candidate)?;
+        }
+        Ok(())
+    }
+
+    /// Plan `candidate` in an expandable segment of its stream: the one that holds the most
+    /// live bytes (the blocks that outlive a step are there, and the plan fills the gaps between
+    /// them), the large pool's when neither holds any (reserved now if there is none).
+    fn make_plan(&mut self, candidate: Candidate) -> Result<()> {
+        let stream = self
+            .planner
+            .as_ref()
+            .expect("planning")
+            .stream_of(&candidate);
+        let live_in = |allocator: &Self, pool: PoolKind| -> Option<(usize, usize)> {
+            let index = allocator.reservation_of(pool, stream)?;
+            let bytes = allocator
+                .active
+                .values()
+                .map(|&id| &allocator.blocks[id])
+                .filter(|b| b.expandable == Some(index as u32))
+                .map(|b| b.size)
+                .sum();
+            Some((bytes, index))
+        };
+        let small = live_in(self, PoolKind::Small);
+        let large = live_in(self, PoolKind::Large);
+        let (pool, index) = match (small, large) {
+            (Some((s, index)), large) if large.is_none_or(|(l, _)| s > l) => {
+                (PoolKind::Small, index)
+            }
+            (_, Some((_, index))) => (PoolKind::Large, index),
+            _ => {
+                let id = self.find_expandable_block(DEFAULT_POOLS, PoolKind::Large, stream, 0)?;
+                let index = self.blocks[id].expandable.expect("a reservation") as usize;
+                (PoolKind::Large, index)
+            }
+        };
+        self.plan_pool = pool;
+        let (base, size) = self.expandable[index].range();
+        let live = self
+            .active
+            .values()
+            .map(|&id| &self.blocks[id])
+            .filter(|b| b.expandable == Some(index as u32))
+            .map(|b| (b.ptr, b.size))
+            .collect();
+        self.pool_mut(DEFAULT_POOLS, pool).index_addresses();
+        let region = Region {
+            stream,
+            base,
+            size,
+            live,
+        };
+        let planned = self
+            .planner
+            .as_mut()
+            .expect("planning")
+            .build(candidate, &region);
+        if planned {
+            self.trim_for_plan()?;
+        }
+        Ok(())
+    }
+
+    /// A new plan lays the blocks out afresh: the free pages of the default pools are unmapped, so
+    /// that what the last step left mapped does not add to what the plan maps.
+    fn trim_for_plan(&mut self) -> Result<()> {
+        for pool in [PoolKind::Large, PoolKind::Small] {
+            let blocks = &self.blocks;
+            let free: Vec<BlockId> = self
+                .block_pool(DEFAULT_POOLS, pool)
+                .entries()
+                .map(|(_, id)| id)
+                .filter(|&id| blocks[id].expandable.is_some())
+                .collect();
+            for id in free {
+                self.unmap_block(id)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The default pools' expandable segment of `pool` and `stream` (the first, if there are
+    /// several).
+    fn reservation_of(&self, pool: PoolKind, stream: StreamId) -> Option<usize> {
+        self.expandable.iter().position(|s| {
+            s.range().1 > 0 && s.owner == DEFAULT_POOLS && s.pool == pool && s.stream == stream
+        })
+    }
+
+    /// The free or unmapped block of the plan's pool of `stream` that holds `address`.
+    fn block_holding(&self, stream: StreamId, address: usize) -> Option<BlockId> {
+        let pool = self.block_pool(DEFAULT_POOLS, self.plan_pool);
+        let free = pool.free_at_or_below(stream, address);
+        let unmapped = pool
+            .unmapped
+            .range((stream, 0)..=(stream, address))
+            .next_back()
+            .map(|(_, &id)| id);
+        let id = match (free, unmapped) {
+            (Some(a), Some(b)) => {
+                if self.blocks[a].ptr > self.blocks[b].ptr {
+                    a
+                } else {
+                    b
+                }
+            }
+            (a, b) => a.or(b)?,
+        };
+        let block = &self.blocks[id];
+        (block.ptr + block.size > address).then_some(id)
+    }
+
+    /// Hand out [address, address + rounded) of the plan's expandable segment of `stream`, when every byte of it is free or unmapped (mapping what is not): the address, or
+    /// None (nothing changed but pages mapped) when some of it is taken or the device has no room.
+    pub(super) fn alloc_at(
+        &mut self,
+        address: usize,
+        rounded: usize,
+        requested: usize,
+        stream: StreamId,
+    ) -> Result<Option<usize>> {
+        let end = address + rounded;
+        let Some(start) = self.block_holding(stream, address) else {
+            return Ok(None);
+        };
+        let segment = self.blocks[start].expandable;
+        // Every block under the range must be free with no event pending, in the same segment.
+        let mut cursor = Some(start);
+        let mut covered = self.blocks[start].ptr;
+        while covered < end {
+            match self.allocatable(cursor) {
+                Some(id) if self.blocks[id].expandable == segment => {
+                    covered = self.blocks[id].ptr + self.blocks[id].size;
+                    cursor = self.blocks[id].next;
+                }
+                _ => return Ok(None),
+            }
+        }
+        // Map the unmapped blocks under the range, one at a time (each map merges with its free
+        // neighbours, so the chain is walked again from the block holding `address`).
+        loop {
+            let mut cursor = self.block_holding(stream, address);
+            let mut unmapped = None;
+            while let Some(id) = cursor {
+                let block = &self.blocks[id];
+                if block.ptr >= end {
+                    break;
+                }
+                if !block.mapped {
+                    unmapped = Some(id);
+                    break;
+                }
+                cursor = block.next;
+            }
+            let Some(id) = unmapped else { break };
+            let index = segment.expect("expandable") as usize;
+            let page = self.expandable[index].page;
+            let base = self.expandable[index].range().0;
+            let block = self.blocks[id];
+            let from = base + (address.max(block.ptr) - base) / page * page;
+            let to = end.min(block.ptr + block.size);
+            let id = if from > block.ptr {
+                self.split_unmapped(id, from)
+            } else {
+                id
+            };
+            if self.map_block(id, to - from, to - from)? == 0 {
+                return Ok(None);
+            }
+        }
+        let id = self
+            .block_holding(stream, address)
+            .expect("the range is mapped and free");
+        let block = self.blocks[id];
+        debug_assert!(block.mapped && !block.allocated && block.ptr + block.size >= end);
+        self.pool_mut(DEFAULT_POOLS, block.pool).remove(&block);
+        let id = if block.ptr < address {
+            self.split_free_front(id, address)
+        } else {
+            id
+        };
+        let split = self.blocks[id].size > rounded;
+        Ok(Some(self.hand_out(id, rounded, requested, split)))
+    }
+
+    /// Cut unmapped block `id` at `at` (a page boundary inside it): the front stays unmapped as a
+    /// block of its own; returns `id`, now starting at `at`.
+    fn split_unmapped(&mut self, id: BlockId, at: usize) -> BlockId {
+        let block = self.blocks[id];
+        let front = self.blocks.insert(Block {
+            mapped: false,
+            expandable: block.expandable,
+            private: block.private,
+            prev: block.prev,
+            next: Some(id),
+            ..Block::new(block.ptr, at - block.ptr, block.stream, block.pool)
+        });
+        if let Some(prev) = block.prev {
+            self.blocks[prev].next = Some(front);
+        }
+        let pool = self.pool_mut(block.private, block.pool);
+        pool.unmapped.remove(&(block.stream, block.ptr));
+        pool.unmapped.insert((block.stream, block.ptr), front);
+        pool.unmapped.insert((block.stream, at), id);
+        let back = &mut self.blocks[id];
+        back.prev = Some(front);
+        back.size -= at - block.ptr;
+        back.ptr = at;
+        id
+    }
+
+    /// Cut free block `id` (out of its pool) at `at`: the front goes back to the pool as a free
+    /// block of its own; returns `id`, now starting at `at`.
+    fn split_free_front(&mut self, id: BlockId, at: usize) -> BlockId {
+        let block = self.blocks[id];
+        let front = self.blocks.insert(Block {
+            expandable: block.expandable,
+            private: block.private,
+            prev: block.prev,
+            next: Some(id),
+            ..Block::new(block.ptr, at - block.ptr, block.stream, block.pool)
+        });
+        if let Some(prev) = block.prev {
+            self.blocks[prev].next = Some(front);
+        }
+        let back = &mut self.blocks[id];
+        back.prev = Some(front);
+        back.size -= at - block.ptr;
+        back.ptr = at;
+        self.cache_block(front);
+        id
+    }
+}

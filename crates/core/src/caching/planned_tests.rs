@@ -1,0 +1,189 @@
+//! planned_placement (allocator/planned.rs over planning::online), on the simulated device: a
+//! repeating step is learned and served at planned addresses, requests off the plan are served by
+//! the policy, and the books balance after every operation whatever the program does.
+
+use super::*;
+use crate::backend::simulated::SimulatedBackend;
+use proptest::prelude::*;
+use std::sync::Arc;
+
+const MIB: usize = 1 << 20;
+const ALL: usize = StatType::All as usize;
+
+fn planned() -> CachingAllocator {
+    let backend = Arc::new(SimulatedBackend::new(1, 1 << 30));
+    let config = settings::parse_settings("planned_placement:True", &CachingConfig::default())
+        .expect("the setting parses");
+    CachingAllocator::new(backend, 0, config).unwrap()
+}
+
+/// One step of a chain: 40 blocks, block i of 2 MiB + i x 4 KiB (every step asks for the same 40
+/// sizes in the same order), each freed once the next is made, the last at the step's end. At
+/// most two live at once: the floor is blocks 38 and 39, 4 MiB + 77 x 4 KiB, three 2 MiB pages.
+fn chain_step(a: &mut CachingAllocator) -> Vec<usize> {
+    let mut addresses = Vec::new();
+    let mut previous = None;
+    for i in 0..40 {
+        let ptr = a.malloc(2 * MIB + i * 4096, 0).unwrap();
+        addresses.push(ptr);
+        if let Some(p) = previous.replace(ptr) {
+            a.free(p).unwrap();
+        }
+    }
+    a.free(previous.unwrap()).unwrap();
+    addresses
+}
+
+#[test]
+fn the_setting_implies_expandable_segments_and_is_echoed() {
+    let a = planned();
+    assert!(a.config().planned_placement);
+    assert!(a.config().expandable_segments);
+    assert_eq!(
+        a.config().to_settings_string(),
+        "expandable_segments:True,planned_placement:True"
+    );
+    assert!(a.planner_counters().is_some());
+    let plain = CachingAllocator::new(
+        Arc::new(SimulatedBackend::new(1, 1 << 30)),
+        0,
+        CachingConfig::default(),
+    )
+    .unwrap();
+    assert_eq!(plain.planner_counters(), None);
+}
+
+#[test]
+fn a_repeating_step_is_served_at_planned_addresses_at_the_floor() {
+    let mut a = planned();
+    for _ in 0..5 {
+        chain_step(&mut a);
+    }
+    let counters = a.planner_counters().unwrap();
+    assert!(counters.plans >= 1, "{counters:?}");
+    let (before, conflicts_before) = (counters.advised, counters.conflicts);
+    // The first steps were the policy's (it mapped more); from here on the plan's.
+    a.reset_peak_stats();
+    let last = chain_step(&mut a);
+    let counters = a.planner_counters().unwrap();
+    // Every request of the last step was given its address and served there.
+    assert_eq!(counters.advised - before, 40, "{counters:?}");
+    assert_eq!(counters.conflicts, conflicts_before);
+    // Served the same way every step: the next step's addresses are this step's.
+    assert_eq!(chain_step(&mut a), last);
+    let stats = a.stats();
+    assert_eq!(
+        stats.allocated_bytes[ALL].peak,
+        (4 * MIB + 77 * 4096) as i64
+    );
+    assert_eq!(stats.reserved_bytes[ALL].peak, 6 * MIB as i64);
+    assert_eq!(stats.allocated_bytes[ALL].current, 0);
+    a.empty_cache().unwrap();
+    assert_eq!(a.stats().reserved_bytes[ALL].current, 0);
+}
+
+#[test]
+fn requests_off_the_plan_are_served_by_the_policy_and_the_plan_is_dropped() {
+    let mut a = planned();
+    for _ in 0..5 {
+        chain_step(&mut a);
+    }
+    assert!(a.planner_counters().unwrap().plans >= 1);
+    // Another program: sizes the plan never saw, held in a different pattern.
+    let mut held = Vec::new();
+    for i in 0..200 {
+        held.push(a.malloc(MIB / 2 + i * 512, 0).unwrap());
+        if i % 3 == 0 {
+            a.free(held.remove(0)).unwrap();
+        }
+    }
+    a.check_invariants().unwrap();
+    let counters = a.planner_counters().unwrap();
+    assert!(counters.dropped >= 1, "{counters:?}");
+    for ptr in held {
+        a.free(ptr).unwrap();
+    }
+    a.empty_cache().unwrap();
+    let stats = a.stats();
+    assert_eq!(stats.allocated_bytes[ALL].current, 0);
+    assert_eq!(stats.reserved_bytes[ALL].current, 0);
+}
+
+#[test]
+fn the_address_index_finds_the_free_block_at_or_below_an_address() {
+    let mut pool = block::BlockPool::default();
+    pool.insert_key((0, 4096, 0x1000), 1);
+    pool.insert_key((0, 512, 0x9000), 2);
+    assert_eq!(pool.free_at_or_below(0, 0x2000), None, "not indexed yet");
+    pool.index_addresses();
+    pool.insert_key((1, 512, 0x3000), 3);
+    assert_eq!(pool.free_at_or_below(0, 0x2000), Some(1));
+    assert_eq!(pool.free_at_or_below(0, 0x9000), Some(2));
+    assert_eq!(pool.free_at_or_below(0, 0x800), None);
+    assert_eq!(pool.free_at_or_below(1, 0x9000), Some(3), "by stream");
+    assert_eq!(pool.take_lower_bound(0, 4096, |_| true), Some(1));
+    assert_eq!(pool.free_at_or_below(0, 0x2000), None);
+    pool.remove_key(&(0, 512, 0x9000));
+    assert_eq!(pool.free_at_or_below(0, 0xa000), None);
+    assert!(pool.address_index_agrees());
+}
+
+/// A step of `sizes` (each freed `lives` allocations later), with the program's deviations: an
+/// extra block now and then, held a while, and requests skipped.
+fn run_with_deviations(
+    steps: usize,
+    sizes: &[usize],
+    lives: &[usize],
+    deviations: &[(usize, usize)],
+) {
+    let mut a = planned();
+    let mut live: Vec<(usize, usize)> = Vec::new(); // (address, free at allocation count)
+    let mut count = 0usize;
+    let mut extra: Vec<(usize, usize)> = Vec::new();
+    for step in 0..steps {
+        for (i, (&size, &life)) in sizes.iter().zip(lives).enumerate() {
+            let deviation = deviations[(step * sizes.len() + i) % deviations.len()];
+            match deviation.0 % 8 {
+                0 => continue,
+                1 => extra.push((a.malloc(deviation.1, 0).unwrap(), count + 7)),
+                _ => {}
+            }
+            count += 1;
+            live.push((a.malloc(size, 0).unwrap(), count + life));
+            for list in [&mut live, &mut extra] {
+                let (due, keep): (Vec<_>, Vec<_>) = list.iter().partition(|(_, at)| *at <= count);
+                for (ptr, _) in due {
+                    a.free(ptr).unwrap();
+                }
+                *list = keep;
+            }
+            a.check_invariants().unwrap();
+        }
+    }
+    for (ptr, _) in live.into_iter().chain(extra) {
+        a.free(ptr).unwrap();
+    }
+    a.empty_cache().unwrap();
+    a.check_invariants().unwrap();
+    let stats = a.stats();
+    assert_eq!(stats.allocated_bytes[ALL].current, 0);
+    assert_eq!(stats.reserved_bytes[ALL].current, 0);
+    assert_eq!(stats.active[ALL].current, 0);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// Whatever the program does around its step, planned serving never hands out a byte twice
+    /// (the invariants check that live blocks never overlap, after every request) and the books
+    /// come back to zero.
+    #[test]
+    fn planned_serving_keeps_the_books_whatever_the_program_does(
+        sizes in proptest::collection::vec(1usize..(6 * MIB), 36..60),
+        lives in proptest::collection::vec(1usize..40, 60),
+        deviations in proptest::collection::vec((0usize..64, 1usize..(4 * MIB)), 1..50),
+    ) {
+        let lives = &lives[..sizes.len()];
+        run_with_deviations(8, &sizes, lives, &deviations);
+    }
+}
