@@ -1,22 +1,35 @@
 #!/bin/sh
 # planned_placement beside plain expandable segments and the default trim line, on every committed
 # trace: utilization (peak allocated / peak reserved) and device calls (maps + unmaps), on a
-# simulated device. Rebuilds the table in docs/PERFORMANCE.md ("Planned placement, online").
-# Run from the repository root after `cargo build --release -p accalloc-tools`.
+# simulated device; then the same for the last quarter of each trace (peaks reset there: what a
+# long run sees past its first steps). Rebuilds the tables in docs/PERFORMANCE.md ("Planned
+# placement, online"). Run from the repository root after `cargo build --release -p accalloc-tools`.
 set -e
 tool=./target/release/accalloc
-echo "| trace | plain expandable | expandable_trim (default line) | planned_placement | planned calls / plain's |"
-echo "|---|---:|---:|---:|---:|"
-for t in examples/traces/real/*.jsonl examples/traces/*.jsonl; do
-  cells=""
-  for c in "expandable_segments:True" "expandable_segments:True,expandable_trim:True" "planned_placement:True"; do
-    cells="$cells $($tool replay "$t" --simulate --json --config "$c" | python3 -c 'import json, sys
+configs="expandable_segments:True expandable_segments:True,expandable_trim:True planned_placement:True"
+figures() { # trace, config, extra flags: utilization/calls
+  $tool replay "$1" --simulate --json --config "$2" $3 | python3 -c 'import json, sys
 d = json.load(sys.stdin)
-print("%.3f/%d" % (d["utilization"], d["device_allocs"] + d["device_frees"]))')"
-  done
-  echo "$(basename "$t" .jsonl) $cells" | python3 -c 'import sys
+print("%.3f/%d" % (d["utilization"], d["device_allocs"] + d["device_frees"]))'
+}
+row() { # name, then three utilization/calls cells
+  echo "$*" | python3 -c 'import sys
 name, *cells = sys.stdin.read().split()
 u = [c.split("/") for c in cells]
 print("| %s | %s (%s calls) | %s (%s) | %s (%s) | %.2f |" % (name, u[0][0], u[0][1], u[1][0], u[1][1],
       u[2][0], u[2][1], int(u[2][1]) / max(1, int(u[0][1]))))'
+}
+for part in whole last_quarter; do
+  echo
+  echo "$part of each trace:"
+  echo
+  echo "| trace | plain expandable | expandable_trim (default line) | planned_placement | planned calls / plain's |"
+  echo "|---|---:|---:|---:|---:|"
+  for t in examples/traces/real/*.jsonl examples/traces/*.jsonl; do
+    flags=""
+    if [ $part = last_quarter ]; then flags="--reset-peaks-at $(( $(wc -l < "$t") * 3 / 4 ))"; fi
+    cells=""
+    for c in $configs; do cells="$cells $(figures "$t" "$c" "$flags")"; done
+    row "$(basename "$t" .jsonl)" $cells
+  done
 done

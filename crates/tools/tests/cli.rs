@@ -73,6 +73,37 @@ fn replay_reports_json_with_all_stats_and_writes_pictures() {
 }
 
 #[test]
+fn reset_peaks_at_gives_the_peaks_of_the_rest_of_the_trace() {
+    let trace = temp("reset.jsonl");
+    std::fs::write(&trace, TRACE).unwrap();
+    let peaks = |extra: &[&str]| {
+        let mut args = vec!["replay", trace.to_str().unwrap(), "--simulate", "--json"];
+        args.extend_from_slice(extra);
+        let (ok, out, err) = accalloc(&args);
+        assert!(ok, "{err}");
+        let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+        (
+            report["peak_allocated_bytes"].clone(),
+            report["peak_reserved_bytes"].clone(),
+        )
+    };
+    // Both blocks live after op 1: 1 KiB (a 2 MiB small segment) and 30 MiB.
+    assert_eq!(peaks(&[]), peaks(&["--reset-peaks-at", "0"]));
+    // Reset before op 3 (empty_cache, then the 30 MiB free): the 1 KiB block was freed at op 2,
+    // so the most allocated from then on is the 30 MiB block; reserved memory is what was held at
+    // the reset, its 2 MiB small segment still cached.
+    let (allocated, reserved) = peaks(&["--reset-peaks-at", "3"]);
+    assert_eq!(allocated, 30 << 20);
+    assert_eq!(reserved, 32 << 20);
+    let (ok, _, err) = accalloc(&["replay", trace.to_str().unwrap(), "--reset-peaks-at", "x"]);
+    assert!(!ok);
+    assert!(
+        err.contains("--reset-peaks-at takes an operation's index"),
+        "{err}"
+    );
+}
+
+#[test]
 fn bad_input_is_reported_with_its_line() {
     let trace = temp("bad.jsonl");
     std::fs::write(

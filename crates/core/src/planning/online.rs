@@ -10,21 +10,30 @@
 //!   template of what comes next. The layers of a model repeat too, and are found first; a plan for
 //!   a layer stops matching where the layer stack ends and is dropped, its length never tried again,
 //!   and a longer period always replaces a shorter one.
-//! - **Lifetimes.** A block of the template lives as long as it did (or as its instance one
-//!   period before did, when it is still live). Blocks that live a period or longer (weights,
-//!   gradients, optimizer states) are not planned: the policy serves them, and where they lie they
-//!   are obstacles to the plan.
-//! - **Placement.** `placement::place_cyclic_around`, the best of its orders: offsets in one
-//!   expandable segment of the stream (the allocator's choice: where most live bytes are), around
-//!   the obstacles.
+//! - **Lifetimes.** A block of the template lives as long as it did, or, still live, as its instance
+//!   one period before did (the nearest allocation of its size then: the first step may have asked
+//!   for more). Blocks that live a period or longer (weights, optimizer states) are not planned:
+//!   the policy serves them, and where they lie they are obstacles. A live block with no earlier
+//!   instance (the first backward's gradients) stays an obstacle, and its next instance is planned
+//!   where it is. Every other live block keeps its place (pinned), its next instances too, so that
+//!   a plan fits around what is there and its first pass meets nothing in its way.
+//! - **Placement.** `placement::place_cyclic_pinned`, the best of its orders: offsets in one
+//!   expandable segment of the stream (the allocator's choice: where most live bytes are), counted
+//!   from the page of the lowest live block, around the obstacles. A stretch whose blocks mostly
+//!   outlive it (a layer of the forward pass) is no step, and a plan whose pages come to more than
+//!   the most ever allocated and `PLAN_SLACK` is not made (the allocator checks the same with the
+//!   pages mapped outside the plan counted too).
 //! - **Serving.** Each request moves a cursor through the template: the next position with the same
 //!   size and stream, within `LOOKAHEAD` (the first step makes the optimizer's states, which later
 //!   steps skip). A request matching no position is off the plan. A pass through the template that
-//!   skipped, missed or conflicted asks for a new plan, made at the next match of a similar period
-//!   (from the step just seen, which is exact once the first step's extras are gone).
+//!   skipped, missed or conflicted (the first pass aside), or a plan that left positions unplanned
+//!   and placed more than the one before, asks for a new plan, made at its quiet position (where
+//!   the fewest planned bytes are live, so that the fewest are pinned) from the last period like
+//!   it (the step just seen, exact once the first step's extras are gone). A pass a tenth of which
+//!   was off the plan drops it: the shapes change from step to step.
 
 use super::period::StretchMatcher;
-use super::placement::{place_cyclic_around, Lifetime, Order};
+use super::placement::{place_cyclic_pinned, Lifetime, Order};
 use std::collections::{HashMap, HashSet};
 
 type StreamId = usize;
@@ -41,6 +50,8 @@ const LOOKAHEAD: usize = 1024;
 const CLOSE: usize = 8;
 /// Of the last 64 requests, fewer than this on the plan drops it.
 const MIN_ON_PLAN: u32 = 32;
+/// How far above the most ever allocated a plan may reach and still be put in force.
+pub const PLAN_SLACK: f64 = 0.02;
 /// Not freed yet.
 const LIVE: usize = usize::MAX;
 
@@ -70,6 +81,10 @@ pub struct Region {
     pub size: usize,
     /// Allocated blocks in the range: (address, block size).
     pub live: Vec<(usize, usize)>,
+    /// The most bytes the device has had allocated.
+    pub peak_allocated: usize,
+    /// The segment's page size.
+    pub page: usize,
 }
 
 /// The plan in force.
@@ -93,6 +108,16 @@ struct Plan {
     rebuild_wanted: bool,
     /// Passes through the template ended.
     passes: usize,
+    /// Positions with no address, and whether there are fewer than in the plan it replaced.
+    unplanned: usize,
+    improved: bool,
+    /// The address range the plan's blocks lie in, and the bytes of its pages they touch.
+    range: (usize, usize),
+    touched: usize,
+
+    /// The position before which the fewest planned bytes are live: a new plan is made there,
+    /// where the fewest blocks are in its way.
+    quiet: usize,
 }
 
 /// What the planner has done, for tools and tests.
@@ -130,6 +155,12 @@ pub struct OnlinePlanner {
     counters: PlannerCounters,
     /// A pass through the template ended since `take_pass_end` was last asked.
     pass_ended: bool,
+    /// No candidate is taken before this many allocations (a plan just failed).
+    quiet_until: usize,
+    /// The latest period the matcher reported that is like the plan's.
+    similar_period: Option<usize>,
+    /// The plan wants replacing and its quiet position has come: replace it at this allocation.
+    rebuild_now: bool,
 }
 
 impl Default for OnlinePlanner {
@@ -152,6 +183,9 @@ impl OnlinePlanner {
             banned: HashSet::new(),
             counters: PlannerCounters::default(),
             pass_ended: false,
+            quiet_until: 0,
+            similar_period: None,
+            rebuild_now: false,
         }
     }
 
@@ -159,9 +193,12 @@ impl OnlinePlanner {
         self.counters
     }
 
-    /// Whether a plan is in force.
+    /// Whether a plan is in force and the program keeps to it (this pass has so far missed less
+    /// than a tenth of the step, the share that drops the plan at the pass's end).
     pub fn planning(&self) -> bool {
-        self.plan.is_some()
+        self.plan
+            .as_ref()
+            .is_some_and(|p| p.missed * 10 <= p.keys.len())
     }
 
     /// The address planned for the next request, of `size` bytes (rounded) on `stream`, if the plan
@@ -178,23 +215,51 @@ impl OnlinePlanner {
         };
         let position = (plan.cursor + step) % length;
         plan.skipped += step;
-        if plan.cursor + step + 1 >= length {
-            // A pass through the template ends here.
+        if plan.cursor + step + 1 >= length && step <= CLOSE {
+            // A pass through the template ends here (a far jump across the end is the program
+            // wandering through the template, not a step done).
             // The first pass may meet what the policy placed before the plan: not a reason.
-            if plan.passes > 0 && plan.skipped + plan.missed + plan.conflicts > 0 {
+            if (plan.passes > 0 && plan.skipped + plan.missed + plan.conflicts > 0)
+                || (plan.unplanned > 0 && plan.improved)
+            {
                 plan.rebuild_wanted = true;
             }
             plan.passes += 1;
+            let missed = plan.missed;
             (plan.skipped, plan.missed, plan.conflicts) = (0, 0, 0);
             self.pass_ended = true;
+            if missed * 10 > length {
+                // A tenth of the step was off the plan: the shapes change from step to step (or
+                // the program moved on), and a plan of one step's sizes holds memory the next
+                // does not use. The policy serves until a step repeats again.
+                self.plan = None;
+                self.counters.dropped += 1;
+                self.quiet_until = self.allocations + length;
+                return None;
+            }
         }
+        let passed_quiet = (plan.quiet + length - plan.cursor) % length <= step;
         plan.cursor = (position + 1) % length;
         let address = plan.addresses[position];
+        if passed_quiet && plan.rebuild_wanted {
+            self.rebuild_now = true;
+        }
         self.note(step <= CLOSE);
         if address.is_some() {
             self.counters.advised += 1;
         }
         address
+    }
+
+    /// The address range [start, end) the plan in force lies in (its pages stay mapped between
+    /// passes).
+    pub fn range(&self) -> Option<(usize, usize)> {
+        self.plan.as_ref().map(|p| p.range)
+    }
+
+    /// The bytes of the pages the plan in force touches (its blocks' and its obstacles').
+    pub fn touched(&self) -> Option<usize> {
+        self.plan.as_ref().map(|p| p.touched)
     }
 
     /// Whether a pass through the template ended since the last call (the allocator then gives
@@ -220,6 +285,8 @@ impl OnlinePlanner {
             self.banned.insert(plan.keys.len());
             self.plan = None;
             self.counters.dropped += 1;
+            // Its pages go back as a pass's do.
+            self.pass_ended = true;
         }
     }
 
@@ -246,22 +313,44 @@ impl OnlinePlanner {
             self.matcher = StretchMatcher::new(WINDOW);
             self.matcher_base = number;
         }
-        let q = self.matcher_base + self.matcher.push(size, stream)?;
+        let matched = self
+            .matcher
+            .push(size, stream)
+            .map(|q| self.matcher_base + q);
+        if let (Some(q), Some(plan)) = (matched, &self.plan) {
+            let (period, current) = (number - q, plan.keys.len());
+            if 2 * period >= current && period <= 2 * current {
+                self.similar_period = Some(period);
+            }
+        }
+        if std::mem::take(&mut self.rebuild_now) {
+            // The plan in force wants replacing and its quiet position has come: the last period
+            // like it, ending here.
+            if let Some(period) = self.similar_period {
+                if number + 1 >= self.first + period {
+                    return Some(Candidate {
+                        from: number + 1 - period,
+                        period,
+                    });
+                }
+            }
+        }
+        let q = matched?;
         let period = number - q;
         let candidate = Candidate {
             from: q + 1,
             period,
         };
+        // With no plan, any step found; with one, only a longer one (the plan in force is a
+        // layer's): a plan is replaced by its like at its quiet position (above).
         let wanted = period <= MAX_PERIOD
+            && number >= self.quiet_until
             && !self.banned.contains(&period)
             && candidate.from >= self.first
-            && match &self.plan {
-                None => true,
-                Some(plan) => {
-                    let current = plan.keys.len();
-                    period > 2 * current || (plan.rebuild_wanted && 2 * period >= current)
-                }
-            };
+            && self
+                .plan
+                .as_ref()
+                .is_none_or(|plan| period > 2 * plan.keys.len());
         wanted.then_some(candidate)
     }
 
@@ -273,6 +362,32 @@ impl OnlinePlanner {
             }
         }
         self.time += 1;
+    }
+
+    /// The instance one period before allocation `number`: the allocation of the same size and
+    /// stream nearest to `number - period`, within a thirty-second of a period (the step before
+    /// may have asked for a little more; further off, a block of the same size is too often
+    /// another tensor, whose lifetime misleads the plan), that has been freed.
+    fn earlier_instance(&self, number: usize, period: usize) -> Option<Entry> {
+        let key = {
+            let e = &self.log[number - self.first];
+            (e.size, e.stream)
+        };
+        let center = number.checked_sub(period)?;
+        let reach = period / 32;
+        let found = |n: usize| {
+            (n >= self.first && n < number)
+                .then(|| self.log[n - self.first])
+                .filter(|e| (e.size, e.stream) == key && e.end != LIVE)
+        };
+        (0..=reach).find_map(|d| {
+            found(center).filter(|_| d == 0).or_else(|| {
+                center
+                    .checked_sub(d)
+                    .and_then(found)
+                    .or_else(|| found(center + d))
+            })
+        })
     }
 
     /// The stream a candidate's plan is for: the one most of its allocations are on.
@@ -296,14 +411,19 @@ impl OnlinePlanner {
     /// tried again) when there is nothing to plan or it does not fit the region.
     pub fn build(&mut self, candidate: Candidate, region: &Region) -> bool {
         match self.plan_for(candidate, region) {
-            Some((plan, height)) => {
+            Some((mut plan, height)) => {
+                // A plan that places more of its step than the one before may be bettered again
+                // by the next step (lifetimes the log did not have yet); one that does not, is not.
+                let before = self.plan.as_ref().map_or(usize::MAX, |p| p.unplanned);
+                plan.improved = plan.unplanned < before;
                 self.plan = Some(plan);
                 self.counters.plans += 1;
                 self.counters.height = height as u64;
                 true
             }
             None => {
-                self.banned.insert(candidate.period);
+                // Not now: a period later the log may know more.
+                self.quiet_until = self.allocations + candidate.period;
                 false
             }
         }
@@ -325,30 +445,44 @@ impl OnlinePlanner {
         let mut blocks = Vec::new();
         let mut positions = Vec::new();
         let mut transient_live = HashSet::new();
+        let mut addresses_kept = Vec::new();
+        let mut pinned = Vec::new();
         for (k, entry) in template.iter().enumerate() {
             let start = entry.start - t0;
             let lifetime = if entry.end != LIVE {
                 Some(entry.end - entry.start)
             } else {
-                let number = candidate.from + k;
-                number
-                    .checked_sub(period)
-                    .filter(|&earlier| earlier >= self.first)
-                    .map(|earlier| self.log[earlier - self.first])
-                    .filter(|e| (e.size, e.stream) == (entry.size, entry.stream) && e.end != LIVE)
+                self.earlier_instance(candidate.from + k, period)
                     .map(|e| e.end - e.start)
             };
+            if entry.end == LIVE
+                && lifetime.is_none()
+                && in_region(entry.ptr)
+                && entry.stream == region.stream
+            {
+                // Live, and nothing says when it goes (its step is the first the log has, such as
+                // the gradients the first backward made): it stays where it is as an obstacle,
+                // and its next instance is planned at the same address, which it will have left
+                // by then if it goes within a step.
+                addresses_kept.push((k, entry.ptr));
+            }
             let Some(lifetime) = lifetime.filter(|&d| d > 0 && d < cycle) else {
                 continue;
             };
             if entry.stream != region.stream || entry.size > region.size {
                 continue;
             }
+            let mut lifetime = lifetime;
+            let mut at = None;
             if entry.end == LIVE && in_region(entry.ptr) {
-                // Live now in the region, where the policy put it: its next instance is planned
-                // freely, and the block itself is left out of the obstacles (it goes within the
-                // step). Where it is in the way of the first pass, the request meets a taken
-                // range and goes to the policy once.
+                // Where it is, it stays, and its next instances go there too: the plan fits
+                // around what is live now (plans are replaced where little is), and it lives
+                // until now at least.
+                lifetime = lifetime.max(now - start);
+                if lifetime >= cycle {
+                    continue;
+                }
+                at = Some(entry.ptr - region.base);
                 transient_live.insert(entry.ptr);
             }
             blocks.push(Lifetime {
@@ -357,8 +491,13 @@ impl OnlinePlanner {
                 end: start + lifetime,
             });
             positions.push(k);
+            pinned.push(at);
         }
-        if blocks.is_empty() {
+        // A step frees within itself most of what it makes; a stretch whose blocks mostly outlive
+        // it (a layer of the forward pass, whose activations wait for the backward) is no step.
+        let planned_bytes: usize = blocks.iter().map(|b| b.size).sum();
+        let template_bytes: usize = template.iter().map(|e| e.size).sum();
+        if blocks.is_empty() || planned_bytes * 4 < template_bytes * 3 {
             return None;
         }
         let mut obstacles: Vec<(usize, usize)> = region
@@ -368,17 +507,62 @@ impl OnlinePlanner {
             .map(|&(ptr, size)| (ptr - region.base, ptr - region.base + size))
             .collect();
         obstacles.sort_unstable();
-        let placement = Order::ALL
+        // Offsets count from the page of the lowest block live now (the policy may have left
+        // everything high in the segment): the plan goes where those are, not at the
+        // segment's start, so that it maps pages beside them rather than pages of its own.
+        let low = pinned
             .iter()
-            .filter_map(|&order| place_cyclic_around(&blocks, cycle, order, &obstacles).ok())
+            .flatten()
+            .copied()
+            .chain(obstacles.iter().map(|&(start, _)| start))
+            .min()
+            .map_or(0, |low| low / region.page * region.page);
+        let shift = |(start, end): (usize, usize)| (start - low, end - low);
+        let obstacles: Vec<(usize, usize)> = obstacles.into_iter().map(shift).collect();
+        let pinned: Vec<Option<usize>> = pinned.iter().map(|p| p.map(|at| at - low)).collect();
+        let mut placement = Order::ALL
+            .iter()
+            .filter_map(|&order| {
+                place_cyclic_pinned(&blocks, cycle, order, &obstacles, &pinned).ok()
+            })
             .min_by_key(|p| p.size)?;
+        for offset in &mut placement.offsets {
+            *offset += low;
+        }
+        placement.size += low;
         if placement.size > region.size {
+            return None;
+        }
+        // A plan pays only near the floor: one that needs more than the most ever allocated and a
+        // little (PLAN_SLACK) would hold more than the policy does (a plan from the first step,
+        // whose lifetimes are partly unknown, or from a stretch that is no step). The policy
+        // serves on, and the next step may give a better one.
+        // The pages the plan maps: under every planned block and every obstacle.
+        let mut pages: Vec<usize> = blocks
+            .iter()
+            .zip(&placement.offsets)
+            .map(|(b, &offset)| (offset, offset + b.size))
+            .chain(
+                obstacles
+                    .iter()
+                    .map(|&(start, end)| (start + low, end + low)),
+            )
+            .flat_map(|(low, high)| low / region.page..high.div_ceil(region.page))
+            .collect();
+        pages.sort_unstable();
+        pages.dedup();
+        let touched = pages.len() * region.page;
+        if touched as f64 > region.peak_allocated as f64 * (1.0 + PLAN_SLACK) + region.page as f64 {
             return None;
         }
         let mut addresses = vec![None; period];
         for (i, &k) in positions.iter().enumerate() {
             addresses[k] = Some(region.base + placement.offsets[i]);
         }
+        for &(k, ptr) in &addresses_kept {
+            addresses[k] = Some(ptr);
+        }
+        let quiet = quiet_position(&blocks, &positions, template, t0, cycle);
         let plan = Plan {
             keys: template.iter().map(|e| (e.size, e.stream)).collect(),
             addresses,
@@ -390,6 +574,12 @@ impl OnlinePlanner {
             conflicts: 0,
             rebuild_wanted: false,
             passes: 0,
+            unplanned: period - positions.len() - addresses_kept.len(),
+            improved: false,
+            range: (region.base, region.base + placement.size),
+            touched,
+
+            quiet,
         };
         Some((plan, placement.size))
     }
@@ -400,4 +590,49 @@ impl OnlinePlanner {
             self.counters.dropped += 1;
         }
     }
+
+    /// The plan just made would hold more than it saves (the allocator's judgement, from what is
+    /// mapped): forget it, and make none for a period.
+    pub fn reject_plan(&mut self) {
+        if let Some(plan) = self.plan.take() {
+            self.counters.plans -= 1;
+            self.quiet_until = self.allocations + plan.keys.len();
+        }
+    }
+}
+
+/// The template position at which the fewest bytes of the planned `blocks` (of `positions`) are
+/// live: the first position allocated at or after the quietest moment of the cycle.
+fn quiet_position(
+    blocks: &[Lifetime],
+    positions: &[usize],
+    template: &[Entry],
+    t0: usize,
+    cycle: usize,
+) -> usize {
+    // Live bytes change at starts (+) and ends (-); a lifetime past the cycle's end wraps.
+    let mut changes: Vec<(usize, i64)> = Vec::with_capacity(blocks.len() * 3);
+    let mut at_zero = 0i64;
+    for b in blocks {
+        changes.push((b.start, b.size as i64));
+        if b.end <= cycle {
+            changes.push((b.end, -(b.size as i64)));
+        } else {
+            at_zero += b.size as i64;
+            changes.push((b.end - cycle, -(b.size as i64)));
+        }
+    }
+    changes.sort_unstable();
+    let (mut live, mut least, mut when) = (at_zero, at_zero, 0usize);
+    for (time, change) in changes {
+        live += change;
+        if live < least {
+            (least, when) = (live, time);
+        }
+    }
+    let _ = positions;
+    template
+        .iter()
+        .position(|e| e.start - t0 >= when)
+        .unwrap_or(0)
 }

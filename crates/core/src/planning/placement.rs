@@ -88,7 +88,7 @@ pub fn place(blocks: &[Lifetime], order: Order) -> Placement {
             second: None,
         })
         .collect();
-    place_pieces(blocks, &pieces, order, &[])
+    place_pieces(blocks, &pieces, order, &[], &[])
 }
 
 /// Place blocks that repeat every `period` events (one step of a training loop): a block's lifetime
@@ -109,6 +109,20 @@ pub fn place_cyclic_around(
     order: Order,
     obstacles: &[(usize, usize)],
 ) -> Result<Placement, usize> {
+    place_cyclic_pinned(blocks, period, order, obstacles, &[])
+}
+
+/// place_cyclic_around where some blocks already have their offset (`pinned[i]`, when Some: a block
+/// live now at the address an earlier plan gave it, which its next instances keep): they are
+/// placed first, where they are, and the others around them. Pinned blocks must not overlap each
+/// other or the obstacles (blocks live at the same time never do).
+pub fn place_cyclic_pinned(
+    blocks: &[Lifetime],
+    period: usize,
+    order: Order,
+    obstacles: &[(usize, usize)],
+    pinned: &[Option<usize>],
+) -> Result<Placement, usize> {
     let mut pieces = Vec::with_capacity(blocks.len());
     for (i, b) in blocks.iter().enumerate() {
         if b.start >= period || b.end < b.start || b.end - b.start > period {
@@ -126,16 +140,17 @@ pub fn place_cyclic_around(
             }
         });
     }
-    Ok(place_pieces(blocks, &pieces, order, obstacles))
+    Ok(place_pieces(blocks, &pieces, order, obstacles, pinned))
 }
 
 /// The greedy placement, over each block's pieces of time (the blocks give sizes and the order),
-/// around address ranges taken at all times.
+/// around address ranges taken at all times and the blocks pinned where they are.
 fn place_pieces(
     blocks: &[Lifetime],
     pieces: &[Pieces],
     order: Order,
     obstacles: &[(usize, usize)],
+    pinned: &[Option<usize>],
 ) -> Placement {
     let mut by: Vec<usize> = (0..blocks.len()).collect();
     let length = |b: &Lifetime| b.end.saturating_sub(b.start);
@@ -169,9 +184,17 @@ fn place_pieces(
     let mut offsets = vec![0usize; blocks.len()];
     let mut size = obstacles.iter().map(|&(_, end)| end).max().unwrap_or(0);
     let mut taken: Vec<(usize, usize)> = Vec::new();
+    let pinned_at = |i: usize| pinned.get(i).copied().flatten();
+    for (i, block) in blocks.iter().enumerate() {
+        if let Some(offset) = pinned_at(i) {
+            offsets[i] = offset;
+            size = size.max(offset + block.size);
+            index.insert(i);
+        }
+    }
     for &i in &by {
         let block = blocks[i];
-        if block.size == 0 || block.end <= block.start {
+        if block.size == 0 || block.end <= block.start || pinned_at(i).is_some() {
             continue;
         }
         // The address ranges of the placed blocks that live at the same time, lowest first.
@@ -287,6 +310,21 @@ impl<'a> TimeIndex<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pinned_block_stays_where_it_is_and_the_others_go_around_it() {
+        // A (6 bytes) and B (4) live together, C (3) after A, with B. Unpinned, largest first
+        // puts A at 0, B above it at 6, and C where A was, at 0. With B pinned at 0, A goes above
+        // B, at 4, and C too, at 4, once A has gone: 10 bytes either way.
+        let blocks = [block(6, 0, 5), block(4, 2, 9), block(3, 6, 9)];
+        let free = place_cyclic_around(&blocks, 10, Order::LargestFirst, &[]).unwrap();
+        assert_eq!(free.offsets, vec![0, 6, 0]);
+        let pinned = [None, Some(0), None];
+        let p = place_cyclic_pinned(&blocks, 10, Order::LargestFirst, &[], &pinned).unwrap();
+        assert_eq!(p.offsets, vec![4, 0, 4]);
+        assert_eq!(p.size, 10);
+        check(&blocks, &p);
+    }
 
     fn block(size: usize, start: usize, end: usize) -> Lifetime {
         Lifetime { size, start, end }

@@ -20,6 +20,9 @@ pub struct ReplayOptions {
     /// Record the history of the whole replay and take the snapshot after the last operation
     /// instead (what `accalloc convert TRACE -o SNAPSHOT` writes).
     pub snapshot_at_end: bool,
+    /// Reset the peak statistics before this operation (its index): the peaks then say what the
+    /// rest of the trace needed (a long run past its first steps).
+    pub reset_peaks_at: Option<usize>,
 }
 
 /// Bytes allocated and reserved after one operation, summed over devices, as [small, large].
@@ -315,6 +318,11 @@ pub fn replay_with(
     let (mut peak_reserved, mut peak_at) = (-1i64, 0usize);
     let start = Instant::now();
     for (index, op) in ops.iter().enumerate() {
+        if options.reset_peaks_at == Some(index) {
+            for allocator in &mut session.allocators {
+                allocator.reset_peak_stats();
+            }
+        }
         session.step(op, &mut report)?;
         if sampling {
             let point = session.point();

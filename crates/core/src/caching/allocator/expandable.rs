@@ -63,6 +63,11 @@ impl ExpandableSegment {
         self.paused[first..last].contains(&true)
     }
 
+    /// Whether the page holding `address` is mapped.
+    pub(super) fn page_mapped(&self, address: usize) -> bool {
+        self.mapped[(address - self.base) / self.page]
+    }
+
     /// Page `page`'s (address, size).
     pub(super) fn page_range(&self, page: usize) -> (usize, usize) {
         (self.page_address(page), self.page)
@@ -86,6 +91,12 @@ impl CachingAllocator {
             );
         }
         fits
+    }
+
+    /// Whether expandable_trim's rules are in force: set, or planned_placement with no plan in
+    /// force (a program whose steps do not repeat gets the trim line instead).
+    pub(super) fn trimming(&self) -> bool {
+        self.config.expandable_trim || self.planner.as_ref().is_some_and(|p| !p.planning())
     }
 
     /// Whether the pools `private` grow expandable segments (with them on): the default pools and
@@ -122,7 +133,7 @@ impl CachingAllocator {
     ) -> Result<Option<BlockId>> {
         // expandable_trim: unmap free pages elsewhere first if this growth would cross the line
         // (not during a capture, whose device may not be asked to unmap).
-        let trimmed = self.config.expandable_trim
+        let trimmed = self.trimming()
             && !self.capturing
             && self.trim_before_growth(private, pool, stream, size)?;
         // A chain of blocks with room for `size`: unmapped; unmapped then free; or free then unmapped.
@@ -259,7 +270,7 @@ impl CachingAllocator {
                 self.allocatable(self.blocks[id].prev).unwrap_or(id)
             })
             .filter(|&start| self.chain(start, size).1 >= size);
-        if !self.config.expandable_trim {
+        if !self.trimming() {
             return chains.next();
         }
         // min_by_key keeps the first of equal keys: the lowest address.
@@ -323,7 +334,7 @@ impl CachingAllocator {
     /// memory stays under the trim limit, a large-pool growth maps up to 20 MiB more than it needs
     /// (as plain expandable segments' 20 MiB pages do), so that the next requests find it mapped.
     fn growth_with_headroom(&self, pool: PoolKind, start: BlockId, size: usize) -> usize {
-        if !self.config.expandable_trim || pool == PoolKind::Small {
+        if !self.trimming() || pool == PoolKind::Small {
             return size;
         }
         let (_, room, _) = self.chain(start, usize::MAX);

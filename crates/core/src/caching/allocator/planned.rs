@@ -1,12 +1,13 @@
 //! planned_placement in the allocator: malloc asks the planner (`planning::online`) for an address
 //! and serves the request there when the range is free (`alloc_at`), mapping the pages under it;
-//! otherwise, and for every request off the plan, the policy serves it as usual. Planned blocks are
-//! ordinary blocks of the large pool's expandable segment: they split, merge, free, show in
-//! snapshots and count in every statistic as any block there does (a request under 1 MiB served by
-//! the plan counts in the large pool, where it lies).
+//! otherwise, and for every request off the plan, the policy serves it as usual (with
+//! expandable_trim's line while no plan is in force: `trimming`). Planned blocks are ordinary blocks
+//! of the segment the plan lies in: they split, merge, free, show in snapshots and count in every
+//! statistic as any block there does (a request of over 1 MiB planned in the small pool's segment
+//! counts in the small pool, where it lies, and one under 1 MiB in the large pool's, in the large).
 
 use super::*;
-use crate::planning::online::{Candidate, PlannerCounters, Region};
+use crate::planning::online::{Candidate, PlannerCounters, Region, PLAN_SLACK};
 
 impl CachingAllocator {
     /// What the planner has done on this device (None: planned_placement is off).
@@ -29,7 +30,7 @@ impl CachingAllocator {
             .expect("malloc_with_plan has a planner");
         let advice = planner.advise(rounded, stream);
         if planner.take_pass_end() {
-            self.trim_for_plan()?;
+            self.trim_for_plan(true)?;
         }
         if let Some(address) = advice {
             if !self.private_pools.deferred_frees.is_empty() {
@@ -110,6 +111,8 @@ impl CachingAllocator {
             base,
             size,
             live,
+            peak_allocated: self.stats.allocated_bytes.peak_all() as usize,
+            page: self.expandable[index].page,
         };
         let planned = self
             .planner
@@ -117,21 +120,54 @@ impl CachingAllocator {
             .expect("planning")
             .build(candidate, &region);
         if planned {
-            self.trim_for_plan()?;
+            self.trim_for_plan(true)?;
+            // The plan pays only if its range and what stays mapped outside it (the other pool's
+            // pages, which long-lived blocks keep) come near the most ever allocated.
+            let planner = self.planner.as_mut().expect("planning");
+            let (start, end) = planner.range().expect("a plan in force");
+            let segment = &self.expandable[index];
+            let inside = (start..end)
+                .step_by(segment.page)
+                .filter(|&address| segment.page_mapped(address))
+                .count()
+                * segment.page;
+            let touched = planner.touched().expect("a plan in force");
+            let needed = touched + (self.reserved_total - inside);
+            // Pages are the unit: the line is the most ever allocated and the slack, in pages.
+            let peak = self.stats.allocated_bytes.peak_all() as f64;
+            let line = ((peak * (1.0 + PLAN_SLACK)) as usize).next_multiple_of(segment.page);
+            if needed > line {
+                planner.reject_plan();
+            }
         }
         Ok(())
     }
 
     /// A new plan lays the blocks out afresh: the free pages of the default pools are unmapped, so
-    /// that what the last step left mapped does not add to what the plan maps.
-    fn trim_for_plan(&mut self) -> Result<()> {
+    /// that what came before does not add to what the plan maps. At the end of a pass, those
+    /// outside the plan's range (`keep_plan_range`), which the policy mapped during the pass: the
+    /// plan's own stay mapped for the next pass.
+    fn trim_for_plan(&mut self, keep_plan_range: bool) -> Result<()> {
+        let planned = self
+            .planner
+            .as_ref()
+            .and_then(|p| p.range())
+            .filter(|_| keep_plan_range);
         for pool in [PoolKind::Large, PoolKind::Small] {
             let blocks = &self.blocks;
+            // The plan's own range keeps its pages: the next pass maps them again otherwise.
+            let in_plan = |id: BlockId| {
+                let block = &blocks[id];
+                pool == self.plan_pool
+                    && planned.is_some_and(|(start, end)| {
+                        block.ptr < end && block.ptr + block.size > start
+                    })
+            };
             let free: Vec<BlockId> = self
                 .block_pool(DEFAULT_POOLS, pool)
                 .entries()
                 .map(|(_, id)| id)
-                .filter(|&id| blocks[id].expandable.is_some())
+                .filter(|&id| blocks[id].expandable.is_some() && !in_plan(id))
                 .collect();
             for id in free {
                 self.unmap_block(id)?;

@@ -4,7 +4,7 @@
 const INFO: &str =
     "  accalloc info                    the current accelerator, its devices and their capacity";
 
-const REPLAY: &str = "  accalloc replay FILE [--json] [--simulate|--cuda|--backend LIB] [--config STR] [--svg FILE] [--snapshot FILE] [--summary] [--plan]
+const REPLAY: &str = "  accalloc replay FILE [--json] [--simulate|--cuda|--backend LIB] [--config STR] [--svg FILE] [--snapshot FILE] [--summary] [--plan] [--reset-peaks-at N]
                                    replay an allocation trace through the allocator; FILE is
                                    accalloc's trace (JSON lines) or a PyTorch memory snapshot
                                    (torch.cuda.memory._dump_snapshot's pickle, or the same as JSON),
@@ -21,6 +21,9 @@ const REPLAY: &str = "  accalloc replay FILE [--json] [--simulate|--cuda|--backe
                                    --svg: write the memory timeline (allocated and reserved by pool)
                                    --snapshot: write the snapshot taken at peak reserved memory
                                    --summary: print memory_summary's table at the end
+                                   --reset-peaks-at N: reset the peak statistics before
+                                     operation N (from 0): the peaks then say what the rest of
+                                     the trace needed, as after a long run's first steps
                                    --plan: what planned placement could reach, per device: the
                                      floor (most bytes live at once), the best offline placement
                                      of the whole trace and its steady period (its iteration)";

@@ -25,9 +25,22 @@ pub fn replay_command(args: &[String]) -> Result<(), String> {
             "--plan",
             crate::input::EMPTY_CACHE_FLAG,
         ],
-        &["--backend", "--config", "--svg", "--snapshot", "--device"],
+        &[
+            "--backend",
+            "--config",
+            "--svg",
+            "--snapshot",
+            "--device",
+            "--reset-peaks-at",
+        ],
     )?;
     let path = args.one_file("replay")?;
+    let reset_peaks_at = match args.value("--reset-peaks-at") {
+        None => None,
+        Some(text) => Some(text.parse::<usize>().map_err(|_| {
+            format!("--reset-peaks-at takes an operation's index (a whole number), not {text:?}")
+        })?),
+    };
     let config_text = args.value("--config");
     let config = replay_config(config_text)?;
     let forced = forced_device()?;
@@ -68,6 +81,7 @@ pub fn replay_command(args: &[String]) -> Result<(), String> {
     let options = ReplayOptions {
         timeline: svg_path.is_some(),
         snapshot_at_peak: snapshot_path.is_some(),
+        reset_peaks_at,
         ..ReplayOptions::default()
     };
     let report = replay_with(&workload.ops, backend, &config, options).map_err(|e| e.message)?;
