@@ -89,7 +89,9 @@ fn every_sample_trace_gives_the_host_backends_statistics() {
     // 3 generated traces and 11 real ones (6 with shapes changing between steps, 5 fixed).
     assert_eq!(traces.len(), 14, "{traces:?}");
     for trace in &traces {
-        for config in ["", "expandable_segments:True"] {
+        // planned_placement too: its plans, alloc_at and the pages it maps and unmaps go through
+        // the VMM calls.
+        for config in ["", "expandable_segments:True", "planned_placement:True"] {
             let (host, cuda) = std::thread::scope(|s| {
                 let host = s.spawn(|| replay(trace, false, config));
                 (host.join().unwrap(), replay(trace, true, config))

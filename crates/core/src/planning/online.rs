@@ -125,6 +125,8 @@ struct Plan {
 pub struct PlannerCounters {
     /// Plans made (each replaces the one before).
     pub plans: u64,
+    /// Plans tried: made, or not made because they would not pay.
+    pub attempts: u64,
     /// Plans dropped because requests stopped matching them.
     pub dropped: u64,
     /// Requests given an address by a plan.
@@ -145,7 +147,7 @@ pub struct OnlinePlanner {
     /// Events (allocations and frees) so far: the planner's clock.
     time: usize,
     /// Live blocks: address -> allocation number.
-    live: HashMap<usize, usize>,
+    live: HashMap<usize, usize, std::hash::BuildHasherDefault<super::period::MixHasher>>,
     matcher: StretchMatcher,
     /// The allocation number the matcher counts from.
     matcher_base: usize,
@@ -159,6 +161,10 @@ pub struct OnlinePlanner {
     quiet_until: usize,
     /// The latest period the matcher reported that is like the plan's.
     similar_period: Option<usize>,
+    /// The plan the one in force replaced, until the allocator accepts it.
+    replaced: Option<Box<Plan>>,
+    /// Plans that failed or were rejected in a row.
+    failures: u32,
     /// The plan wants replacing and its quiet position has come: replace it at this allocation.
     rebuild_now: bool,
 }
@@ -176,7 +182,7 @@ impl OnlinePlanner {
             first: 0,
             allocations: 0,
             time: 0,
-            live: HashMap::new(),
+            live: HashMap::default(),
             matcher: StretchMatcher::new(WINDOW),
             matcher_base: 0,
             plan: None,
@@ -185,6 +191,8 @@ impl OnlinePlanner {
             pass_ended: false,
             quiet_until: 0,
             similar_period: None,
+            replaced: None,
+            failures: 0,
             rebuild_now: false,
         }
     }
@@ -225,6 +233,11 @@ impl OnlinePlanner {
                 plan.rebuild_wanted = true;
             }
             plan.passes += 1;
+            if plan.passes == 1 {
+                // A new plan went once through its step: it stands.
+                self.failures = 0;
+                self.replaced = None;
+            }
             let missed = plan.missed;
             (plan.skipped, plan.missed, plan.conflicts) = (0, 0, 0);
             self.pass_ended = true;
@@ -323,7 +336,7 @@ impl OnlinePlanner {
                 self.similar_period = Some(period);
             }
         }
-        if std::mem::take(&mut self.rebuild_now) {
+        if std::mem::take(&mut self.rebuild_now) && number >= self.quiet_until {
             // The plan in force wants replacing and its quiet position has come: the last period
             // like it, ending here.
             if let Some(period) = self.similar_period {
@@ -407,25 +420,36 @@ impl OnlinePlanner {
         &self.log[start..start + candidate.period]
     }
 
-    /// Make the plan for `candidate` in `region` and put it in force. False (and the period is not
-    /// tried again) when there is nothing to plan or it does not fit the region.
+    /// Make the plan for `candidate` in `region` and put it in force (the one before is kept
+    /// aside, for `reject_plan`). False, the plan in force unchanged, when there is nothing to plan
+    /// or the plan would not pay.
     pub fn build(&mut self, candidate: Candidate, region: &Region) -> bool {
+        self.counters.attempts += 1;
         match self.plan_for(candidate, region) {
             Some((mut plan, height)) => {
                 // A plan that places more of its step than the one before may be bettered again
                 // by the next step (lifetimes the log did not have yet); one that does not, is not.
                 let before = self.plan.as_ref().map_or(usize::MAX, |p| p.unplanned);
                 plan.improved = plan.unplanned < before;
-                self.plan = Some(plan);
+                self.replaced = self.plan.replace(plan).map(Box::new);
                 self.counters.plans += 1;
                 self.counters.height = height as u64;
                 true
             }
             None => {
-                // Not now: a period later the log may know more.
-                self.quiet_until = self.allocations + candidate.period;
+                self.back_off(candidate.period);
                 false
             }
+        }
+    }
+
+    /// Not now: a later step may give a better plan. Each failure in a row waits twice as long
+    /// (up to 64 periods), so that a program whose plans never pay does not pay for making them.
+    fn back_off(&mut self, period: usize) {
+        self.failures = (self.failures + 1).min(6);
+        self.quiet_until = self.allocations + (period << self.failures);
+        if let Some(plan) = &mut self.plan {
+            plan.rebuild_wanted = false;
         }
     }
 
@@ -592,11 +616,12 @@ impl OnlinePlanner {
     }
 
     /// The plan just made would hold more than it saves (the allocator's judgement, from what is
-    /// mapped): forget it, and make none for a period.
+    /// mapped): forget it, put back the one it replaced, and back off.
     pub fn reject_plan(&mut self) {
         if let Some(plan) = self.plan.take() {
             self.counters.plans -= 1;
-            self.quiet_until = self.allocations + plan.keys.len();
+            self.plan = self.replaced.take().map(|p| *p);
+            self.back_off(plan.keys.len());
         }
     }
 }

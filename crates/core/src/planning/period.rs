@@ -150,17 +150,62 @@ pub struct StretchMatcher {
     window: usize,
     /// The hashes of the last `window` allocations, oldest first.
     recent: std::collections::VecDeque<u64>,
-    /// The latest allocation index at which each window of hashes ended.
-    ended_at: HashMap<u64, usize>,
+    /// Their rolling hash, sum of hash x ROLL^(age), and ROLL^(window - 1).
+    rolling: u64,
+    oldest_weight: u64,
+    /// The latest allocation index at which each window of hashes ended (the keys are hashes
+    /// already: a mixing hasher suffices).
+    ended_at: HashMap<u64, usize, std::hash::BuildHasherDefault<MixHasher>>,
     count: usize,
+}
+
+/// An odd multiplier for the rolling hash.
+const ROLL: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// A hasher for keys that are numbers (hashes, addresses): one multiply and a shift, where the
+/// standard one (SipHash) costs several times more on the planner's per-request path.
+#[derive(Default, Clone, Copy)]
+pub struct MixHasher(u64);
+
+impl std::hash::Hasher for MixHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(b as u64);
+        }
+    }
+
+    fn write_u64(&mut self, x: u64) {
+        let mixed = (self.0 ^ x).wrapping_mul(ROLL);
+        self.0 = mixed ^ (mixed >> 29);
+    }
+
+    fn write_usize(&mut self, x: usize) {
+        self.write_u64(x as u64);
+    }
+}
+
+/// The hash of an allocation of `size` bytes on `stream`.
+fn alloc_hash(size: usize, stream: usize) -> u64 {
+    use std::hash::Hasher;
+    let mut hasher = MixHasher(0x51_7cc1_b727_220a);
+    hasher.write_usize(size);
+    hasher.write_usize(stream);
+    hasher.finish()
 }
 
 impl StretchMatcher {
     pub fn new(window: usize) -> Self {
+        let window = window.max(1);
         StretchMatcher {
-            window: window.max(1),
-            recent: std::collections::VecDeque::with_capacity(window.max(1)),
-            ended_at: HashMap::new(),
+            window,
+            recent: std::collections::VecDeque::with_capacity(window),
+            rolling: 0,
+            oldest_weight: (1..window).fold(1u64, |w, _| w.wrapping_mul(ROLL)),
+            ended_at: HashMap::default(),
             count: 0,
         }
     }
@@ -172,16 +217,18 @@ impl StretchMatcher {
         let now = self.count;
         self.count += 1;
         if self.recent.len() == self.window {
-            self.recent.pop_front();
+            let oldest = self.recent.pop_front().expect("a full window");
+            self.rolling = self
+                .rolling
+                .wrapping_sub(oldest.wrapping_mul(self.oldest_weight));
         }
-        self.recent
-            .push_back(hash_of(&Event::Alloc { size, stream }));
+        let hash = alloc_hash(size, stream);
+        self.recent.push_back(hash);
+        self.rolling = self.rolling.wrapping_mul(ROLL).wrapping_add(hash);
         if self.recent.len() < self.window {
             return None;
         }
-        let key = self.recent.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &e| {
-            (h ^ e).wrapping_mul(0x100_0000_01b3)
-        });
+        let key = self.rolling;
         let earlier = self.ended_at.insert(key, now);
         earlier.filter(|&q| now - q >= self.window)
     }

@@ -181,6 +181,9 @@ fn place_pieces(
         Order::EarliestFirst => by.sort_by_key(|&i| (blocks[i].start, i)),
     }
     let mut index = TimeIndex::new(pieces);
+    let mut sorted_obstacles = obstacles.to_vec();
+    sorted_obstacles.sort_unstable();
+    let obstacles = &sorted_obstacles[..];
     let mut offsets = vec![0usize; blocks.len()];
     let mut size = obstacles.iter().map(|&(_, end)| end).max().unwrap_or(0);
     let mut taken: Vec<(usize, usize)> = Vec::new();
@@ -197,15 +200,22 @@ fn place_pieces(
         if block.size == 0 || block.end <= block.start || pinned_at(i).is_some() {
             continue;
         }
-        // The address ranges of the placed blocks that live at the same time, lowest first.
+        // The address ranges of the placed blocks that live at the same time, lowest first; the
+        // obstacles (sorted once) are walked beside them rather than copied in for every block.
         taken.clear();
-        taken.extend_from_slice(obstacles);
         index.for_each_overlapping(i, |j| {
             taken.push((offsets[j], offsets[j] + blocks[j].size));
         });
         taken.sort_unstable();
+        let (mut placed, mut fixed) = (taken.iter().peekable(), obstacles.iter().peekable());
         let mut offset = 0usize;
-        for &(low, high) in &taken {
+        loop {
+            let next = match (placed.peek(), fixed.peek()) {
+                (Some(&&p), Some(&&f)) if f < p => fixed.next().copied(),
+                (Some(_), _) => placed.next().copied(),
+                (None, _) => fixed.next().copied(),
+            };
+            let Some((low, high)) = next else { break };
             if low >= offset + block.size {
                 break;
             }
@@ -241,9 +251,18 @@ impl Pieces {
             .filter(|(start, end)| end > start)
     }
 
+    /// Written out rather than over `each`: this is the planner's innermost test.
+    #[inline]
     fn overlaps(&self, other: &Pieces) -> bool {
-        self.each()
-            .any(|(s, e)| other.each().any(|(os, oe)| s < oe && os < e))
+        #[inline(always)]
+        fn meet((s, e): (usize, usize), (os, oe): (usize, usize)) -> bool {
+            s < e && os < oe && s < oe && os < e
+        }
+        meet(self.first, other.first)
+            || other.second.is_some_and(|o| meet(self.first, o))
+            || self
+                .second
+                .is_some_and(|m| meet(m, other.first) || other.second.is_some_and(|o| meet(m, o)))
     }
 }
 
@@ -256,6 +275,11 @@ struct TimeIndex<'a> {
     /// The last query that saw each block, so that one listed in several buckets counts once.
     seen: Vec<u32>,
     query: u32,
+    /// Every block inserted: a block that spans more buckets than there are blocks is checked
+    /// against these instead (a long lifetime would visit the same blocks bucket after bucket).
+    inserted: Vec<u32>,
+    /// Entries in all buckets.
+    listed: usize,
 }
 
 impl<'a> TimeIndex<'a> {
@@ -275,6 +299,8 @@ impl<'a> TimeIndex<'a> {
             buckets: vec![Vec::new(); end / width + 1],
             seen: vec![0; pieces.len()],
             query: 0,
+            inserted: Vec::new(),
+            listed: 0,
         }
     }
 
@@ -287,14 +313,28 @@ impl<'a> TimeIndex<'a> {
 
     fn insert(&mut self, i: usize) {
         let buckets: Vec<usize> = self.buckets_of(i).collect();
+        self.listed += buckets.len();
         for bucket in buckets {
             self.buckets[bucket].push(i as u32);
         }
+        self.inserted.push(i as u32);
     }
 
     fn for_each_overlapping(&mut self, i: usize, mut f: impl FnMut(usize)) {
         self.query += 1;
         let buckets: Vec<usize> = self.buckets_of(i).collect();
+        // The entries in the block's buckets, estimated from the average, against one look at
+        // every block.
+        let average = self.listed / self.buckets.len().max(1);
+        if buckets.len() * average.max(1) > self.inserted.len() {
+            for &j in &self.inserted {
+                let j = j as usize;
+                if self.pieces[j].overlaps(&self.pieces[i]) {
+                    f(j);
+                }
+            }
+            return;
+        }
         for bucket in buckets {
             for &j in &self.buckets[bucket] {
                 let j = j as usize;
