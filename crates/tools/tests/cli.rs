@@ -232,12 +232,13 @@ fn tune_frontier_gives_each_trim_line_beside_plain_expandable_segments() {
     assert!(ok, "{err}");
     let result: serde_json::Value = serde_json::from_str(&out).unwrap();
     let points = result["points"].as_array().unwrap();
-    // The defaults, plain expandable segments, then the lines 0 to 0.2.
-    assert_eq!(points.len(), 13);
+    // The defaults, plain expandable segments, the lines 0 to 0.2, then planned placement.
+    assert_eq!(points.len(), 14);
     assert_eq!(points[0]["config"], "");
     assert_eq!(points[1]["config"], "expandable_segments:True");
     assert_eq!(points[2]["trim_slack"], 0.0);
     assert_eq!(points[12]["trim_slack"], 0.2);
+    assert_eq!(points[13]["config"], "planned_placement:True");
     assert!(points.iter().any(|p| p["on_frontier"] == true));
     let (ok, out, _) = accalloc(&["tune", trace, "--frontier"]);
     assert!(ok && out.contains("| frontier |"), "{out}");
@@ -253,7 +254,7 @@ fn tune_ranks_settings_and_prints_lines_to_paste() {
     assert!(ok, "{err}");
     let result: serde_json::Value = serde_json::from_str(&out).unwrap();
     let candidates = result["candidates"].as_array().unwrap();
-    assert_eq!(candidates.len(), 550);
+    assert_eq!(candidates.len(), 551);
     let best = &result["best"];
     assert_eq!(best, &candidates[0]);
     let peaks: Vec<i64> = candidates
@@ -283,7 +284,7 @@ fn tune_ranks_settings_and_prints_lines_to_paste() {
     // 40 MiB: every candidate fits; 16 MiB: none does (the 30 MiB request), all rank "does not fit".
     let (ok, out, err) = accalloc(&["tune", trace, "--capacity", "40MiB", "--top", "3"]);
     assert!(ok, "{err}");
-    assert!(out.contains("2750 settings"), "{out}");
+    assert!(out.contains("2755 settings"), "{out}");
     assert!(out.contains("\nbest:             ACCALLOC_CONF="), "{out}");
     assert!(
         out.contains("\nbest for PyTorch: PYTORCH_ALLOC_CONF="),
@@ -394,9 +395,9 @@ fn tune_folds_settings_with_the_same_figures_and_keeps_each_line_to_one_run() {
         .iter()
         .map(|r| 1 + r[2].trim_start_matches('+').parse::<usize>().unwrap_or(0))
         .sum();
-    assert_eq!(stands_for, 550, "every setting in exactly one row");
+    assert_eq!(stands_for, 551, "every setting in exactly one row");
     assert!(
-        out.contains(&format!("550 settings, {} distinct outcomes", rows.len())),
+        out.contains(&format!("551 settings, {} distinct outcomes", rows.len())),
         "{out}"
     );
     // The defaults' figures, all from the defaults' run: 1 KiB + 30 MiB allocated in 32 MiB.

@@ -18,12 +18,14 @@ use std::sync::{mpsc, Arc};
 /// expandable segment reserves 1 1/8 of it and keeps a flag per page, so not more).
 pub const UNLIMITED_CAPACITY: usize = 1 << 40;
 
-/// Expandable segments: off, PyTorch's, or with accalloc's trimming.
+/// Expandable segments: off, PyTorch's, with accalloc's trimming, or with accalloc's planned
+/// placement (which implies them, and keeps the trim line while no plan is in force).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Expandable {
     Off,
     On,
     Trimmed,
+    Planned,
 }
 
 /// One point of the search.
@@ -54,7 +56,9 @@ impl Candidate {
 
     fn keys(&self, pytorch: bool) -> String {
         let mut parts = Vec::new();
-        if self.expandable != Expandable::Off {
+        if self.expandable == Expandable::Planned && !pytorch {
+            parts.push("planned_placement:True".to_string());
+        } else if self.expandable != Expandable::Off {
             parts.push("expandable_segments:True".to_string());
         }
         if self.expandable == Expandable::Trimmed && !pytorch {
@@ -95,9 +99,10 @@ impl Candidate {
         self.keys(true)
     }
 
-    /// Whether PyTorch can run these settings (expandable_trim is accalloc's own).
+    /// Whether PyTorch can run these settings (expandable_trim and planned_placement are
+    /// accalloc's own).
     pub fn pytorch_can_express(&self) -> bool {
-        self.expandable != Expandable::Trimmed
+        matches!(self.expandable, Expandable::Off | Expandable::On)
     }
 
     pub fn config(&self) -> Result<CachingConfig> {
@@ -116,8 +121,9 @@ pub const FRONTIER_TRIM_SLACKS: [f64; 11] = [
 
 /// The default search: expandable segments (off, on, trimmed at three lines) x max_split_size_mb
 /// (unset, 20 to 1024) with max_non_split_rounding_mb (20, 64, 256) x roundup_power2_divisions
-/// (off, 2, 4, 8, 16); with a capacity, also garbage collection at thresholds 0.6 and 0.8 under
-/// memory fractions 0.8 and 0.95. 550 candidates, 2,750 with a capacity.
+/// (off, 2, 4, 8, 16), and planned placement with the rest at its defaults; with a capacity, also
+/// garbage collection at thresholds 0.6 and 0.8 under memory fractions 0.8 and 0.95. 551
+/// candidates, 2,755 with a capacity.
 pub fn default_candidates(with_capacity: bool) -> Vec<Candidate> {
     let mut collection = vec![None];
     if with_capacity {
@@ -156,6 +162,13 @@ pub fn default_candidates(with_capacity: bool) -> Vec<Candidate> {
                 }
             }
         }
+        // Planned placement places blocks itself: the split and rounding keys matter little to
+        // it, so it is tried once (its replays cost more, each plan being made).
+        candidates.push(Candidate {
+            expandable: Expandable::Planned,
+            garbage_collection,
+            ..Candidate::DEFAULT
+        });
     }
     candidates
 }
@@ -310,6 +323,10 @@ pub fn frontier_candidates(slacks: &[f64]) -> Vec<Candidate> {
         trim_slack: Some(slack),
         ..Candidate::DEFAULT
     }));
+    candidates.push(Candidate {
+        expandable: Expandable::Planned,
+        ..Candidate::DEFAULT
+    });
     candidates
 }
 
@@ -360,8 +377,8 @@ mod tests {
         for candidate in default_candidates(true) {
             candidate.config().unwrap();
         }
-        assert_eq!(default_candidates(false).len(), 550);
-        assert_eq!(default_candidates(true).len(), 2750);
+        assert_eq!(default_candidates(false).len(), 551);
+        assert_eq!(default_candidates(true).len(), 2755);
     }
 
     #[test]

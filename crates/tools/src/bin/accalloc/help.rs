@@ -39,8 +39,9 @@ const TUNE: &str = "  accalloc tune FILE [--capacity SIZE] [--json] [--threads N
                                    --json: every candidate's figures; best.config is the setting
                                    --threads N: default all cores; --top N: rows shown, default 15
                                    --frontier: instead, expandable_trim's line from 0 to 0.2 of the
-                                     peak beside plain expandable segments and the defaults:
-                                     utilization against device calls, and which are on the frontier";
+                                     peak beside plain expandable segments, the defaults and
+                                     planned placement: utilization against device calls, and
+                                     which are on the frontier";
 
 const COMPARE: &str = "  accalloc compare FILE --config A [--config B ...] [--svg FILE] [--capacity SIZE] [--json]
                                    the figures of each setting side by side (one --config: against
