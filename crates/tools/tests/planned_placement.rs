@@ -4,36 +4,22 @@
 //! and the device gets everything back at the end
 //! (in debug builds the invariants are recounted after every request as well).
 
+mod common;
+
 use accalloc::backend::simulated::SimulatedBackend;
 use accalloc::backend::Backend;
 use accalloc::caching::settings::parse_settings;
 use accalloc::caching::{CachingConfig, StatType};
 use accalloc_tools::replay::{parse_trace, replay};
-use std::path::PathBuf;
+use common::committed_traces;
 use std::sync::Arc;
 
 const ALL: usize = StatType::All as usize;
 
-fn traces() -> Vec<PathBuf> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/traces");
-    let mut paths = Vec::new();
-    for dir in [root.clone(), root.join("real")] {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.extension().is_some_and(|e| e == "jsonl") {
-                paths.push(path);
-            }
-        }
-    }
-    paths.sort();
-    assert!(paths.len() >= 14, "the 3 generated and 11 real traces");
-    paths
-}
-
 #[test]
 fn every_committed_trace_replays_with_planned_placement_and_exact_books() {
     let planned = parse_settings("planned_placement:True", &CachingConfig::default()).unwrap();
-    for path in traces() {
+    for path in committed_traces() {
         let ops = parse_trace(&std::fs::read_to_string(&path).unwrap()).unwrap();
         let backend = Arc::new(SimulatedBackend::new(1, 1 << 40));
         let report = replay(&ops, backend.clone(), &planned).unwrap();

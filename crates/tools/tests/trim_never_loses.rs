@@ -3,31 +3,18 @@
 //! 20 MiB floor the line had before lost on two real traces (the CNN's and GPT-2's); a test with
 //! that floor shows it, so this one can tell the difference.
 
+mod common;
+
 use accalloc::backend::simulated::SimulatedBackend;
 use accalloc::caching::settings::parse_settings;
 use accalloc::caching::CachingConfig;
 use accalloc_tools::replay::{parse_trace, replay, TraceOp};
+use common::committed_traces;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 const PLAIN: &str = "expandable_segments:True";
 const TRIM: &str = "expandable_segments:True,expandable_trim:True";
-
-fn traces() -> Vec<PathBuf> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/traces");
-    let mut paths = Vec::new();
-    for dir in [root.clone(), root.join("real")] {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.extension().is_some_and(|e| e == "jsonl") {
-                paths.push(path);
-            }
-        }
-    }
-    paths.sort();
-    assert!(paths.len() >= 9, "the 3 generated and 6 real traces");
-    paths
-}
 
 fn peak_reserved(ops: &[TraceOp], settings: &str) -> i64 {
     let config = parse_settings(settings, &CachingConfig::default()).unwrap();
@@ -38,7 +25,7 @@ fn peak_reserved(ops: &[TraceOp], settings: &str) -> i64 {
 
 #[test]
 fn trim_at_its_default_line_reserves_at_most_what_plain_expandable_segments_do() {
-    for path in traces() {
+    for path in committed_traces() {
         let ops = parse_trace(&std::fs::read_to_string(&path).unwrap()).unwrap();
         let (plain, trimmed) = (peak_reserved(&ops, PLAIN), peak_reserved(&ops, TRIM));
         assert!(

@@ -283,34 +283,28 @@ impl CachingAllocator {
     /// Cut unmapped block `id` at `at` (a page boundary inside it): the front stays unmapped as a
     /// block of its own; returns `id`, now starting at `at`.
     fn split_unmapped(&mut self, id: BlockId, at: usize) -> BlockId {
-        let block = self.blocks[id];
-        let front = self.blocks.insert(Block {
-            mapped: false,
-            expandable: block.expandable,
-            private: block.private,
-            prev: block.prev,
-            next: Some(id),
-            ..Block::new(block.ptr, at - block.ptr, block.stream, block.pool)
-        });
-        if let Some(prev) = block.prev {
-            self.blocks[prev].next = Some(front);
-        }
+        let front = self.cut_front(id, at);
+        let block = self.blocks[front];
         let pool = self.pool_mut(block.private, block.pool);
-        pool.unmapped.remove(&(block.stream, block.ptr));
         pool.unmapped.insert((block.stream, block.ptr), front);
         pool.unmapped.insert((block.stream, at), id);
-        let back = &mut self.blocks[id];
-        back.prev = Some(front);
-        back.size -= at - block.ptr;
-        back.ptr = at;
         id
     }
 
     /// Cut free block `id` (out of its pool) at `at`: the front goes back to the pool as a free
     /// block of its own; returns `id`, now starting at `at`.
     fn split_free_front(&mut self, id: BlockId, at: usize) -> BlockId {
+        let front = self.cut_front(id, at);
+        self.cache_block(front);
+        id
+    }
+
+    /// Make [ptr, at) of block `id` a block of its own, before it and like it (mapped or not), and
+    /// return it; `id` keeps [at, end).
+    fn cut_front(&mut self, id: BlockId, at: usize) -> BlockId {
         let block = self.blocks[id];
         let front = self.blocks.insert(Block {
+            mapped: block.mapped,
             expandable: block.expandable,
             private: block.private,
             prev: block.prev,
@@ -324,7 +318,6 @@ impl CachingAllocator {
         back.prev = Some(front);
         back.size -= at - block.ptr;
         back.ptr = at;
-        self.cache_block(front);
-        id
+        front
     }
 }
