@@ -209,8 +209,8 @@ fuzz_target!(|data: &[u8]| {
                     }
                 }
                 13 => {
-                    let conf = [c"expandable_segments:True", c"", c"release_lock_on_malloc:True", c"max_split_size_mb:20"];
-                    ok_or_expected(accalloc_set_allocator_settings_on(hostile, conf[(arg % 4) as usize].as_ptr()));
+                    let conf = [c"expandable_segments:True", c"", c"release_lock_on_malloc:True", c"max_split_size_mb:20", c"planned_placement:True"];
+                    ok_or_expected(accalloc_set_allocator_settings_on(hostile, conf[(arg % 5) as usize].as_ptr()));
                     if let Some(&p) = hostile_live.get(arg as usize % hostile_live.len().max(1)) {
                         ok_or_expected(accalloc_record_stream(p as *mut c_void, (arg % 5) as usize as *mut c_void));
                     }

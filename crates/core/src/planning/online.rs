@@ -73,6 +73,13 @@ pub struct Candidate {
     period: usize,
 }
 
+impl Candidate {
+    /// Allocations in one step.
+    pub fn period(&self) -> usize {
+        self.period
+    }
+}
+
 /// Where a plan may go: the stream's large expandable segment and what is live in it now.
 #[derive(Clone, Debug)]
 pub struct Region {
@@ -613,6 +620,12 @@ impl OnlinePlanner {
         if self.plan.take().is_some() {
             self.counters.dropped += 1;
         }
+    }
+
+    /// The allocator could not make the plan for a candidate of `period` (the device refused the
+    /// segment's reservation): the plan in force stays, and none is tried for a while.
+    pub fn give_up(&mut self, period: usize) {
+        self.back_off(period);
     }
 
     /// The plan just made would hold more than it saves (the allocator's judgement, from what is

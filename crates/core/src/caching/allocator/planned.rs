@@ -30,7 +30,8 @@ impl CachingAllocator {
             .expect("malloc_with_plan has a planner");
         let advice = planner.advise(rounded, stream);
         if planner.take_pass_end() {
-            self.trim_for_plan(true)?;
+            // Best effort: pages the device would not unmap stay mapped and counted.
+            let _ = self.trim_for_plan(true);
         }
         if let Some(address) = advice {
             if !self.private_pools.deferred_frees.is_empty() {
@@ -41,7 +42,7 @@ impl CachingAllocator {
             }
             match self.alloc_at(address, rounded, size, stream)? {
                 Some(ptr) => {
-                    self.planned_allocation(rounded, stream, ptr)?;
+                    self.planned_allocation(rounded, stream, ptr);
                     return Ok(MallocStep::Done(ptr));
                 }
                 None => self.planner.as_mut().expect("still planning").conflict(),
@@ -49,18 +50,24 @@ impl CachingAllocator {
         }
         let step = self.malloc_begin_unchecked(size, stream)?;
         if let MallocStep::Done(ptr) = step {
-            self.planned_allocation(rounded, stream, ptr)?;
+            self.planned_allocation(rounded, stream, ptr);
         }
         Ok(step)
     }
 
     /// Tell the planner of an allocation; make the plan it asks for.
-    fn planned_allocation(&mut self, rounded: usize, stream: StreamId, ptr: usize) -> Result<()> {
+    /// Never fails: the request is served already, and a plan that cannot be made (the device
+    /// refused the segment's reservation) is only memory not saved.
+    fn planned_allocation(&mut self, rounded: usize, stream: StreamId, ptr: usize) {
         let planner = self.planner.as_mut().expect("planning");
         if let Some(candidate) = planner.allocated(rounded, stream, ptr) {
-            self.make_plan(candidate)?;
+            if self.make_plan(candidate).is_err() {
+                self.planner
+                    .as_mut()
+                    .expect("planning")
+                    .give_up(candidate.period());
+            }
         }
-        Ok(())
     }
 
     /// Plan `candidate` in an expandable segment of its stream: the one that holds the most
@@ -120,7 +127,8 @@ impl CachingAllocator {
             .expect("planning")
             .build(candidate, &region);
         if planned {
-            self.trim_for_plan(true)?;
+            // Best effort, as at a pass's end.
+            let _ = self.trim_for_plan(true);
             // The plan pays only if its range and what stays mapped outside it (the other pool's
             // pages, which long-lived blocks keep) come near the most ever allocated.
             let planner = self.planner.as_mut().expect("planning");
@@ -256,13 +264,20 @@ impl CachingAllocator {
             let block = self.blocks[id];
             let from = base + (address.max(block.ptr) - base) / page * page;
             let to = end.min(block.ptr + block.size);
-            let id = if from > block.ptr {
+            let split = from > block.ptr;
+            let id = if split {
                 self.split_unmapped(id, from)
             } else {
                 id
             };
-            if self.map_block(id, to - from, to - from)? == 0 {
-                return Ok(None);
+            let mapped = self.map_block(id, to - from, to - from);
+            if !matches!(mapped, Ok(bytes) if bytes > 0) {
+                // Nothing was mapped: the unmapped block is made whole again.
+                if split {
+                    let front = self.blocks[id].prev.expect("the front just cut");
+                    self.try_merge(front, Some(id));
+                }
+                return mapped.map(|_| None);
             }
         }
         let id = self
