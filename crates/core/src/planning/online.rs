@@ -252,8 +252,7 @@ impl OnlinePlanner {
                 // A tenth of the step was off the plan: the shapes change from step to step (or
                 // the program moved on), and a plan of one step's sizes holds memory the next
                 // does not use. The policy serves until a step repeats again.
-                self.plan = None;
-                self.counters.dropped += 1;
+                self.abandon();
                 self.quiet_until = self.allocations + length;
                 return None;
             }
@@ -303,11 +302,15 @@ impl OnlinePlanner {
         plan.seen = (plan.seen + 1).min(64);
         if plan.seen == 64 && plan.recent.count_ones() < MIN_ON_PLAN {
             self.banned.insert(plan.keys.len());
-            self.plan = None;
-            self.counters.dropped += 1;
-            // Its pages go back as a pass's do.
-            self.pass_ended = true;
+            self.abandon();
         }
+    }
+
+    /// Drop the plan in force; its pages go back as a pass's do.
+    fn abandon(&mut self) {
+        self.plan = None;
+        self.counters.dropped += 1;
+        self.pass_ended = true;
     }
 
     /// An allocation of `size` bytes (rounded) on `stream` was served at `ptr`. Some when a plan
@@ -400,13 +403,12 @@ impl OnlinePlanner {
                 .then(|| self.log[n - self.first])
                 .filter(|e| (e.size, e.stream) == key && e.end != LIVE)
         };
+        // Nearest first: center, then center - d before center + d.
         (0..=reach).find_map(|d| {
-            found(center).filter(|_| d == 0).or_else(|| {
-                center
-                    .checked_sub(d)
-                    .and_then(found)
-                    .or_else(|| found(center + d))
-            })
+            center
+                .checked_sub(d)
+                .and_then(found)
+                .or_else(|| (d > 0).then(|| found(center + d)).flatten())
         })
     }
 
@@ -593,7 +595,7 @@ impl OnlinePlanner {
         for &(k, ptr) in &addresses_kept {
             addresses[k] = Some(ptr);
         }
-        let quiet = quiet_position(&blocks, &positions, template, t0, cycle);
+        let quiet = quiet_position(&blocks, template, t0, cycle);
         let plan = Plan {
             keys: template.iter().map(|e| (e.size, e.stream)).collect(),
             addresses,
@@ -609,17 +611,9 @@ impl OnlinePlanner {
             improved: false,
             range: (region.base, region.base + placement.size),
             touched,
-
             quiet,
         };
         Some((plan, placement.size))
-    }
-
-    /// Forget the plan in force (its region went away).
-    pub fn drop_plan(&mut self) {
-        if self.plan.take().is_some() {
-            self.counters.dropped += 1;
-        }
     }
 
     /// The allocator could not make the plan for a candidate of `period` (the device refused the
@@ -639,15 +633,9 @@ impl OnlinePlanner {
     }
 }
 
-/// The template position at which the fewest bytes of the planned `blocks` (of `positions`) are
-/// live: the first position allocated at or after the quietest moment of the cycle.
-fn quiet_position(
-    blocks: &[Lifetime],
-    positions: &[usize],
-    template: &[Entry],
-    t0: usize,
-    cycle: usize,
-) -> usize {
+/// The template position at which the fewest bytes of the planned `blocks` are live: the first
+/// position allocated at or after the quietest moment of the cycle.
+fn quiet_position(blocks: &[Lifetime], template: &[Entry], t0: usize, cycle: usize) -> usize {
     // Live bytes change at starts (+) and ends (-); a lifetime past the cycle's end wraps.
     let mut changes: Vec<(usize, i64)> = Vec::with_capacity(blocks.len() * 3);
     let mut at_zero = 0i64;
@@ -668,7 +656,6 @@ fn quiet_position(
             (least, when) = (live, time);
         }
     }
-    let _ = positions;
     template
         .iter()
         .position(|e| e.start - t0 >= when)

@@ -154,7 +154,7 @@ impl CachingAllocator {
         if let Some(fraction) = config.per_process_memory_fraction {
             self.allowed_maximum = allowed_bytes(fraction, self.capacity);
         }
-        // Planned placement places blocks in the large pool's expandable segment.
+        // Planned placement places blocks in the default pools' expandable segments.
         config.expandable_segments |= config.planned_placement;
         if config.expandable_segments
             && !(self.virtual_memory_available() && self.reservation_size(LARGE_PAGE).is_some())

@@ -79,39 +79,33 @@ impl CachingAllocator {
             .as_ref()
             .expect("planning")
             .stream_of(&candidate);
-        let live_in = |allocator: &Self, pool: PoolKind| -> Option<(usize, usize)> {
-            let index = allocator.reservation_of(pool, stream)?;
-            let bytes = allocator
-                .active
-                .values()
-                .map(|&id| &allocator.blocks[id])
-                .filter(|b| b.expandable == Some(index as u32))
-                .map(|b| b.size)
-                .sum();
-            Some((bytes, index))
-        };
-        let small = live_in(self, PoolKind::Small);
-        let large = live_in(self, PoolKind::Large);
-        let (pool, index) = match (small, large) {
-            (Some((s, index)), large) if large.is_none_or(|(l, _)| s > l) => {
-                (PoolKind::Small, index)
+        // The live blocks of each of the stream's two segments, (address, size), in one pass.
+        let small = self.reservation_of(PoolKind::Small, stream);
+        let large = self.reservation_of(PoolKind::Large, stream);
+        let (mut small_live, mut large_live) = (Vec::new(), Vec::new());
+        for &id in self.active.values() {
+            let block = &self.blocks[id];
+            let segment = block.expandable.map(|s| s as usize);
+            if segment.is_some() && segment == small {
+                small_live.push((block.ptr, block.size));
+            } else if segment.is_some() && segment == large {
+                large_live.push((block.ptr, block.size));
             }
-            (_, Some((_, index))) => (PoolKind::Large, index),
+        }
+        let bytes = |live: &[(usize, usize)]| live.iter().map(|&(_, size)| size).sum::<usize>();
+        let (pool, index, live) = match (small, large) {
+            (Some(index), large) if large.is_none() || bytes(&small_live) > bytes(&large_live) => {
+                (PoolKind::Small, index, small_live)
+            }
+            (_, Some(index)) => (PoolKind::Large, index, large_live),
             _ => {
                 let id = self.find_expandable_block(DEFAULT_POOLS, PoolKind::Large, stream, 0)?;
                 let index = self.blocks[id].expandable.expect("a reservation") as usize;
-                (PoolKind::Large, index)
+                (PoolKind::Large, index, Vec::new())
             }
         };
         self.plan_pool = pool;
         let (base, size) = self.expandable[index].range();
-        let live = self
-            .active
-            .values()
-            .map(|&id| &self.blocks[id])
-            .filter(|b| b.expandable == Some(index as u32))
-            .map(|b| (b.ptr, b.size))
-            .collect();
         self.pool_mut(DEFAULT_POOLS, pool).index_addresses();
         let region = Region {
             stream,
@@ -215,8 +209,9 @@ impl CachingAllocator {
         (block.ptr + block.size > address).then_some(id)
     }
 
-    /// Hand out [address, address + rounded) of the plan's expandable segment of `stream`, when every byte of it is free or unmapped (mapping what is not): the address, or
-    /// None (nothing changed but pages mapped) when some of it is taken or the device has no room.
+    /// Hand out [address, address + rounded) of the plan's expandable segment of `stream`, when
+    /// every byte of it is free or unmapped (mapping what is not): the address, or None (nothing
+    /// changed but pages mapped) when some of it is taken or the device has no room.
     pub(super) fn alloc_at(
         &mut self,
         address: usize,
