@@ -83,6 +83,42 @@ fn a_repeating_step_is_served_at_planned_addresses_at_the_floor() {
 }
 
 #[test]
+fn before_any_plan_the_policy_keeps_to_the_line_plans_are_held_to() {
+    let mut a = planned();
+    // 100 MiB and no step yet: the line is the most allocated + 2% (PLAN_SLACK), 102 MiB, so one
+    // 2 MiB page is mapped ahead. expandable_trim's own line (+5%) maps two.
+    let p = a.malloc(100 * MIB, 0).unwrap();
+    assert_eq!(a.stats().reserved_bytes[ALL].current, 102 * MIB as i64);
+    let trim_config = settings::parse_settings(
+        "expandable_segments:True,expandable_trim:True",
+        &CachingConfig::default(),
+    )
+    .unwrap();
+    let mut trim = CachingAllocator::new(
+        Arc::new(SimulatedBackend::new(1, 1 << 30)),
+        0,
+        trim_config,
+    )
+    .unwrap();
+    let t = trim.malloc(100 * MIB, 0).unwrap();
+    assert_eq!(trim.stats().reserved_bytes[ALL].current, 104 * MIB as i64);
+    trim.free(t).unwrap();
+    // The page ahead serves 2 MiB; then 104 MiB cannot follow p's free 100 (q is in the way), and
+    // 102 + 104 passes the line (106 + 2%): p's pages go first, and only the 104 are mapped.
+    let q = a.malloc(2 * MIB, 0).unwrap();
+    assert_eq!(q, p + 100 * MIB);
+    a.free(p).unwrap();
+    let r = a.malloc(104 * MIB, 0).unwrap();
+    let stats = a.stats();
+    assert_eq!(stats.reserved_bytes[ALL].current, 106 * MIB as i64);
+    assert_eq!(stats.reserved_bytes[ALL].peak, 106 * MIB as i64);
+    assert_eq!(stats.allocated_bytes[ALL].current, 106 * MIB as i64);
+    a.free(q).unwrap();
+    a.free(r).unwrap();
+    a.check_invariants().unwrap();
+}
+
+#[test]
 fn requests_off_the_plan_are_served_by_the_policy_and_the_plan_is_dropped() {
     let mut a = planned();
     for _ in 0..5 {

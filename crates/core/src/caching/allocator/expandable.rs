@@ -6,6 +6,7 @@
 use super::sleep::PauseState;
 use super::*;
 use crate::caching::observers::SegmentAction;
+use crate::planning::online::PLAN_SLACK;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Set once the fallback warning has been printed (it is printed once per process).
@@ -322,11 +323,18 @@ impl CachingAllocator {
     /// Reserved memory may grow to this (expandable_trim): the most ever allocated, counting a
     /// request of `size` bytes, plus expandable_trim_slack of it, and at least
     /// expandable_trim_floor more (no floor by default: the 20 MiB one of before made small jobs
-    /// reserve more than plain expandable segments do).
+    /// reserve more than plain expandable segments do). planned_placement holds the policy to the
+    /// line its plans are held to (PLAN_SLACK) when that is the lower: the first steps, served
+    /// before any plan, set the peak of a whole run.
     fn trim_limit(&self, size: usize) -> usize {
         let allocated = &self.stats.allocated_bytes;
         let needed = (allocated.current_all() as usize + size).max(allocated.peak_all() as usize);
-        let slack = (needed as f64 * self.config.expandable_trim_slack) as usize;
+        let fraction = if self.config.planned_placement {
+            self.config.expandable_trim_slack.min(PLAN_SLACK)
+        } else {
+            self.config.expandable_trim_slack
+        };
+        let slack = (needed as f64 * fraction) as usize;
         needed.saturating_add(slack.max(self.config.expandable_trim_floor))
     }
 

@@ -1,10 +1,11 @@
 //! planned_placement in the allocator: malloc asks the planner (`planning::online`) for an address
 //! and serves the request there when the range is free (`alloc_at`), mapping the pages under it;
 //! otherwise, and for every request off the plan, the policy serves it as usual (with
-//! expandable_trim's line while no plan is in force: `trimming`). Planned blocks are ordinary blocks
-//! of the segment the plan lies in: they split, merge, free, show in snapshots and count in every
-//! statistic as any block there does (a request of over 1 MiB planned in the small pool's segment
-//! counts in the small pool, where it lies, and one under 1 MiB in the large pool's, in the large).
+//! expandable_trim's rules, at the plans' line, while no plan is in force: `trimming`). Planned
+//! blocks are ordinary blocks of the segment the plan lies in: they split, merge, free, show in
+//! snapshots and count in every statistic as any block there does (a request of over 1 MiB planned
+//! in the small pool's segment counts in the small pool, where it lies, and one under 1 MiB in the
+//! large pool's, in the large).
 
 use super::*;
 use crate::planning::online::{Candidate, PlannerCounters, Region, PLAN_SLACK};
