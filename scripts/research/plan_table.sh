@@ -4,6 +4,8 @@
 # simulated device; then the same for the last quarter of each trace (peaks reset there: what a
 # long run sees past its first steps). Rebuilds the tables in docs/PERFORMANCE.md ("Planned
 # placement, online"). Run from the repository root after `cargo build --release -p accalloc-tools`.
+# The whole-trace table ends with the bound: the best offline placement of the whole trace
+# (`accalloc replay --plan`) in one reservation of 2 MiB pages, the floor over its pages.
 set -e
 tool=./target/release/accalloc
 configs="expandable_segments:True expandable_segments:True,expandable_trim:True planned_placement:True"
@@ -12,24 +14,37 @@ figures() { # trace, config, extra flags: utilization/calls
 d = json.load(sys.stdin)
 print("%.3f/%d" % (d["utilization"], d["device_allocs"] + d["device_frees"]))'
 }
-row() { # name, then three utilization/calls cells
+bound() { # trace: floor / the offline placement rounded up to 2 MiB pages
+  $tool replay "$1" --simulate --plan | python3 -c 'import re, sys
+m = re.search(r"floor [^(]*\((\d+)\); offline placement [^(]*\((\d+),", sys.stdin.read())
+page = 2 << 20
+print("%.3f" % (int(m.group(1)) / (-(-int(m.group(2)) // page) * page)) if m else "-")'
+}
+row() { # name, then three utilization/calls cells, then the bound or nothing
   echo "$*" | python3 -c 'import sys
 name, *cells = sys.stdin.read().split()
-u = [c.split("/") for c in cells]
-print("| %s | %s (%s calls) | %s (%s) | %s (%s) | %.2f |" % (name, u[0][0], u[0][1], u[1][0], u[1][1],
-      u[2][0], u[2][1], int(u[2][1]) / max(1, int(u[0][1]))))'
+u = [c.split("/") for c in cells[:3]]
+bound = " %s |" % cells[3] if len(cells) > 3 else ""
+print("| %s | %s (%s calls) | %s (%s) | %s (%s) | %.2f |%s" % (name, u[0][0], u[0][1], u[1][0], u[1][1],
+      u[2][0], u[2][1], int(u[2][1]) / max(1, int(u[0][1])), bound))'
 }
 for part in whole last_quarter; do
   echo
   echo "$part of each trace:"
   echo
-  echo "| trace | plain expandable | expandable_trim (default line) | planned_placement | planned calls / plain's |"
-  echo "|---|---:|---:|---:|---:|"
+  if [ $part = whole ]; then
+    echo "| trace | plain expandable | expandable_trim (default line) | planned_placement | planned calls / plain's | offline bound, 2 MiB pages |"
+    echo "|---|---:|---:|---:|---:|---:|"
+  else
+    echo "| trace | plain expandable | expandable_trim (default line) | planned_placement | planned calls / plain's |"
+    echo "|---|---:|---:|---:|---:|"
+  fi
   for t in examples/traces/real/*.jsonl examples/traces/*.jsonl; do
     flags=""
     if [ $part = last_quarter ]; then flags="--reset-peaks-at $(( $(wc -l < "$t") * 3 / 4 ))"; fi
     cells=""
     for c in $configs; do cells="$cells $(figures "$t" "$c" "$flags")"; done
+    if [ $part = whole ]; then cells="$cells $(bound "$t")"; fi
     row "$(basename "$t" .jsonl)" $cells
   done
 done

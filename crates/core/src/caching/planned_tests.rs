@@ -83,6 +83,32 @@ fn a_repeating_step_is_served_at_planned_addresses_at_the_floor() {
 }
 
 #[test]
+fn pages_the_policy_mapped_past_the_plan_are_given_back() {
+    let mut a = planned();
+    // 40 MiB once, before the loop: the policy maps them and keeps them (under its line) as one
+    // free block, in which the first steps' chain is placed; the plan lies at its bottom, and the
+    // free block runs on past the plan's end.
+    let big = a.malloc(40 * MIB, 0).unwrap();
+    a.free(big).unwrap();
+    for _ in 0..5 {
+        chain_step(&mut a);
+    }
+    assert!(a.planner_counters().unwrap().plans >= 1);
+    a.reset_peak_stats();
+    chain_step(&mut a);
+    let stats = a.stats();
+    // Only the plan's pages stay: its blocks lie from the segment's start to its height (where
+    // the first steps' blocks were, pinned there), in 2 MiB pages; the 40 MiB went back.
+    let height = a.planner_counters().unwrap().height as usize;
+    assert!(height < 8 * MIB, "{height}");
+    assert_eq!(
+        stats.reserved_bytes[ALL].peak,
+        height.next_multiple_of(2 * MIB) as i64
+    );
+    a.check_invariants().unwrap();
+}
+
+#[test]
 fn before_any_plan_the_policy_keeps_to_the_line_plans_are_held_to() {
     let mut a = planned();
     // 100 MiB and no step yet: the line is the most allocated + 2% (PLAN_SLACK), 102 MiB, so one
@@ -94,12 +120,8 @@ fn before_any_plan_the_policy_keeps_to_the_line_plans_are_held_to() {
         &CachingConfig::default(),
     )
     .unwrap();
-    let mut trim = CachingAllocator::new(
-        Arc::new(SimulatedBackend::new(1, 1 << 30)),
-        0,
-        trim_config,
-    )
-    .unwrap();
+    let mut trim =
+        CachingAllocator::new(Arc::new(SimulatedBackend::new(1, 1 << 30)), 0, trim_config).unwrap();
     let t = trim.malloc(100 * MIB, 0).unwrap();
     assert_eq!(trim.stats().reserved_bytes[ALL].current, 104 * MIB as i64);
     trim.free(t).unwrap();

@@ -15,6 +15,7 @@ pub mod bench;
 pub mod compare;
 pub mod input;
 pub mod plan;
+pub mod plan_bench;
 pub mod session;
 pub mod sleep_bench;
 pub mod snapshot;

@@ -166,14 +166,27 @@ impl CachingAllocator {
                         block.ptr < end && block.ptr + block.size > start
                     })
             };
-            let free: Vec<BlockId> = self
+            let (free, across): (Vec<BlockId>, Vec<BlockId>) = self
                 .block_pool(DEFAULT_POOLS, pool)
                 .entries()
                 .map(|(_, id)| id)
-                .filter(|&id| blocks[id].expandable.is_some() && !in_plan(id))
-                .collect();
+                .filter(|&id| blocks[id].expandable.is_some())
+                .partition(|&id| !in_plan(id));
             for id in free {
                 self.unmap_block(id)?;
+            }
+            // A free block that runs past the plan's end: its pages above the plan go too.
+            let Some((_, end)) = planned else { continue };
+            for id in across {
+                let block = self.blocks[id];
+                let page = self.expandable[block.expandable.expect("expandable") as usize].page;
+                let cut = end.next_multiple_of(page);
+                if block.ptr + block.size > cut && block.ptr < cut {
+                    self.pool_mut(DEFAULT_POOLS, pool).remove(&block);
+                    let above = self.split_free_front(id, cut);
+                    self.cache_block(above);
+                    self.unmap_block(above)?;
+                }
             }
         }
         Ok(())

@@ -55,6 +55,7 @@ const CONVERT: &str = "  accalloc convert FILE -o OUT [--config STR]
 
 const BENCH: &str =
     "  accalloc bench [--quick]         cached malloc+free pair against the C library's malloc+free;
+                                   a planned request (planned_placement) against a cached one;
                                    sleep and wake (pause, resume) against a plain copy";
 
 const OTHERS: &str = "  accalloc --version               the version and ABI of this build

@@ -178,6 +178,26 @@ fn bench(args: &[String]) -> Result<(), String> {
         println!("| {threads} | {same:.1} | {separate} |");
     }
 
+    // Planned placement: a step's requests at their planned addresses, against the cache.
+    let (batches_of_steps, steps) = if quick { (11, 20) } else { (101, 100) };
+    let planned = accalloc_tools::replay::plan_bench::run(batches_of_steps, steps);
+    println!(
+        "\nplanned_placement: a training step's {} requests, repeated, on a simulated device \
+         (median of {batches_of_steps} batches of {steps} steps; {} of the last step's served at \
+         planned addresses)",
+        planned.per_step, planned.advised_last_step
+    );
+    println!("| requests | ns per request (malloc and its free) | / cached |\n|---|---:|---:|");
+    println!(
+        "| cached (default policy) | {:.1} | 1.00 |",
+        planned.cached_ns
+    );
+    println!(
+        "| planned (planned_placement:True, plan in force) | {:.1} | {:.2} |",
+        planned.planned_ns,
+        planned.ratio()
+    );
+
     // Sleep and wake: a pool's pages paused and resumed, against a plain copy of the same bytes.
     let (bytes, rounds) = if quick { (256 << 20, 3) } else { (1 << 30, 7) };
     let rows = accalloc_tools::replay::sleep_bench::run(bytes, rounds)?;

@@ -1,0 +1,169 @@
+//! The planned-request benchmark: the requests of a training step, repeated, through the core's
+//! allocator on a simulated device, with planned_placement on (every request served at its planned
+//! address once the plan is in force) against the default policy (every request served from the
+//! cache once the first step has filled it), the two taking turns in the same run. The device is
+//! simulated so that neither side maps or touches memory: what is timed is the allocator's own
+//! work per request.
+
+use crate::backend::simulated::SimulatedBackend;
+use crate::caching::{settings::parse_settings, CachingAllocator, CachingConfig};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Layers of the step: each makes activations kept for the backward pass and temporaries.
+const LAYERS: usize = 12;
+
+/// Steps run before timing: the plan made, and the planner's log of requests (a quarter of a
+/// million allocations at most, then its older half dropped) at its full size, as in a long run.
+const WARM_UP_STEPS: usize = 2_500;
+
+/// One request of the step: allocate `size` bytes, or free the block of request `index`.
+#[derive(Clone, Copy, Debug)]
+enum Request {
+    Alloc(usize),
+    Free(usize),
+}
+
+/// A transformer-like step: per layer, four activations held until the layer's backward and
+/// three temporaries freed at once; per layer backward, two gradients' temporaries, then the
+/// layer's activations go. 108 allocations of 1 to 4 MiB (the large pool: a plan lies in one
+/// pool's segment, and is put in force only where the other holds nothing).
+fn step() -> Vec<Request> {
+    let mut requests = Vec::new();
+    let mut allocations = 0;
+    let mut alloc = |requests: &mut Vec<Request>, size: usize| {
+        requests.push(Request::Alloc(size));
+        allocations += 1;
+        allocations - 1
+    };
+    let mut held = Vec::new();
+    for layer in 0..LAYERS {
+        let mut kept = Vec::new();
+        for (i, size) in [3 << 20, 1 << 20, 2 << 20, 1 << 20].into_iter().enumerate() {
+            kept.push(alloc(&mut requests, size + (layer * 3 + i) * 4096));
+        }
+        for size in [2 << 20, 1 << 20, 4 << 20] {
+            let t = alloc(&mut requests, size);
+            requests.push(Request::Free(t));
+        }
+        held.push(kept);
+    }
+    for kept in held.into_iter().rev() {
+        for size in [1 << 20, 2 << 20] {
+            let t = alloc(&mut requests, size);
+            requests.push(Request::Free(t));
+        }
+        for k in kept {
+            requests.push(Request::Free(k));
+        }
+    }
+    requests
+}
+
+/// Run `steps` steps of `requests` on `allocator`; ns per allocation (its malloc and its free).
+fn run_steps(allocator: &mut CachingAllocator, requests: &[Request], steps: usize) -> f64 {
+    let allocations = requests
+        .iter()
+        .filter(|r| matches!(r, Request::Alloc(_)))
+        .count();
+    let mut blocks = vec![0usize; allocations];
+    let start = Instant::now();
+    for _ in 0..steps {
+        let mut next = 0;
+        for request in requests {
+            match *request {
+                Request::Alloc(size) => {
+                    blocks[next] = allocator
+                        .malloc(size, 0)
+                        .expect("the simulated device has room for the step");
+                    next += 1;
+                }
+                Request::Free(index) => allocator
+                    .free(blocks[index])
+                    .expect("the step frees what it allocated"),
+            }
+        }
+    }
+    start.elapsed().as_nanos() as f64 / (steps * allocations) as f64
+}
+
+/// What the benchmark measured.
+#[derive(Clone, Debug)]
+pub struct PlannedBench {
+    /// Median ns per request (allocation and its free), default policy (from the cache).
+    pub cached_ns: f64,
+    /// The same with planned_placement, plan in force.
+    pub planned_ns: f64,
+    /// Allocations per step, and how many of the last step's the plan gave an address to.
+    pub per_step: usize,
+    pub advised_last_step: u64,
+}
+
+impl PlannedBench {
+    /// planned / cached: at most 1 means a planned request costs no more than a cached one.
+    pub fn ratio(&self) -> f64 {
+        self.planned_ns / self.cached_ns
+    }
+}
+
+fn allocator(settings: &str) -> CachingAllocator {
+    let config = parse_settings(settings, &CachingConfig::default()).expect("a known setting");
+    CachingAllocator::new(Arc::new(SimulatedBackend::new(1, 16 << 30)), 0, config)
+        .expect("a simulated device")
+}
+
+/// `batches` batches of `steps` steps each, default and planned taking turns, after
+/// WARM_UP_STEPS steps.
+pub fn run(batches: usize, steps: usize) -> PlannedBench {
+    run_after(WARM_UP_STEPS, batches, steps)
+}
+
+fn run_after(warm_up: usize, batches: usize, steps: usize) -> PlannedBench {
+    let requests = step();
+    let mut cached = allocator("");
+    let mut planned = allocator("planned_placement:True");
+    run_steps(&mut cached, &requests, warm_up);
+    run_steps(&mut planned, &requests, warm_up);
+    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    for _ in 0..batches {
+        theirs.push(run_steps(&mut cached, &requests, steps));
+        ours.push(run_steps(&mut planned, &requests, steps));
+    }
+    let before = planned.planner_counters().unwrap_or_default().advised;
+    run_steps(&mut planned, &requests, 1);
+    let advised_last_step = planned.planner_counters().unwrap_or_default().advised - before;
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    PlannedBench {
+        cached_ns: median(theirs),
+        planned_ns: median(ours),
+        per_step: requests
+            .iter()
+            .filter(|r| matches!(r, Request::Alloc(_)))
+            .count(),
+        advised_last_step,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_step_frees_all_it_allocates_and_the_plan_serves_all_of_it() {
+        let requests = step();
+        let allocations = requests
+            .iter()
+            .filter(|r| matches!(r, Request::Alloc(_)))
+            .count();
+        let frees = requests.len() - allocations;
+        assert_eq!((allocations, frees), (LAYERS * 9, LAYERS * 9));
+        let bench = run_after(8, 1, 2);
+        assert_eq!(bench.per_step, 108);
+        // The benchmark times what it says: every request of a step at a planned address.
+        assert_eq!(bench.advised_last_step, 108);
+        assert!(bench.cached_ns > 0.0 && bench.planned_ns > 0.0);
+    }
+}
