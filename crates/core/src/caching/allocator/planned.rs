@@ -203,24 +203,20 @@ impl CachingAllocator {
     /// The free or unmapped block of the plan's pool of `stream` that holds `address`.
     fn block_holding(&self, stream: StreamId, address: usize) -> Option<BlockId> {
         let pool = self.block_pool(DEFAULT_POOLS, self.plan_pool);
-        let free = pool.free_at_or_below(stream, address);
-        let unmapped = pool
-            .unmapped
+        let holds = |id: BlockId| {
+            let block = &self.blocks[id];
+            block.ptr <= address && block.ptr + block.size > address
+        };
+        // Free first: where the plan's pages stay mapped between passes (its steady state), the
+        // free block found is the one; blocks do not overlap, so no unmapped one can hold it too.
+        if let Some(free) = pool.free_at_or_below(stream, address).filter(|&id| holds(id)) {
+            return Some(free);
+        }
+        pool.unmapped
             .range((stream, 0)..=(stream, address))
             .next_back()
-            .map(|(_, &id)| id);
-        let id = match (free, unmapped) {
-            (Some(a), Some(b)) => {
-                if self.blocks[a].ptr > self.blocks[b].ptr {
-                    a
-                } else {
-                    b
-                }
-            }
-            (a, b) => a.or(b)?,
-        };
-        let block = &self.blocks[id];
-        (block.ptr + block.size > address).then_some(id)
+            .map(|(_, &id)| id)
+            .filter(|&id| holds(id))
     }
 
     /// Hand out [address, address + rounded) of the plan's expandable segment of `stream`, when
