@@ -209,7 +209,10 @@ impl CachingAllocator {
         };
         // Free first: where the plan's pages stay mapped between passes (its steady state), the
         // free block found is the one; blocks do not overlap, so no unmapped one can hold it too.
-        if let Some(free) = pool.free_at_or_below(stream, address).filter(|&id| holds(id)) {
+        if let Some(free) = pool
+            .free_at_or_below(stream, address)
+            .filter(|&id| holds(id))
+        {
             return Some(free);
         }
         pool.unmapped
