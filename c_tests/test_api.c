@@ -2584,6 +2584,54 @@ static void section_sleep(void)
     CHECK_STATUS(accalloc_empty_cache(), ACCALLOC_OK);
 }
 
+/* planned_placement seen through accalloc_planner_stats: off, then on for a repeating step (each
+ * request of the last step given its planned address), then off again. */
+static void chain_step(void)
+{
+    void *previous = NULL;
+    for (size_t i = 0; i < 40; i++) {
+        void *p = NULL;
+        CHECK_STATUS(accalloc_malloc(&p, 2 * MiB + i * 4096, 0, NULL), ACCALLOC_OK);
+        if (previous != NULL)
+            CHECK_STATUS(accalloc_free(previous), ACCALLOC_OK);
+        previous = p;
+    }
+    CHECK_STATUS(accalloc_free(previous), ACCALLOC_OK);
+}
+
+static void section_planner(void)
+{
+    AccallocPlannerStats stats = {.struct_size = sizeof(AccallocPlannerStats)};
+    CHECK_STATUS(accalloc_planner_stats(0, &stats), ACCALLOC_OK);
+    CHECK_EQ(stats.struct_size, sizeof(AccallocPlannerStats));
+    CHECK_EQ(stats.enabled, 0);
+    CHECK_EQ(stats.plans, 0);
+
+    CHECK_STATUS(accalloc_set_allocator_settings("planned_placement:True"), ACCALLOC_OK);
+    for (int step = 0; step < 6; step++)
+        chain_step();
+    CHECK_STATUS(accalloc_planner_stats(0, &stats), ACCALLOC_OK);
+    CHECK_EQ(stats.enabled, 1);
+    CHECK_EQ(stats.in_force, 1);
+    CHECK(stats.plans >= 1);
+    int64_t advised = stats.advised, conflicts = stats.conflicts;
+    chain_step();
+    CHECK_STATUS(accalloc_planner_stats(-1, &stats), ACCALLOC_OK);
+    CHECK_EQ(stats.advised - advised, 40);
+    CHECK_EQ(stats.conflicts, conflicts);
+
+    CHECK_STATUS(accalloc_planner_stats(0, NULL), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    AccallocPlannerStats tiny = {.struct_size = 2};
+    CHECK_STATUS(accalloc_planner_stats(0, &tiny), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(accalloc_last_error_message(), "struct_size");
+    CHECK_STATUS(accalloc_planner_stats(99, &stats), ACCALLOC_ERROR_INVALID_DEVICE);
+
+    CHECK_STATUS(accalloc_set_allocator_settings("planned_placement:False"), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_planner_stats(0, &stats), ACCALLOC_OK);
+    CHECK_EQ(stats.enabled, 0);
+    CHECK_STATUS(accalloc_empty_cache(), ACCALLOC_OK);
+}
+
 int main(void)
 {
     require_test_env();
@@ -2610,6 +2658,7 @@ int main(void)
     section_sleep();
     section_observers();
     section_pool_allocator();
+    section_planner();
 
     CHECK_STATUS(accalloc_empty_cache(), ACCALLOC_OK);
     {

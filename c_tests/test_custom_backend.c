@@ -543,6 +543,13 @@ static void test_sleep_without_virtual_memory(AccallocDeviceType type)
     EXPECT(accalloc_pool_resume_on(type, 0, pool), ACCALLOC_ERROR_NOT_SUPPORTED);
     EXPECT(accalloc_pool_paused_bytes_on(type, 0, pool, &paused), ACCALLOC_OK);
     CHECK_EQ(paused, 0);
+    {
+        /* planned_placement's planner of this device type: off, as its settings are. */
+        AccallocPlannerStats planner = {.struct_size = sizeof(AccallocPlannerStats)};
+        EXPECT(accalloc_planner_stats_on(type, 0, &planner), ACCALLOC_OK);
+        CHECK_EQ(planner.enabled, 0);
+        EXPECT(accalloc_planner_stats_on(type, 0, NULL), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    }
     EXPECT(accalloc_pool_release_on(type, 0, pool), ACCALLOC_OK);
     EXPECT(accalloc_empty_cache_on(type), ACCALLOC_OK);
 }

@@ -56,6 +56,7 @@ typedef AccallocStatus (*pool_create_with_allocator_fn)(int32_t, int32_t, int32_
 typedef AccallocStatus (*pool_id_fn)(int32_t, AccallocPoolId);
 typedef AccallocStatus (*pool_pause_fn)(int32_t, AccallocPoolId, int32_t);
 typedef AccallocStatus (*pool_paused_bytes_fn)(int32_t, AccallocPoolId, int64_t *);
+typedef AccallocStatus (*planner_stats_fn)(int32_t, AccallocPlannerStats *);
 typedef AccallocStatus (*pool_paused_at_fn)(int32_t, const void *, size_t, AccallocPoolId *);
 typedef AccallocStatus (*pool_create_with_functions_fn)(int32_t, int32_t, int32_t, AccallocPluggableAlloc,
                                                        AccallocPluggableFree, AccallocPoolId *);
@@ -210,6 +211,7 @@ int main(int argc, char **argv)
     pool_id_fn p_pool_retain, p_pool_set_sleepable, p_pool_resume;
     pool_pause_fn p_pool_pause;
     pool_paused_bytes_fn p_pool_paused_bytes;
+    planner_stats_fn p_planner_stats;
     pool_paused_at_fn p_pool_paused_at;
     int64_t paused = -2;
     pool_create_with_functions_fn p_pool_create_with_functions;
@@ -292,6 +294,7 @@ int main(int argc, char **argv)
     TYPECHECK(pool_id_fn, accalloc_pool_resume);
     TYPECHECK(pool_pause_fn, accalloc_pool_pause);
     TYPECHECK(pool_paused_bytes_fn, accalloc_pool_paused_bytes);
+    TYPECHECK(planner_stats_fn, accalloc_planner_stats);
     TYPECHECK(pool_paused_at_fn, accalloc_pool_paused_at);
     TYPECHECK(pool_create_with_functions_fn, accalloc_pool_create_with_functions);
     TYPECHECK(pool_set_flags_fn, accalloc_pool_set_flags);
@@ -363,6 +366,7 @@ int main(int argc, char **argv)
     LOAD(p_pool_resume, "accalloc_pool_resume");
     LOAD(p_pool_pause, "accalloc_pool_pause");
     LOAD(p_pool_paused_bytes, "accalloc_pool_paused_bytes");
+    LOAD(p_planner_stats, "accalloc_planner_stats");
     LOAD(p_pool_paused_at, "accalloc_pool_paused_at");
     LOAD(p_pool_create_with_functions, "accalloc_pool_create_with_functions");
     LOAD(p_pool_set_flags, "accalloc_pool_set_flags");
@@ -570,6 +574,14 @@ int main(int argc, char **argv)
     CHECK_STATUS(p_pool_release(0, pool), ACCALLOC_OK);
     CHECK_STATUS(p_pool_release(0, pool), ACCALLOC_OK);
     CHECK_STATUS(p_empty_cache(), ACCALLOC_OK);
+
+    /* planned_placement's planner: off by default. */
+    {
+        AccallocPlannerStats planner = {.struct_size = sizeof(AccallocPlannerStats)};
+        CHECK_STATUS(p_planner_stats(0, &planner), ACCALLOC_OK);
+        CHECK_EQ(planner.enabled, 0);
+        CHECK_STATUS(p_planner_stats(0, NULL), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    }
 
     /* A pool over PyTorch's pluggable pair. */
     CHECK_STATUS(p_pool_create_with_functions(0, 0, 0, heap_pair_alloc, heap_pair_free, &pool), ACCALLOC_OK);

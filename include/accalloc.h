@@ -319,6 +319,50 @@ typedef void (*AccallocOomObserver)(AccallocDeviceType device_type,
                                     void *user_data);
 
 /**
+ * planned_placement's planner on one device. Set struct_size to sizeof(AccallocPlannerStats)
+ * before calling accalloc_planner_stats: the library fills that many bytes at most, so a program
+ * built against this header keeps working when later versions add fields at the end.
+ */
+typedef struct AccallocPlannerStats {
+  /**
+   * Size of this struct as the caller knows it; set by the caller, rewritten with the bytes filled.
+   */
+  size_t struct_size;
+  /**
+   * 1 when planned_placement is on for this device, 0 when it is off (the rest is then 0).
+   */
+  int32_t enabled;
+  /**
+   * 1 when a plan is in force now and the program keeps to it.
+   */
+  int32_t in_force;
+  /**
+   * Plans made (each replaces the one before).
+   */
+  int64_t plans;
+  /**
+   * Plans tried: made, or not made because they would not pay.
+   */
+  int64_t attempts;
+  /**
+   * Plans dropped because the requests stopped matching them.
+   */
+  int64_t dropped;
+  /**
+   * Requests given an address by a plan.
+   */
+  int64_t advised;
+  /**
+   * Of them, those whose range was taken, served by the ordinary policy instead.
+   */
+  int64_t conflicts;
+  /**
+   * Bytes the latest plan spans in its segment (0 before the first plan).
+   */
+  int64_t plan_height;
+} AccallocPlannerStats;
+
+/**
  * One statistic, as PyTorch keeps it.
  */
 typedef struct AccallocStat {
@@ -893,6 +937,21 @@ enum AccallocStatus accalloc_host_reset_peak_memory_stats(void);
  * accalloc_host_reset_peak_memory_stats on the accelerator of `device_type`.
  */
 enum AccallocStatus accalloc_host_reset_peak_memory_stats_on(AccallocDeviceType device_type);
+
+/**
+ * Fill `*out` with what planned_placement's planner has done on `device` (-1: current).
+ *
+ * Errors: ACCALLOC_ERROR_INVALID_ARGUMENT (out NULL or struct_size too small),
+ * ACCALLOC_ERROR_INVALID_DEVICE.
+ */
+enum AccallocStatus accalloc_planner_stats(int32_t device, struct AccallocPlannerStats *out);
+
+/**
+ * accalloc_planner_stats on the accelerator of `device_type`.
+ */
+enum AccallocStatus accalloc_planner_stats_on(AccallocDeviceType device_type,
+                                              int32_t device,
+                                              struct AccallocPlannerStats *out);
 
 /**
  * Allocate `size` bytes on `device` for `stream` (a cudaStream_t); NULL on failure, with the

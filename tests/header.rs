@@ -83,6 +83,7 @@ fn header_declares_every_exported_function() {
         "accalloc_pool_pause",
         "accalloc_pool_resume",
         "accalloc_pool_paused_bytes",
+        "accalloc_planner_stats",
         "accalloc_pool_paused_at",
     ];
     // Functions that do not depend on the accelerator.

@@ -15,8 +15,8 @@ import ctypes
 import importlib.metadata
 import json
 
-from ._library import (ABI_VERSION, DEVICE_CUDA, DEVICE_HOST, AccallocError, DeviceStats, check, library,
-                       library_path)
+from ._library import (ABI_VERSION, DEVICE_CUDA, DEVICE_HOST, AccallocError, DeviceStats, PlannerStats, check,
+                       library, library_path)
 
 # One place for the version: the workspace Cargo.toml, which setup.py gave the installed package.
 __version__ = importlib.metadata.version("accalloc")
@@ -27,6 +27,7 @@ __all__ = [
     "set_allocator_settings", "get_allocator_settings", "set_per_process_memory_fraction",
     "current_accelerator", "library_path", "host_memory_stats", "reset_accumulated_host_memory_stats",
     "reset_peak_host_memory_stats", "empty_host_cache", "host_malloc", "host_free", "is_pinned",
+    "planner_stats",
 ]
 
 # Device type names and the accalloc device types they mean; accalloc.torch adds the name it registers.
@@ -77,6 +78,21 @@ def device_stats(device=None):
     stats.struct_size = ctypes.sizeof(DeviceStats)
     check(library().accalloc_get_device_stats_on(device_type, index, ctypes.byref(stats)))
     return stats
+
+
+def planner_stats(device=None):
+    """What planned_placement's planner has done on `device` (ACCALLOC_CONF=planned_placement:True): a dict
+    of accalloc.h's AccallocPlannerStats (in_force a bool; plans, attempts, dropped, advised, conflicts and
+    plan_height ints), or None where the setting is off."""
+    device_type, index = _device_type_and_index(device)
+    stats = PlannerStats()
+    stats.struct_size = ctypes.sizeof(PlannerStats)
+    check(library().accalloc_planner_stats_on(device_type, index, ctypes.byref(stats)))
+    if not stats.enabled:
+        return None
+    values = {name: getattr(stats, name) for name, _ in PlannerStats._fields_ if name not in ("struct_size", "enabled")}
+    values["in_force"] = bool(values["in_force"])
+    return values
 
 
 def memory_allocated(device=None):

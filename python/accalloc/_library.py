@@ -49,7 +49,7 @@ class AccallocError(RuntimeError):
 
 def _ctype(ctype, length):
     """The ctypes type of a member of a header struct."""
-    types = {"int64_t": ctypes.c_int64, "size_t": ctypes.c_size_t}
+    types = {"int64_t": ctypes.c_int64, "int32_t": ctypes.c_int32, "size_t": ctypes.c_size_t}
     if ctype == "struct AccallocStat":
         found = Stat
     elif ctype in types:
@@ -74,6 +74,11 @@ class DeviceStats(ctypes.Structure):
 FAMILIES = tuple(name for name, kind in DeviceStats._fields_ if kind is Stat * 3)
 SINGLE_FAMILIES = tuple(name for name, kind in DeviceStats._fields_ if kind is Stat)
 SCALARS = tuple(name for name, kind in DeviceStats._fields_ if kind is ctypes.c_int64)
+
+
+class PlannerStats(ctypes.Structure):
+    """AccallocPlannerStats, as accalloc.h declares it: planned_placement's planner of one device."""
+    _fields_ = [(member, _ctype(ctype, length)) for ctype, member, length in _header_struct("AccallocPlannerStats")]
 
 
 class PoolId(ctypes.Structure):
@@ -110,6 +115,7 @@ def _declare(lib):
         "accalloc_empty_cache_on": (S, [i32]),
         "accalloc_get_device_stats_on": (S, [i32, i32, ctypes.POINTER(DeviceStats)]),
         "accalloc_memory_stats_json_on": (S, [i32, i32, ctypes.c_char_p, ctypes.c_size_t, size_p]),
+        "accalloc_planner_stats_on": (S, [i32, i32, ctypes.POINTER(PlannerStats)]),
         "accalloc_memory_summary_on": (S, [i32, i32, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, size_p]),
         "accalloc_mem_get_info_on": (S, [i32, i32, u64p, u64p]),
         "accalloc_device_count_on": (S, [i32, ctypes.POINTER(i32)]),

@@ -58,6 +58,7 @@ def test_a_model_trains_under_planned_placement_with_the_same_losses(fresh_devic
     del plain
     gc.collect()
     torch.accelerator.empty_cache()
+    assert accalloc.planner_stats(0) is None
     accalloc.set_allocator_settings("planned_placement:True")
     try:
         assert "planned_placement:True" in accalloc.get_allocator_settings()
@@ -66,8 +67,13 @@ def test_a_model_trains_under_planned_placement_with_the_same_losses(fresh_devic
         for i in range(steps):
             if i == steps - 2:
                 torch.accelerator.reset_peak_memory_stats(0)
+                before = accalloc.planner_stats(0)
             got.append(step().item())
         assert got == expected
+        # The planner says so: a plan in force, and the last steps' requests given their addresses.
+        after = accalloc.planner_stats(0)
+        assert after["in_force"] and after["plans"] >= 1, after
+        assert after["advised"] > before["advised"] and after["dropped"] == before["dropped"], (before, after)
         allocated = torch.accelerator.max_memory_allocated(0)
         reserved = torch.accelerator.max_memory_reserved(0)
         # Within a page of the most allocated rounded up to 2 MiB pages (118.1 MiB in 120 here; the
@@ -80,6 +86,7 @@ def test_a_model_trains_under_planned_placement_with_the_same_losses(fresh_devic
     finally:
         accalloc.set_allocator_settings("planned_placement:False,expandable_segments:False")
         torch.accelerator.empty_cache()
+    assert accalloc.planner_stats(0) is None
 
 
 def test_a_model_with_dropout_trains_on_the_device(fresh_device):

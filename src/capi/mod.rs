@@ -16,6 +16,7 @@ pub mod memory;
 pub mod observers;
 pub mod ort;
 pub mod pinned_host;
+pub mod planned;
 pub mod pluggable;
 pub mod pools;
 pub mod settings;

@@ -341,6 +341,14 @@ impl Accelerator {
         Ok(self.device(device)?.stats())
     }
 
+    /// What planned_placement's planner has done on `device` (None: the setting is off there).
+    pub fn planner_counters(
+        &self,
+        device: i32,
+    ) -> Result<Option<accalloc_core::planning::online::PlannerCounters>> {
+        Ok(self.lock(self.resolve(device)?)?.planner_counters())
+    }
+
     pub fn reset_accumulated_stats(&self, device: i32) -> Result<()> {
         self.device(device)?.reset_accumulated_stats();
         Ok(())

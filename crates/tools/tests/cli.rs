@@ -104,6 +104,57 @@ fn reset_peaks_at_gives_the_peaks_of_the_rest_of_the_trace() {
 }
 
 #[test]
+fn replay_says_what_the_planner_did() {
+    // Eight steps of a chain: 40 blocks of 2 MiB + i x 4 KiB, each freed once the next is made.
+    let trace = temp("planned.jsonl");
+    let mut lines = Vec::new();
+    let mut id = 0;
+    for _ in 0..8 {
+        for i in 0..40 {
+            lines.push(format!(
+                "{{\"op\":\"alloc\",\"id\":{id},\"size\":{}}}",
+                (2 << 20) + i * 4096
+            ));
+            if i > 0 {
+                lines.push(format!("{{\"op\":\"free\",\"id\":{}}}", id - 1));
+            }
+            id += 1;
+        }
+        lines.push(format!("{{\"op\":\"free\",\"id\":{}}}", id - 1));
+    }
+    std::fs::write(&trace, lines.join("\n") + "\n").unwrap();
+    let path = trace.to_str().unwrap();
+    let args = [
+        "replay",
+        path,
+        "--simulate",
+        "--config",
+        "planned_placement:True",
+    ];
+    let (ok, out, err) = accalloc(&[&args[..], &["--json"]].concat());
+    assert!(ok, "{err}");
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let planner = &report["planners"][0];
+    assert!(planner["plans"].as_u64().unwrap() >= 1, "{planner}");
+    assert_eq!(planner["in_force"], true);
+    assert_eq!(planner["dropped"], 0);
+    // At least the last steps' requests, every one of them.
+    assert!(planner["advised"].as_u64().unwrap() >= 3 * 40, "{planner}");
+    let (ok, out, err) = accalloc(&args);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("planned placement, device 0: ")
+            && out.contains("a plan in force at the end: yes"),
+        "{out}"
+    );
+    // Off: nothing said.
+    let (ok, out, _) = accalloc(&["replay", path, "--simulate", "--json"]);
+    assert!(ok);
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(report.get("planners").is_none());
+}
+
+#[test]
 fn bad_input_is_reported_with_its_line() {
     let trace = temp("bad.jsonl");
     std::fs::write(

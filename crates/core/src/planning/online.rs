@@ -127,7 +127,7 @@ struct Plan {
     quiet: usize,
 }
 
-/// What the planner has done, for tools and tests.
+/// What the planner has done: for tools, tests and the C ABI's accalloc_planner_stats.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PlannerCounters {
     /// Plans made (each replaces the one before).
@@ -142,6 +142,8 @@ pub struct PlannerCounters {
     pub conflicts: u64,
     /// Bytes the latest plan spans in its segment (0 before the first).
     pub height: u64,
+    /// Whether a plan is in force now and the program keeps to it (`planning`).
+    pub in_force: bool,
 }
 
 /// The planner of one device.
@@ -205,7 +207,10 @@ impl OnlinePlanner {
     }
 
     pub fn counters(&self) -> PlannerCounters {
-        self.counters
+        PlannerCounters {
+            in_force: self.planning(),
+            ..self.counters
+        }
     }
 
     /// Whether a plan is in force and the program keeps to it (this pass has so far missed less

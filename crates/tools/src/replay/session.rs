@@ -6,6 +6,7 @@ use crate::caching::snapshot::settings_json;
 use crate::caching::{CachingAllocator, CachingConfig, DeviceStats, StatType};
 use crate::error::{Error, ErrorKind, Result};
 use crate::replay::trace::{devices_used, PoolCall, TraceOp};
+use accalloc_core::planning::online::PlannerCounters;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
@@ -45,6 +46,8 @@ pub struct ReplayReport {
     pub stream_uses_skipped: usize,
     /// Statistics of each device the trace used (index = device).
     pub device_stats: Vec<DeviceStats>,
+    /// planned_placement's planner of each device (None: the setting is off).
+    pub planners: Vec<Option<PlannerCounters>>,
     /// Wall time of all operations, and of mallocs and frees alone, in nanoseconds.
     pub total_ns: u128,
     pub malloc_ns: u128,
@@ -277,6 +280,7 @@ fn empty_report(operations: usize) -> ReplayReport {
         stream_uses: 0,
         stream_uses_skipped: 0,
         device_stats: Vec::new(),
+        planners: Vec::new(),
         total_ns: 0,
         malloc_ns: 0,
         free_ns: 0,
@@ -337,6 +341,11 @@ pub fn replay_with(
     }
     report.total_ns = start.elapsed().as_nanos();
     report.device_stats = session.allocators.iter().map(|a| a.stats()).collect();
+    report.planners = session
+        .allocators
+        .iter()
+        .map(|a| a.planner_counters())
+        .collect();
     if options.snapshot_at_end {
         report.snapshot = Some(session.snapshot(config));
     }

@@ -9,7 +9,8 @@ const REPLAY: &str = "  accalloc replay FILE [--json] [--simulate|--cuda|--backe
                                    accalloc's trace (JSON lines) or a PyTorch memory snapshot
                                    (torch.cuda.memory._dump_snapshot's pickle, or the same as JSON),
                                    told apart by content; prints the peaks and utilization (peak
-                                   allocated / peak reserved), OOMs, retries, device calls, ns/op
+                                   allocated / peak reserved), OOMs, retries, device calls, ns/op,
+                                   and with planned_placement what the planner did
                                    --json: one JSON object with those figures and all 122 statistics
                                    --simulate: a simulated device (fake addresses handed out in
                                      rising order, no memory touched) instead of the host backend

@@ -193,6 +193,20 @@ fn print_report(path: &str, workload: &Workload, backend: &str, r: &ReplayReport
         r.ns_per_malloc(),
         r.ns_per_free()
     );
+    for (device, planner) in r.planners.iter().enumerate() {
+        let Some(c) = planner else { continue };
+        println!(
+            "planned placement, device {device}: {} plans made ({} tried, {} dropped), {} requests \
+             given a planned address ({} of them taken, served by the policy); a plan in force at \
+             the end: {}",
+            c.plans,
+            c.attempts,
+            c.dropped,
+            c.advised,
+            c.conflicts,
+            if c.in_force { "yes" } else { "no" }
+        );
+    }
 }
 
 fn report_json(path: &str, workload: &Workload, backend: &str, r: &ReplayReport) -> String {
@@ -220,6 +234,26 @@ fn report_json(path: &str, workload: &Workload, backend: &str, r: &ReplayReport)
     }
     if r.device_stats.len() > 1 {
         object["stats_by_device"] = r.device_stats.iter().map(flat).collect();
+    }
+    // planned_placement's planners, by device (null where the setting is off).
+    if r.planners.iter().any(Option::is_some) {
+        object["planners"] = r
+            .planners
+            .iter()
+            .map(|p| {
+                p.map_or(serde_json::Value::Null, |c| {
+                    serde_json::json!({
+                        "plans": c.plans,
+                        "attempts": c.attempts,
+                        "dropped": c.dropped,
+                        "advised": c.advised,
+                        "conflicts": c.conflicts,
+                        "plan_height": c.height,
+                        "in_force": c.in_force,
+                    })
+                })
+            })
+            .collect();
     }
     object.to_string()
 }

@@ -1,0 +1,88 @@
+//! What planned_placement is doing (the setting of docs/CONFIGURATION.md): the planner's counters
+//! of one device, for a program or a person checking that its training loop is served at planned
+//! addresses.
+
+use super::guard::{current_type, guard, on, out_ptr};
+use super::types::{AccallocDeviceType, AccallocStatus};
+use crate::error::Error;
+
+/// planned_placement's planner on one device. Set struct_size to sizeof(AccallocPlannerStats)
+/// before calling accalloc_planner_stats: the library fills that many bytes at most, so a program
+/// built against this header keeps working when later versions add fields at the end.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AccallocPlannerStats {
+    /// Size of this struct as the caller knows it; set by the caller, rewritten with the bytes filled.
+    pub struct_size: usize,
+    /// 1 when planned_placement is on for this device, 0 when it is off (the rest is then 0).
+    pub enabled: i32,
+    /// 1 when a plan is in force now and the program keeps to it.
+    pub in_force: i32,
+    /// Plans made (each replaces the one before).
+    pub plans: i64,
+    /// Plans tried: made, or not made because they would not pay.
+    pub attempts: i64,
+    /// Plans dropped because the requests stopped matching them.
+    pub dropped: i64,
+    /// Requests given an address by a plan.
+    pub advised: i64,
+    /// Of them, those whose range was taken, served by the ordinary policy instead.
+    pub conflicts: i64,
+    /// Bytes the latest plan spans in its segment (0 before the first plan).
+    pub plan_height: i64,
+}
+
+/// Fill `*out` with what planned_placement's planner has done on `device` (-1: current).
+///
+/// Errors: ACCALLOC_ERROR_INVALID_ARGUMENT (out NULL or struct_size too small),
+/// ACCALLOC_ERROR_INVALID_DEVICE.
+#[no_mangle]
+pub unsafe extern "C" fn accalloc_planner_stats(
+    device: i32,
+    out: *mut AccallocPlannerStats,
+) -> AccallocStatus {
+    accalloc_planner_stats_on(current_type(), device, out)
+}
+
+/// accalloc_planner_stats on the accelerator of `device_type`.
+#[no_mangle]
+pub unsafe extern "C" fn accalloc_planner_stats_on(
+    device_type: AccallocDeviceType,
+    device: i32,
+    out: *mut AccallocPlannerStats,
+) -> AccallocStatus {
+    guard(|| {
+        let out = out_ptr(out, "out")?;
+        let wanted = out.struct_size;
+        if wanted < std::mem::size_of::<usize>() {
+            return Err(Error::invalid_argument(format!(
+                "out->struct_size is {wanted}: set it to sizeof(AccallocPlannerStats) before the call"
+            )));
+        }
+        let counters = on(device_type)?.planner_counters(device)?;
+        let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        let mut full =
+            counters.map_or_else(AccallocPlannerStats::default, |c| AccallocPlannerStats {
+                struct_size: 0,
+                enabled: 1,
+                in_force: c.in_force as i32,
+                plans: count(c.plans),
+                attempts: count(c.attempts),
+                dropped: count(c.dropped),
+                advised: count(c.advised),
+                conflicts: count(c.conflicts),
+                plan_height: count(c.height),
+            });
+        let filled = wanted.min(std::mem::size_of::<AccallocPlannerStats>());
+        full.struct_size = filled;
+        // SAFETY: the caller's struct is at least `wanted` bytes, and `filled` <= both sizes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                &full as *const AccallocPlannerStats as *const u8,
+                out as *mut AccallocPlannerStats as *mut u8,
+                filled,
+            )
+        };
+        Ok(())
+    })
+}
