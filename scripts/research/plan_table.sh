@@ -3,10 +3,12 @@
 # trace: utilization (peak allocated / peak reserved) and device calls (maps + unmaps), on a
 # simulated device; then the same for the last quarter of each trace (peaks reset there: what a
 # long run sees past its first steps). Rebuilds the tables in docs/PERFORMANCE.md ("Planned
-# placement, online"). Run from the repository root after `cargo build --release -p accalloc-tools`.
+# placement, online"). Run from the repository root: `sh scripts/research/plan_table.sh` (it builds the
+# tool first).
 # The whole-trace table ends with the bound: the best offline placement of the whole trace
 # (`accalloc replay --plan`) in one reservation of 2 MiB pages, the floor over its pages.
 set -e
+cargo build --release -q -p accalloc-tools
 tool=./target/release/accalloc
 configs="expandable_segments:True expandable_segments:True,expandable_trim:True planned_placement:True"
 figures() { # trace, config, extra flags: utilization/calls
