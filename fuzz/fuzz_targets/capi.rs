@@ -11,6 +11,7 @@ use accalloc::capi::device::*;
 use accalloc::capi::memory::*;
 use accalloc::capi::pinned_host::*;
 use accalloc::capi::pools::*;
+use accalloc::capi::planned::{accalloc_planner_stats, AccallocPlannerStats};
 use accalloc::capi::settings::{accalloc_set_allocator_settings, accalloc_set_allocator_settings_on};
 use accalloc::capi::sleep::*;
 use accalloc::capi::stats::*;
@@ -413,6 +414,8 @@ fuzz_target!(|data: &[u8]| {
                 _ => {
                     let mut stats = AccallocDeviceStats { struct_size: (arg % 2048) as usize, ..Default::default() };
                     ok_or_expected(accalloc_get_device_stats(device, &mut stats));
+                    let mut planner = AccallocPlannerStats { struct_size: (arg % 128) as usize, ..Default::default() };
+                    ok_or_expected(accalloc_planner_stats(device, &mut planner));
                     ok_or_expected(accalloc_set_device(device));
                 }
             }
