@@ -82,9 +82,13 @@ fn a_repeating_step_is_served_at_planned_addresses_at_the_floor() {
     assert_eq!(a.stats().reserved_bytes[ALL].current, 0);
 }
 
-#[test]
-fn pages_the_policy_mapped_past_the_plan_are_given_back() {
-    let mut a = planned();
+/// A step of the chain after 40 MiB mapped once, on a device whose reservations start `offset`
+/// bytes past the 2 MiB grid (a host reservation need not be aligned to the page size).
+fn pages_past_the_plan_go_back(offset: usize) {
+    let backend = Arc::new(SimulatedBackend::new(1, 1 << 30).elsewhere(offset));
+    let config = settings::parse_settings("planned_placement:True", &CachingConfig::default())
+        .expect("the setting parses");
+    let mut a = CachingAllocator::new(backend, 0, config).unwrap();
     // 40 MiB once, before the loop: the policy maps them and keeps them (under its line) as one
     // free block, in which the first steps' chain is placed; the plan lies at its bottom, and the
     // free block runs on past the plan's end.
@@ -106,6 +110,19 @@ fn pages_the_policy_mapped_past_the_plan_are_given_back() {
         height.next_multiple_of(2 * MIB) as i64
     );
     a.check_invariants().unwrap();
+    // And every page can go back: none is left shared by two free blocks.
+    a.empty_cache().unwrap();
+    assert_eq!(a.stats().reserved_bytes[ALL].current, 0);
+}
+
+#[test]
+fn pages_the_policy_mapped_past_the_plan_are_given_back() {
+    pages_past_the_plan_go_back(0);
+}
+
+#[test]
+fn pages_past_the_plan_go_back_from_a_reservation_off_the_page_grid() {
+    pages_past_the_plan_go_back((1 << 20) + 4096);
 }
 
 #[test]

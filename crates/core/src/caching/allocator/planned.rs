@@ -179,8 +179,12 @@ impl CachingAllocator {
             let Some((_, end)) = planned else { continue };
             for id in across {
                 let block = self.blocks[id];
-                let page = self.expandable[block.expandable.expect("expandable") as usize].page;
-                let cut = end.next_multiple_of(page);
+                let segment = &self.expandable[block.expandable.expect("expandable") as usize];
+                // The first page boundary of the segment at or after the plan's end (a reservation
+                // need not be aligned to its page size): cut anywhere else, the page there would
+                // be held by two free blocks, neither of which could give it back.
+                let (base, _) = segment.range();
+                let cut = segment.page_address((end - base).div_ceil(segment.page));
                 if block.ptr + block.size > cut && block.ptr < cut {
                     self.pool_mut(DEFAULT_POOLS, pool).remove(&block);
                     let above = self.split_free_front(id, cut);
