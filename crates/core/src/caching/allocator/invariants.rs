@@ -154,12 +154,25 @@ impl CachingAllocator {
                         block.ptr
                     ));
                 }
+                let free = !block.allocated && block.event_count == 0;
                 if let Some(next) = block.next {
-                    if self.blocks[next].prev != Some(id) {
+                    let after = &self.blocks[next];
+                    if after.prev != Some(id) {
                         return Err(format!("broken neighbour links after {:#x}", block.ptr));
                     }
+                    // Free neighbours merge: two left side by side would each hold part of a page
+                    // that neither could give back.
+                    if free
+                        && !after.allocated
+                        && after.event_count == 0
+                        && after.mapped == block.mapped
+                    {
+                        return Err(format!(
+                            "free blocks at {:#x} and {:#x} side by side, not merged",
+                            block.ptr, after.ptr
+                        ));
+                    }
                 }
-                let free = !block.allocated && block.event_count == 0;
                 if free && block.mapped && !cached.contains(&id) {
                     return Err(format!("free block at {:#x} is in no pool", block.ptr));
                 }
