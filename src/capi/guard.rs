@@ -40,6 +40,43 @@ pub(crate) fn out_ptr<'a, T>(ptr: *mut T, name: &str) -> Result<&'a mut T> {
     unsafe { ptr.as_mut() }.ok_or_else(|| Error::invalid_argument(format!("{name} is NULL")))
 }
 
+/// Fill a caller's growable struct (AccallocDeviceStats, AccallocPlannerStats): `out` points at a
+/// repr(C) `T` whose first field is `struct_size: usize`, set by the caller to the size of the
+/// struct it was built with. At most that many bytes of `full()` are written, and struct_size is
+/// rewritten with the bytes filled, so a program built against an older header keeps working when
+/// the struct grows. NULL, or a struct_size too small to hold struct_size itself, is an invalid
+/// argument naming `type_name`.
+///
+/// # Safety
+/// `T` is repr(C) and starts with `struct_size: usize`; a non-NULL `out` is valid for reads of a
+/// usize and for writes of the struct_size bytes it holds.
+pub(crate) unsafe fn fill_sized<T: Copy>(
+    out: *mut T,
+    type_name: &str,
+    full: impl FnOnce() -> Result<T>,
+) -> Result<()> {
+    if out.is_null() {
+        return Err(Error::invalid_argument("out is NULL"));
+    }
+    // Read through a usize pointer: the caller's struct may be shorter than this library's T.
+    // SAFETY: non-NULL, and valid for a usize read (the caller's contract).
+    let wanted = unsafe { out.cast::<usize>().read() };
+    if wanted < std::mem::size_of::<usize>() {
+        return Err(Error::invalid_argument(format!(
+            "out->struct_size is {wanted}: set it to sizeof({type_name}) before the call"
+        )));
+    }
+    let mut full = full()?;
+    let filled = wanted.min(std::mem::size_of::<T>());
+    // SAFETY: T starts with struct_size: usize; the caller's struct holds `wanted` >= `filled`
+    // bytes, and `full` is a whole T.
+    unsafe {
+        (&mut full as *mut T).cast::<usize>().write(filled);
+        std::ptr::copy_nonoverlapping(&full as *const T as *const u8, out as *mut u8, filled);
+    }
+    Ok(())
+}
+
 /// Read a NUL-terminated UTF-8 string argument.
 pub(crate) fn str_arg<'a>(ptr: *const std::ffi::c_char, name: &str) -> Result<&'a str> {
     if ptr.is_null() {

@@ -2,9 +2,8 @@
 //! of one device, for a program or a person checking that its training loop is served at planned
 //! addresses.
 
-use super::guard::{current_type, guard, on, out_ptr};
+use super::guard::{current_type, fill_sized, guard, on};
 use super::types::{AccallocDeviceType, AccallocStatus};
-use crate::error::Error;
 
 /// planned_placement's planner on one device. Set struct_size to sizeof(AccallocPlannerStats)
 /// before calling accalloc_planner_stats: the library fills that many bytes at most, so a program
@@ -52,37 +51,26 @@ pub unsafe extern "C" fn accalloc_planner_stats_on(
     out: *mut AccallocPlannerStats,
 ) -> AccallocStatus {
     guard(|| {
-        let out = out_ptr(out, "out")?;
-        let wanted = out.struct_size;
-        if wanted < std::mem::size_of::<usize>() {
-            return Err(Error::invalid_argument(format!(
-                "out->struct_size is {wanted}: set it to sizeof(AccallocPlannerStats) before the call"
-            )));
-        }
-        let counters = on(device_type)?.planner_counters(device)?;
-        let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-        let mut full =
-            counters.map_or_else(AccallocPlannerStats::default, |c| AccallocPlannerStats {
-                struct_size: 0,
-                enabled: 1,
-                in_force: c.in_force as i32,
-                plans: count(c.plans),
-                attempts: count(c.attempts),
-                dropped: count(c.dropped),
-                advised: count(c.advised),
-                conflicts: count(c.conflicts),
-                plan_height: count(c.height),
-            });
-        let filled = wanted.min(std::mem::size_of::<AccallocPlannerStats>());
-        full.struct_size = filled;
-        // SAFETY: the caller's struct is at least `wanted` bytes, and `filled` <= both sizes.
+        // SAFETY: AccallocPlannerStats is repr(C) and starts with struct_size; `out` is the
+        // caller's (the contract stated in capi/mod.rs).
         unsafe {
-            std::ptr::copy_nonoverlapping(
-                &full as *const AccallocPlannerStats as *const u8,
-                out as *mut AccallocPlannerStats as *mut u8,
-                filled,
-            )
-        };
-        Ok(())
+            fill_sized(out, "AccallocPlannerStats", || {
+                let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+                let counters = on(device_type)?.planner_counters(device)?;
+                Ok(
+                    counters.map_or_else(AccallocPlannerStats::default, |c| AccallocPlannerStats {
+                        struct_size: 0,
+                        enabled: 1,
+                        in_force: c.in_force as i32,
+                        plans: count(c.plans),
+                        attempts: count(c.attempts),
+                        dropped: count(c.dropped),
+                        advised: count(c.advised),
+                        conflicts: count(c.conflicts),
+                        plan_height: count(c.height),
+                    }),
+                )
+            })
+        }
     })
 }

@@ -1,7 +1,7 @@
 //! The statistics entry points of torch.accelerator's memory API. Each has an `_on` form taking an
 //! explicit device type; the plain form uses the current accelerator.
 
-use super::guard::{current_type, guard, on, out_ptr, str_arg, write_text};
+use super::guard::{current_type, fill_sized, guard, on, out_ptr, str_arg, write_text};
 use super::types::{AccallocDeviceStats, AccallocDeviceType, AccallocStatus};
 use crate::caching::{DeviceStats, StatType};
 use crate::error::{Error, Result};
@@ -27,25 +27,15 @@ pub unsafe extern "C" fn accalloc_get_device_stats_on(
     out: *mut AccallocDeviceStats,
 ) -> AccallocStatus {
     guard(|| {
-        let out = out_ptr(out, "out")?;
-        let wanted = out.struct_size;
-        if wanted < std::mem::size_of::<usize>() {
-            return Err(Error::invalid_argument(format!(
-                "out->struct_size is {wanted}: set it to sizeof(AccallocDeviceStats) before the call"
-            )));
-        }
-        let mut full = AccallocDeviceStats::from(&on(device_type)?.device_stats(device)?);
-        let filled = wanted.min(std::mem::size_of::<AccallocDeviceStats>());
-        full.struct_size = filled;
-        // SAFETY: the caller's struct is at least `wanted` bytes, and `filled` <= both sizes.
+        // SAFETY: AccallocDeviceStats is repr(C) and starts with struct_size; `out` is the
+        // caller's (the contract stated in capi/mod.rs).
         unsafe {
-            std::ptr::copy_nonoverlapping(
-                &full as *const AccallocDeviceStats as *const u8,
-                out as *mut AccallocDeviceStats as *mut u8,
-                filled,
-            )
-        };
-        Ok(())
+            fill_sized(out, "AccallocDeviceStats", || {
+                Ok(AccallocDeviceStats::from(
+                    &on(device_type)?.device_stats(device)?,
+                ))
+            })
+        }
     })
 }
 
