@@ -53,8 +53,9 @@ impl BenchRow {
     }
 }
 
-fn median(mut samples: Vec<f64>) -> f64 {
-    samples.sort_by(|a, b| a.partial_cmp(b).unwrap());
+/// The median of timing samples (the upper one of an even count); the benchmarks' one summary.
+pub(crate) fn median(mut samples: Vec<f64>) -> f64 {
+    samples.sort_by(f64::total_cmp);
     samples[samples.len() / 2]
 }
 

@@ -5,6 +5,7 @@
 //! simulated so that neither side maps or touches memory: what is timed is the allocator's own
 //! work per request.
 
+use super::bench::median;
 use crate::backend::simulated::SimulatedBackend;
 use crate::caching::{settings::parse_settings, CachingAllocator, CachingConfig};
 use std::sync::Arc;
@@ -60,12 +61,17 @@ fn step() -> Vec<Request> {
     requests
 }
 
-/// Run `steps` steps of `requests` on `allocator`; ns per allocation (its malloc and its free).
-fn run_steps(allocator: &mut CachingAllocator, requests: &[Request], steps: usize) -> f64 {
-    let allocations = requests
+/// The allocations among `requests`.
+fn allocations(requests: &[Request]) -> usize {
+    requests
         .iter()
         .filter(|r| matches!(r, Request::Alloc(_)))
-        .count();
+        .count()
+}
+
+/// Run `steps` steps of `requests` on `allocator`; ns per allocation (its malloc and its free).
+fn run_steps(allocator: &mut CachingAllocator, requests: &[Request], steps: usize) -> f64 {
+    let allocations = allocations(requests);
     let mut blocks = vec![0usize; allocations];
     let start = Instant::now();
     for _ in 0..steps {
@@ -132,17 +138,10 @@ fn run_after(warm_up: usize, batches: usize, steps: usize) -> PlannedBench {
     let before = planned.planner_counters().unwrap_or_default().advised;
     run_steps(&mut planned, &requests, 1);
     let advised_last_step = planned.planner_counters().unwrap_or_default().advised - before;
-    let median = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
     PlannedBench {
         cached_ns: median(theirs),
         planned_ns: median(ours),
-        per_step: requests
-            .iter()
-            .filter(|r| matches!(r, Request::Alloc(_)))
-            .count(),
+        per_step: allocations(&requests),
         advised_last_step,
     }
 }
@@ -154,10 +153,7 @@ mod tests {
     #[test]
     fn the_step_frees_all_it_allocates_and_the_plan_serves_all_of_it() {
         let requests = step();
-        let allocations = requests
-            .iter()
-            .filter(|r| matches!(r, Request::Alloc(_)))
-            .count();
+        let allocations = allocations(&requests);
         let frees = requests.len() - allocations;
         assert_eq!((allocations, frees), (LAYERS * 9, LAYERS * 9));
         let bench = run_after(8, 1, 2);

@@ -2,6 +2,7 @@
 //! accelerator, in milliseconds per GiB, against a plain copy of the same bytes into fresh host
 //! memory (what a backup is), measured in the same run, the two taking turns.
 
+use super::bench::median;
 use crate::capi::memory::{accalloc_free, accalloc_malloc_on};
 use crate::capi::pools::{
     accalloc_pool_begin_on, accalloc_pool_create_on, accalloc_pool_end_on,
@@ -31,11 +32,6 @@ fn ok(status: AccallocStatus, call: &str) -> Result<(), String> {
             Err(format!("{call}: {other:?}: {}", message.to_string_lossy()))
         }
     }
-}
-
-fn median(mut samples: Vec<f64>) -> f64 {
-    samples.sort_by(f64::total_cmp);
-    samples[samples.len() / 2]
 }
 
 /// Pause and resume `bytes` of a pool on host device 0 (whatever the current accelerator: the bytes
