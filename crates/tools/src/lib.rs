@@ -8,4 +8,4 @@ pub mod replay;
 
 // The layers the tools stand on, under the names the tools' code uses.
 pub(crate) use accalloc::{capi, runtime};
-pub(crate) use accalloc_core::{backend, caching, error, units};
+pub(crate) use accalloc_core::{backend, caching, error, planning, units};

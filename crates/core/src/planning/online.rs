@@ -33,7 +33,7 @@
 //!   was off the plan drops it: the shapes change from step to step.
 
 use super::period::StretchMatcher;
-use super::placement::{place_cyclic_pinned, Lifetime, Order};
+use super::placement::{best_of_orders, place_cyclic_pinned, Lifetime};
 use std::collections::{HashMap, HashSet};
 
 type StreamId = usize;
@@ -558,12 +558,9 @@ impl OnlinePlanner {
         let shift = |(start, end): (usize, usize)| (start - low, end - low);
         let obstacles: Vec<(usize, usize)> = obstacles.into_iter().map(shift).collect();
         let pinned: Vec<Option<usize>> = pinned.iter().map(|p| p.map(|at| at - low)).collect();
-        let mut placement = Order::ALL
-            .iter()
-            .filter_map(|&order| {
-                place_cyclic_pinned(&blocks, cycle, order, &obstacles, &pinned).ok()
-            })
-            .min_by_key(|p| p.size)?;
+        let (_, mut placement) = best_of_orders(blocks.len(), |order| {
+            place_cyclic_pinned(&blocks, cycle, order, &obstacles, &pinned).ok()
+        })?;
         for offset in &mut placement.offsets {
             *offset += low;
         }

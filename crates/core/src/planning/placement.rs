@@ -206,7 +206,9 @@ fn place_pieces(
         index.for_each_overlapping(i, |j| {
             taken.push((offsets[j], offsets[j] + blocks[j].size));
         });
-        taken.sort_unstable();
+        // By start alone: of two ranges that start together, either may come first (the walk
+        // below ends up past both), and the key is cheaper to sort by than the pair.
+        taken.sort_unstable_by_key(|&(low, _)| low);
         let (mut placed, mut fixed) = (taken.iter().peekable(), obstacles.iter().peekable());
         let mut offset = 0usize;
         loop {
@@ -230,11 +232,64 @@ fn place_pieces(
 
 /// The smallest placement of every order, with its order.
 pub fn best(blocks: &[Lifetime]) -> (Order, Placement) {
+    best_of_orders(blocks.len(), |order| Some(place(blocks, order))).expect("there are orders")
+}
+
+/// Blocks below which the orders are placed one after the other: starting a thread costs more
+/// than placing a few hundred blocks.
+const PARALLEL_FROM: usize = 512;
+
+/// The smallest of `place`'s placements over every order (None where it has none), with its order;
+/// on a tie the earlier order in `Order::ALL`, so that the choice never depends on which thread
+/// ends first. With `blocks` or more to place and more than one core, each order runs on a thread
+/// of its own: the orders are independent, and a long step's placement is the planner's longest
+/// work (tens of milliseconds for a few thousand blocks). Where a thread cannot be started, its
+/// order runs here.
+pub fn best_of_orders<F>(blocks: usize, place: F) -> Option<(Order, Placement)>
+where
+    F: Fn(Order) -> Option<Placement> + Sync,
+{
+    let threaded = blocks >= PARALLEL_FROM
+        && std::thread::available_parallelism().is_ok_and(|cores| cores.get() > 1);
+    best_of_orders_on(threaded, place)
+}
+
+/// best_of_orders with the choice of threads made by the caller (the benchmark times both).
+pub fn best_of_orders_on<F>(threaded: bool, place: F) -> Option<(Order, Placement)>
+where
+    F: Fn(Order) -> Option<Placement> + Sync,
+{
+    let results: Vec<Option<Placement>> = if !threaded {
+        Order::ALL.iter().map(|&order| place(order)).collect()
+    } else {
+        std::thread::scope(|scope| {
+            let place = &place;
+            let started: Vec<_> = Order::ALL[1..]
+                .iter()
+                .map(|&order| {
+                    let thread = std::thread::Builder::new()
+                        .name("accalloc-plan".into())
+                        .spawn_scoped(scope, move || place(order));
+                    (order, thread)
+                })
+                .collect();
+            let mut results = vec![place(Order::ALL[0])];
+            for (order, thread) in started {
+                results.push(match thread {
+                    Ok(handle) => handle
+                        .join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                    Err(_) => place(order),
+                });
+            }
+            results
+        })
+    };
     Order::ALL
         .into_iter()
-        .map(|order| (order, place(blocks, order)))
+        .zip(results)
+        .filter_map(|(order, placement)| placement.map(|p| (order, p)))
         .min_by_key(|(_, placement)| placement.size)
-        .expect("there are orders")
 }
 
 /// A block's time: one piece, or two for a cyclic lifetime that wraps past the period's end.
@@ -310,29 +365,39 @@ impl<'a> TimeIndex<'a> {
         }
     }
 
-    fn buckets_of(&self, i: usize) -> impl Iterator<Item = usize> + '_ {
+    /// The buckets block `i` spans: one range per piece (an empty range for no second piece).
+    /// Ranges, not a collected list: this runs for every block placed and every query.
+    fn buckets_of(&self, i: usize) -> [std::ops::Range<usize>; 2] {
         let width = self.width;
-        self.pieces[i]
-            .each()
-            .flat_map(move |(start, end)| start / width..=(end - 1) / width)
+        let span = |(start, end): (usize, usize)| {
+            if end > start {
+                start / width..(end - 1) / width + 1
+            } else {
+                0..0
+            }
+        };
+        let pieces = &self.pieces[i];
+        [span(pieces.first), span(pieces.second)]
     }
 
     fn insert(&mut self, i: usize) {
-        let buckets: Vec<usize> = self.buckets_of(i).collect();
-        self.listed += buckets.len();
-        for bucket in buckets {
-            self.buckets[bucket].push(i as u32);
+        for range in self.buckets_of(i) {
+            self.listed += range.len();
+            for bucket in range {
+                self.buckets[bucket].push(i as u32);
+            }
         }
         self.inserted.push(i as u32);
     }
 
     fn for_each_overlapping(&mut self, i: usize, mut f: impl FnMut(usize)) {
         self.query += 1;
-        let buckets: Vec<usize> = self.buckets_of(i).collect();
+        let ranges = self.buckets_of(i);
+        let spanned: usize = ranges.iter().map(|r| r.len()).sum();
         // The entries in the block's buckets, estimated from the average, against one look at
         // every block.
         let average = self.listed / self.buckets.len().max(1);
-        if buckets.len() * average.max(1) > self.inserted.len() {
+        if spanned * average.max(1) > self.inserted.len() {
             for &j in &self.inserted {
                 let j = j as usize;
                 if self.pieces[j].overlaps(&self.pieces[i]) {
@@ -341,7 +406,7 @@ impl<'a> TimeIndex<'a> {
             }
             return;
         }
-        for bucket in buckets {
+        for bucket in ranges.into_iter().flatten() {
             for &j in &self.buckets[bucket] {
                 let j = j as usize;
                 if self.seen[j] != self.query && self.pieces[j].overlaps(&self.pieces[i]) {

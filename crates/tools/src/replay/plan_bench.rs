@@ -8,6 +8,7 @@
 use super::bench::median;
 use crate::backend::simulated::SimulatedBackend;
 use crate::caching::{settings::parse_settings, CachingAllocator, CachingConfig};
+use crate::planning::placement::{best_of_orders_on, place_cyclic, Lifetime};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -30,6 +31,11 @@ enum Request {
 /// layer's activations go. 108 allocations of 1 to 4 MiB (the large pool: a plan lies in one
 /// pool's segment, and is put in force only where the other holds nothing).
 fn step() -> Vec<Request> {
+    step_of(LAYERS)
+}
+
+/// `step` with `layers` layers.
+fn step_of(layers: usize) -> Vec<Request> {
     let mut requests = Vec::new();
     let mut allocations = 0;
     let mut alloc = |requests: &mut Vec<Request>, size: usize| {
@@ -38,7 +44,7 @@ fn step() -> Vec<Request> {
         allocations - 1
     };
     let mut held = Vec::new();
-    for layer in 0..LAYERS {
+    for layer in 0..layers {
         let mut kept = Vec::new();
         for (i, size) in [3 << 20, 1 << 20, 2 << 20, 1 << 20].into_iter().enumerate() {
             kept.push(alloc(&mut requests, size + (layer * 3 + i) * 4096));
@@ -146,6 +152,66 @@ fn run_after(warm_up: usize, batches: usize, steps: usize) -> PlannedBench {
     }
 }
 
+/// Layers of the step whose plan is timed: 9,900 allocations, a large model's step.
+const PLANNING_LAYERS: usize = 1_100;
+
+/// The allocations of `requests` as lifetimes in requests (one event each), and the step's length.
+fn lifetimes(requests: &[Request]) -> (Vec<Lifetime>, usize) {
+    let mut blocks = Vec::new();
+    for (time, request) in requests.iter().enumerate() {
+        match *request {
+            Request::Alloc(size) => blocks.push(Lifetime {
+                size,
+                start: time,
+                end: time,
+            }),
+            Request::Free(index) => blocks[index].end = time,
+        }
+    }
+    (blocks, requests.len())
+}
+
+/// What the planning benchmark measured: making the placement of a step's blocks, every order one
+/// after the other on the calling thread against the orders on threads of their own (what the
+/// planner does for a step of 512 blocks or more on a machine with more than one core).
+#[derive(Clone, Debug)]
+pub struct PlanningBench {
+    pub blocks: usize,
+    /// Median ms per placement.
+    pub one_thread_ms: f64,
+    pub threaded_ms: f64,
+    /// The cores the threads could use.
+    pub cores: usize,
+    /// The placement's size equals in both (the choice does not depend on the threads).
+    pub same_placement: bool,
+}
+
+/// Place a PLANNING_LAYERS step `rounds` times each way, in turns.
+pub fn planning(rounds: usize) -> PlanningBench {
+    let (blocks, cycle) = lifetimes(&step_of(PLANNING_LAYERS));
+    let place = |threaded: bool| {
+        let start = Instant::now();
+        let best = best_of_orders_on(threaded, |order| place_cyclic(&blocks, cycle, order).ok())
+            .expect("a step's blocks can be placed");
+        (start.elapsed().as_secs_f64() * 1e3, best)
+    };
+    let (mut one, mut threaded, mut same) = (Vec::new(), Vec::new(), true);
+    for _ in 0..rounds {
+        let (ms, alone) = place(false);
+        one.push(ms);
+        let (ms, spread) = place(true);
+        threaded.push(ms);
+        same &= alone == spread;
+    }
+    PlanningBench {
+        blocks: blocks.len(),
+        one_thread_ms: median(one),
+        threaded_ms: median(threaded),
+        cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        same_placement: same,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -161,5 +227,20 @@ mod tests {
         // The benchmark times what it says: every request of a step at a planned address.
         assert_eq!(bench.advised_last_step, 108);
         assert!(bench.cached_ns > 0.0 && bench.planned_ns > 0.0);
+    }
+
+    #[test]
+    fn a_step_is_placed_alike_on_threads_and_on_one() {
+        // 3 layers: 27 allocations, every one freed within the step.
+        let (blocks, cycle) = lifetimes(&step_of(3));
+        assert_eq!((blocks.len(), cycle), (27, 54));
+        assert!(blocks.iter().all(|b| b.start < b.end && b.end <= cycle));
+        let place = |threaded: bool| {
+            best_of_orders_on(threaded, |order| place_cyclic(&blocks, cycle, order).ok())
+        };
+        let (alone, spread) = (place(false).unwrap(), place(true).unwrap());
+        assert_eq!(alone, spread);
+        // No placement needs less than the most bytes live at once.
+        assert!(alone.1.size >= crate::planning::placement::floor(&blocks));
     }
 }

@@ -198,6 +198,25 @@ fn bench(args: &[String]) -> Result<(), String> {
         planned.ratio()
     );
 
+    // Making a plan: a large step's placement, the orders one after the other against on threads.
+    let rounds = if quick { 3 } else { 9 };
+    let planning = accalloc_tools::replay::plan_bench::planning(rounds);
+    println!(
+        "\nplanned_placement: making the plan of a step of {} allocations (every order of the \
+         greedy placement; median of {rounds}; {} cores; the same placement both ways: {})",
+        planning.blocks, planning.cores, planning.same_placement
+    );
+    println!("| orders placed | ms per plan | / one thread |\n|---|---:|---:|");
+    println!(
+        "| one after the other | {:.1} | 1.00 |",
+        planning.one_thread_ms
+    );
+    println!(
+        "| on threads of their own (the planner's way) | {:.1} | {:.2} |",
+        planning.threaded_ms,
+        planning.threaded_ms / planning.one_thread_ms
+    );
+
     // Sleep and wake: a pool's pages paused and resumed, against a plain copy of the same bytes.
     let (bytes, rounds) = if quick { (256 << 20, 3) } else { (1 << 30, 7) };
     let rows = accalloc_tools::replay::sleep_bench::run(bytes, rounds)?;
