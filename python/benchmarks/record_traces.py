@@ -37,6 +37,10 @@ WORKLOADS = {
     "t5_train_fixed": ("t5", "train", [(8, 64)] * 4),
     "llama_train_fixed": ("llama", "train", [(8, 64)] * 5),
     "cnn_train_fixed": ("cnn", "train", [(32, 0)] * 5),
+    # Bucketed shapes, as a data loader that groups sequences by length gives: a few shapes, each
+    # step one of them, in no fixed order (what several plans serve, issue 33).
+    "gpt2_train_buckets": ("gpt2", "train", [(8, 64), (4, 128), (8, 64), (8, 64), (2, 256), (4, 128),
+                                             (8, 64), (2, 256), (4, 128), (4, 128), (8, 64), (2, 256)]),
 }
 
 

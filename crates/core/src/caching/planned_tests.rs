@@ -158,6 +158,49 @@ fn before_any_plan_the_policy_keeps_to_the_line_plans_are_held_to() {
 }
 
 #[test]
+fn a_plan_in_force_keeps_to_its_line_when_a_request_leaves_it() {
+    let mut a = planned();
+    for _ in 0..5 {
+        chain_step(&mut a);
+    }
+    let counters = a.planner_counters().unwrap();
+    assert!(counters.in_force, "{counters:?}");
+    // Between steps the plan's three pages stay mapped, all free, for its next pass.
+    assert_eq!(a.stats().reserved_bytes[ALL].current, 6 * MIB as i64);
+    let floor = 4 * MIB + 77 * 4096;
+    assert_eq!(a.stats().allocated_bytes[ALL].peak, floor as i64);
+    // A request off the plan (a small block: the small pool's first page). The line is the most
+    // ever allocated + 2%, 4.39 MiB; 6 MiB + the new page would pass it by 3.6 MiB, so the plan's
+    // free pages go back first, in one call: only the new page stays.
+    let unmaps = a.stats().num_device_free;
+    let small = a.malloc(MIB / 2, 0).unwrap();
+    let stats = a.stats();
+    assert_eq!(stats.reserved_bytes[ALL].current, 2 * MIB as i64);
+    assert_eq!(stats.num_device_free, unmaps + 1);
+    a.free(small).unwrap();
+    // The next step: the plan maps its pages again, each where its blocks come; before its third
+    // page, the small pool's free page goes back. Reserved never passes 6 MiB (8 MiB without the
+    // line: the plan's pages and the small page).
+    let advised = a.planner_counters().unwrap().advised;
+    let mut most = 0;
+    let mut previous = None;
+    for i in 0..40 {
+        let ptr = a.malloc(2 * MIB + i * 4096, 0).unwrap();
+        if let Some(p) = previous.replace(ptr) {
+            a.free(p).unwrap();
+        }
+        most = most.max(a.stats().reserved_bytes[ALL].current);
+    }
+    a.free(previous.unwrap()).unwrap();
+    assert_eq!(most, 6 * MIB as i64);
+    // And the plan served the whole step.
+    assert_eq!(a.planner_counters().unwrap().advised - advised, 40);
+    a.check_invariants().unwrap();
+    a.empty_cache().unwrap();
+    assert_eq!(a.stats().reserved_bytes[ALL].current, 0);
+}
+
+#[test]
 fn requests_off_the_plan_are_served_by_the_policy_and_the_plan_is_dropped() {
     let mut a = planned();
     for _ in 0..5 {

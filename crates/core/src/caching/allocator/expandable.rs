@@ -29,7 +29,7 @@ pub(super) struct ExpandableSegment {
 
 impl ExpandableSegment {
     /// Pages [first, last) touched by [ptr, ptr + size).
-    fn pages_covering(&self, ptr: usize, size: usize) -> (usize, usize) {
+    pub(super) fn pages_covering(&self, ptr: usize, size: usize) -> (usize, usize) {
         (
             (ptr - self.base) / self.page,
             (ptr + size - self.base).div_ceil(self.page),
@@ -94,10 +94,13 @@ impl CachingAllocator {
         fits
     }
 
-    /// Whether expandable_trim's rules are in force: set, or planned_placement with no plan in
-    /// force (a program whose steps do not repeat gets the trim line instead).
+    /// Whether expandable_trim's rules are in force: set, or planned_placement, at the plans' line
+    /// (`trim_limit`). With no plan in force, a program whose steps do not repeat gets the trim
+    /// line; with one, requests off the plan (a step of another shape) may not grow the device past
+    /// the line either: the free pages they would add to are given back first, the plan's own
+    /// included (its next pass maps them again), so that a plan never holds more than the line.
     pub(super) fn trimming(&self) -> bool {
-        self.config.expandable_trim || self.planner.as_ref().is_some_and(|p| !p.planning())
+        self.config.expandable_trim || self.planner.is_some()
     }
 
     /// Whether the pools `private` grow expandable segments (with them on): the default pools and
@@ -381,6 +384,19 @@ impl CachingAllocator {
             ),
             None => (Vec::new(), size.next_multiple_of(page)),
         };
+        self.give_back_over_line(size, new_bytes, &taken)
+    }
+
+    /// Before `new_bytes` are mapped for a request of `size` bytes: unmap free pages (not those of
+    /// the blocks in `taken`, which the request is to use) until reserved memory with the new bytes
+    /// comes under the trim limit, or no free page is left. Whether anything was unmapped.
+    pub(super) fn give_back_over_line(
+        &mut self,
+        size: usize,
+        new_bytes: usize,
+        taken: &[BlockId],
+    ) -> Result<bool> {
+        let page = SMALL_PAGE;
         let limit = self.trim_limit(size);
         let mut excess = (self.reserved_total + new_bytes).saturating_sub(limit);
         if excess == 0 {

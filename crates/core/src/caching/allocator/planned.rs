@@ -226,6 +226,29 @@ impl CachingAllocator {
             .filter(|&id| holds(id))
     }
 
+    /// The blocks from `start` that lie under [address, end), and the bytes of the pages under the
+    /// range that are not mapped yet.
+    fn unmapped_under(&self, start: BlockId, address: usize, end: usize) -> (Vec<BlockId>, usize) {
+        let (mut under, mut new_bytes) = (Vec::new(), 0);
+        let mut cursor = Some(start);
+        while let Some(id) = cursor {
+            let block = &self.blocks[id];
+            if block.ptr >= end {
+                break;
+            }
+            under.push(id);
+            if let (false, Some(index)) = (block.mapped, block.expandable) {
+                let segment = &self.expandable[index as usize];
+                let from = address.max(block.ptr);
+                let (first, last) =
+                    segment.pages_covering(from, end.min(block.ptr + block.size) - from);
+                new_bytes += (last - first) * segment.page;
+            }
+            cursor = block.next;
+        }
+        (under, new_bytes)
+    }
+
     /// Hand out [address, address + rounded) of the plan's expandable segment of `stream`, when
     /// every byte of it is free or unmapped (mapping what is not): the address, or None (nothing
     /// changed but pages mapped) when some of it is taken or the device has no room.
@@ -244,14 +267,24 @@ impl CachingAllocator {
         // Every block under the range must be free with no event pending, in the same segment.
         let mut cursor = Some(start);
         let mut covered = self.blocks[start].ptr;
+        let mut all_mapped = true;
         while covered < end {
             match self.allocatable(cursor) {
                 Some(id) if self.blocks[id].expandable == segment => {
                     covered = self.blocks[id].ptr + self.blocks[id].size;
                     cursor = self.blocks[id].next;
+                    all_mapped &= self.blocks[id].mapped;
                 }
                 _ => return Ok(None),
             }
+        }
+        if !all_mapped {
+            // The line holds for the plan's pages too: before they are mapped, free pages
+            // elsewhere go back where the device would otherwise cross it (a step of another
+            // shape left them). Best effort: pages the device would not unmap stay mapped and
+            // counted.
+            let (under, new_bytes) = self.unmapped_under(start, address, end);
+            let _ = self.give_back_over_line(rounded, new_bytes, &under);
         }
         // Map the unmapped blocks under the range, one at a time (each map merges with its free
         // neighbours, so the chain is walked again from the block holding `address`).

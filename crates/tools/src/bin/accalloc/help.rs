@@ -57,6 +57,7 @@ const CONVERT: &str = "  accalloc convert FILE -o OUT [--config STR]
 const BENCH: &str =
     "  accalloc bench [--quick]         cached malloc+free pair against the C library's malloc+free;
                                    a planned request (planned_placement) against a cached one;
+                                   a large step's plan made on threads against on one;
                                    sleep and wake (pause, resume) against a plain copy";
 
 const OTHERS: &str = "  accalloc --version               the version and ABI of this build
