@@ -2619,6 +2619,17 @@ static void section_planner(void)
     CHECK_STATUS(accalloc_planner_stats(-1, &stats), ACCALLOC_OK);
     CHECK_EQ(stats.advised - advised, 40);
     CHECK_EQ(stats.conflicts, conflicts);
+    /* The snapshot shows the plan's region: the segment it lies in says which part. */
+    {
+        size_t len = 0;
+        CHECK_STATUS(accalloc_memory_snapshot_json(NULL, 0, &len), ACCALLOC_OK);
+        char *text = (char *)malloc(len);
+        if (text != NULL) {
+            CHECK_STATUS(accalloc_memory_snapshot_json(text, len, &len), ACCALLOC_OK);
+            CHECK_CONTAINS(text, "\"planned_range\":[");
+        }
+        free(text);
+    }
 
     CHECK_STATUS(accalloc_planner_stats(0, NULL), ACCALLOC_ERROR_INVALID_ARGUMENT);
     AccallocPlannerStats tiny = {.struct_size = 2};
@@ -2629,6 +2640,17 @@ static void section_planner(void)
     CHECK_STATUS(accalloc_set_allocator_settings("planned_placement:False"), ACCALLOC_OK);
     CHECK_STATUS(accalloc_planner_stats(0, &stats), ACCALLOC_OK);
     CHECK_EQ(stats.enabled, 0);
+    /* No planner, no planned part. */
+    {
+        size_t len = 0;
+        CHECK_STATUS(accalloc_memory_snapshot_json(NULL, 0, &len), ACCALLOC_OK);
+        char *text = (char *)malloc(len);
+        if (text != NULL) {
+            CHECK_STATUS(accalloc_memory_snapshot_json(text, len, &len), ACCALLOC_OK);
+            CHECK(strstr(text, "planned_range") == NULL);
+        }
+        free(text);
+    }
     CHECK_STATUS(accalloc_empty_cache(), ACCALLOC_OK);
 }
 

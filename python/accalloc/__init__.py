@@ -27,7 +27,7 @@ __all__ = [
     "set_allocator_settings", "get_allocator_settings", "set_per_process_memory_fraction",
     "current_accelerator", "library_path", "host_memory_stats", "reset_accumulated_host_memory_stats",
     "reset_peak_host_memory_stats", "empty_host_cache", "host_malloc", "host_free", "is_pinned",
-    "planner_stats",
+    "planner_stats", "memory_snapshot",
 ]
 
 # Device type names and the accalloc device types they mean; accalloc.torch adds the name it registers.
@@ -147,6 +147,16 @@ def memory_summary(device=None, abbreviated=False):
     """PyTorch's memory_summary() table for the device."""
     device_type, index = _device_type_and_index(device)
     return _text(library().accalloc_memory_summary_on, device_type, index, int(bool(abbreviated)))
+
+
+def memory_snapshot(device_type=None):
+    """Every device's segments and blocks of an accelerator (default: the current one), as
+    torch.cuda.memory._snapshot() gives them: a dict with "segments" (each with its "blocks"),
+    "device_traces" (the history, where accalloc_record_memory_history turned it on) and
+    "allocator_settings". accalloc's own keys appear only where they say something: "paused_size" on a
+    segment with paused pages, "planned_range" ([start, end)) on the segment a plan in force lies in
+    (planned_placement)."""
+    return json.loads(_text(library().accalloc_memory_snapshot_json_on, _device_type(device_type)))
 
 
 def host_memory_stats(device_type=None):

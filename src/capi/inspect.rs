@@ -36,7 +36,9 @@ pub unsafe extern "C" fn accalloc_memory_summary_on(
 
 /// Every segment and block of every device of the current accelerator as one JSON object with the
 /// fields of PyTorch's snapshot: {"segments": [...], "device_traces": [[...] per device],
-/// "allocator_settings": {...}}. Written like accalloc_memory_stats_json.
+/// "allocator_settings": {...}}. accalloc's own keys appear only where they say something: a
+/// segment's "paused_size" (paused pages) and "planned_range" ([start, end) of it that the plan in
+/// force spans, with planned_placement). Written like accalloc_memory_stats_json.
 #[no_mangle]
 pub unsafe extern "C" fn accalloc_memory_snapshot_json(
     buf: *mut c_char,

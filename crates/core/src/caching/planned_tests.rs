@@ -71,6 +71,30 @@ fn a_repeating_step_is_served_at_planned_addresses_at_the_floor() {
     assert_eq!(counters.conflicts, conflicts_before);
     // Served the same way every step: the next step's addresses are this step's.
     assert_eq!(chain_step(&mut a), last);
+    // The snapshot shows where: the segment holding the step's blocks says which part of it the
+    // plan spans (at most its height, counted from the segment's reservation), every block of the
+    // step inside.
+    let (low, high) = last
+        .iter()
+        .enumerate()
+        .fold((usize::MAX, 0), |(low, high), (i, &ptr)| {
+            (low.min(ptr), high.max(ptr + 2 * MIB + i * 4096))
+        });
+    let segments = a.segments();
+    let planned: Vec<_> = segments.iter().filter_map(|s| s.planned_range).collect();
+    assert_eq!(planned.len(), 1, "{segments:?}");
+    let (start, end) = planned[0];
+    assert!(
+        start <= low && high <= end,
+        "{planned:?} against {low:#x}..{high:#x}"
+    );
+    assert!(end - start <= a.planner_counters().unwrap().height as usize);
+    let json = segments
+        .iter()
+        .find(|s| s.planned_range.is_some())
+        .unwrap()
+        .to_json(0);
+    assert_eq!(json["planned_range"], serde_json::json!([start, end]));
     let stats = a.stats();
     assert_eq!(
         stats.allocated_bytes[ALL].peak,

@@ -51,6 +51,9 @@ pub struct SegmentInfo {
     pub is_expandable: bool,
     /// Bytes of its pages paused (sleep and wake): their memory is back with the device.
     pub paused_size: usize,
+    /// The part of the segment, [start, end), that the plan in force lies in (planned_placement):
+    /// where requests of the plan's step are served at their planned addresses.
+    pub planned_range: Option<(usize, usize)>,
     pub blocks: Vec<BlockInfo>,
 }
 
@@ -102,6 +105,9 @@ impl SegmentInfo {
         // PyTorch's, key for key.
         if self.paused_size > 0 {
             segment["paused_size"] = json!(self.paused_size);
+        }
+        if let Some((start, end)) = self.planned_range {
+            segment["planned_range"] = json!([start, end]);
         }
         segment
     }
@@ -254,6 +260,7 @@ mod tests {
             pool_id: (0, 0),
             is_expandable: false,
             paused_size: 0,
+            planned_range: None,
             blocks: vec![
                 block(0x1000, 1024, 1000, BlockState::ActiveAllocated),
                 block(0x1400, 512, 300, BlockState::ActivePendingFree),
@@ -272,5 +279,12 @@ mod tests {
         assert_eq!(json["segment_type"], "small");
         assert_eq!(json["device"], 2);
         assert_eq!(json["blocks"][1]["state"], "active_pending_free");
+        // accalloc's own keys appear only where they say something: PyTorch's record otherwise.
+        assert!(json.get("paused_size").is_none() && json.get("planned_range").is_none());
+        let planned = SegmentInfo {
+            planned_range: Some((0x1400, 0x1600)),
+            ..segment
+        };
+        assert_eq!(planned.to_json(2)["planned_range"], json!([0x1400, 0x1600]));
     }
 }

@@ -45,8 +45,10 @@ impl CachingAllocator {
         }
     }
 
-    /// Every segment with its blocks, ordered by address.
+    /// Every segment with its blocks, ordered by address; where a plan is in force, the segments
+    /// it lies in say which part (`planned_range`).
     pub fn segments(&self) -> Vec<SegmentInfo> {
+        let planned = self.planner.as_ref().and_then(|p| p.range());
         let mut heads: Vec<BlockId> = self
             .active
             .values()
@@ -81,6 +83,7 @@ impl CachingAllocator {
                     pool_id: self.pool_of_block(first.private),
                     is_expandable: first.expandable.is_some(),
                     paused_size: 0,
+                    planned_range: None,
                     blocks: Vec::new(),
                 };
                 let mut cursor = Some(head);
@@ -105,6 +108,13 @@ impl CachingAllocator {
                 if let Some(index) = first.expandable {
                     segment.paused_size = self.expandable[index as usize]
                         .paused_bytes_inside(segment.address, segment.total_size);
+                }
+                if let Some((start, end)) = planned {
+                    let (low, high) = (
+                        start.max(segment.address),
+                        end.min(segment.address + segment.total_size),
+                    );
+                    segment.planned_range = (low < high).then_some((low, high));
                 }
                 segment
             })
