@@ -16,6 +16,6 @@ pub fn committed_traces() -> Vec<PathBuf> {
         }
     }
     paths.sort();
-    assert!(paths.len() >= 14, "the 3 generated and 11 real traces");
+    assert!(paths.len() >= 15, "the 3 generated and 12 real traces");
     paths
 }
