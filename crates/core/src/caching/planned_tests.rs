@@ -21,6 +21,23 @@ fn planned() -> CachingAllocator {
 /// sizes in the same order), each freed once the next is made, the last at the step's end. At
 /// most two live at once: the floor is blocks 38 and 39, 4 MiB + 77 x 4 KiB, three 2 MiB pages.
 fn chain_step(a: &mut CachingAllocator) -> Vec<usize> {
+    chain_step_watched(a, |_| {})
+}
+
+/// A planned allocator that has run five chain steps: a plan of the step is in force.
+fn planned_after_chain_steps() -> CachingAllocator {
+    let mut a = planned();
+    for _ in 0..5 {
+        chain_step(&mut a);
+    }
+    a
+}
+
+/// chain_step, `watch` called after each block is made and the one before freed.
+fn chain_step_watched(
+    a: &mut CachingAllocator,
+    mut watch: impl FnMut(&CachingAllocator),
+) -> Vec<usize> {
     let mut addresses = Vec::new();
     let mut previous = None;
     for i in 0..40 {
@@ -29,6 +46,7 @@ fn chain_step(a: &mut CachingAllocator) -> Vec<usize> {
         if let Some(p) = previous.replace(ptr) {
             a.free(p).unwrap();
         }
+        watch(a);
     }
     a.free(previous.unwrap()).unwrap();
     addresses
@@ -55,10 +73,7 @@ fn the_setting_implies_expandable_segments_and_is_echoed() {
 
 #[test]
 fn a_repeating_step_is_served_at_planned_addresses_at_the_floor() {
-    let mut a = planned();
-    for _ in 0..5 {
-        chain_step(&mut a);
-    }
+    let mut a = planned_after_chain_steps();
     let counters = a.planner_counters().unwrap();
     assert!(counters.plans >= 1, "{counters:?}");
     let (before, conflicts_before) = (counters.advised, counters.conflicts);
@@ -183,10 +198,7 @@ fn before_any_plan_the_policy_keeps_to_the_line_plans_are_held_to() {
 
 #[test]
 fn a_plan_in_force_keeps_to_its_line_when_a_request_leaves_it() {
-    let mut a = planned();
-    for _ in 0..5 {
-        chain_step(&mut a);
-    }
+    let mut a = planned_after_chain_steps();
     let counters = a.planner_counters().unwrap();
     assert!(counters.in_force, "{counters:?}");
     // Between steps the plan's three pages stay mapped, all free, for its next pass.
@@ -207,15 +219,9 @@ fn a_plan_in_force_keeps_to_its_line_when_a_request_leaves_it() {
     // line: the plan's pages and the small page).
     let advised = a.planner_counters().unwrap().advised;
     let mut most = 0;
-    let mut previous = None;
-    for i in 0..40 {
-        let ptr = a.malloc(2 * MIB + i * 4096, 0).unwrap();
-        if let Some(p) = previous.replace(ptr) {
-            a.free(p).unwrap();
-        }
-        most = most.max(a.stats().reserved_bytes[ALL].current);
-    }
-    a.free(previous.unwrap()).unwrap();
+    chain_step_watched(&mut a, |a| {
+        most = most.max(a.stats().reserved_bytes[ALL].current)
+    });
     assert_eq!(most, 6 * MIB as i64);
     // And the plan served the whole step.
     assert_eq!(a.planner_counters().unwrap().advised - advised, 40);
@@ -226,10 +232,7 @@ fn a_plan_in_force_keeps_to_its_line_when_a_request_leaves_it() {
 
 #[test]
 fn requests_off_the_plan_are_served_by_the_policy_and_the_plan_is_dropped() {
-    let mut a = planned();
-    for _ in 0..5 {
-        chain_step(&mut a);
-    }
+    let mut a = planned_after_chain_steps();
     assert!(a.planner_counters().unwrap().plans >= 1);
     // Another program: sizes the plan never saw, held in a different pattern.
     let mut held = Vec::new();
