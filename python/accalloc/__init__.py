@@ -15,8 +15,8 @@ import ctypes
 import importlib.metadata
 import json
 
-from ._library import (ABI_VERSION, DEVICE_CUDA, DEVICE_HOST, AccallocError, DeviceStats, PlannerStats, check,
-                       library, library_path)
+from ._library import (ABI_VERSION, ACCALLOC_ERROR_BUFFER_TOO_SMALL, DEVICE_CUDA, DEVICE_HOST, AccallocError,
+                       DeviceStats, PlannerStats, check, library, library_path)
 
 # One place for the version: the workspace Cargo.toml, which setup.py gave the installed package.
 __version__ = importlib.metadata.version("accalloc")
@@ -58,11 +58,17 @@ def _int64(function, device):
 
 
 def _text(function, *args):
+    """The text a sized-buffer call writes: asked for its length, then written. Another thread may
+    allocate in between and the text grow (a snapshot, the statistics): the call then says the buffer
+    is too small, with the new length, and is made again."""
     needed = ctypes.c_size_t()
     check(function(*args, None, 0, ctypes.byref(needed)))
-    buffer = ctypes.create_string_buffer(needed.value)
-    check(function(*args, buffer, needed.value, ctypes.byref(needed)))
-    return buffer.value.decode()
+    while True:
+        buffer = ctypes.create_string_buffer(needed.value)
+        status = function(*args, buffer, needed.value, ctypes.byref(needed))
+        if status != ACCALLOC_ERROR_BUFFER_TOO_SMALL:
+            check(status)
+            return buffer.value.decode()
 
 
 def memory_stats(device=None):
@@ -154,7 +160,7 @@ def memory_snapshot(device_type=None):
     torch.cuda.memory._snapshot() gives them: a dict with "segments" (each with its "blocks"),
     "device_traces" (the history, where accalloc_record_memory_history turned it on) and
     "allocator_settings". accalloc's own keys appear only where they say something: "paused_size" on a
-    segment with paused pages, "planned_range" ([start, end)) on the segment a plan in force lies in
+    segment with paused pages, "planned_range" ([start, end)) on each segment a plan in force spans
     (planned_placement)."""
     return json.loads(_text(library().accalloc_memory_snapshot_json_on, _device_type(device_type)))
 

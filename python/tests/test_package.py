@@ -37,6 +37,45 @@ def test_memory_api_has_torch_accelerators_names_and_figures(fresh_device):
     assert accalloc.memory_stats("host:0")["num_device_free"] == 0
 
 
+def test_memory_snapshot_has_torchs_keys(fresh_device):
+    lib = accalloc._library.library()
+    ptr = ctypes.c_void_p()
+    accalloc.check(lib.accalloc_malloc_on(0, ctypes.byref(ptr), 3 * MiB, 0, None))
+    try:
+        snapshot = accalloc.memory_snapshot("host")
+        assert {"segments", "device_traces", "allocator_settings"} <= set(snapshot)
+        (segment,) = [s for s in snapshot["segments"] if s["device"] == 0]
+        assert segment["total_size"] == 20 * MiB and segment["allocated_size"] == 3 * MiB
+        assert [b["state"] for b in segment["blocks"]] == ["active_allocated", "inactive"]
+        # accalloc's own keys only where they say something: no pages paused, no plan.
+        assert "paused_size" not in segment and "planned_range" not in segment
+    finally:
+        accalloc.check(lib.accalloc_free(ptr))
+    accalloc.empty_cache()
+
+
+def test_a_text_that_grows_between_its_two_calls_is_asked_for_again():
+    # What a snapshot does when another thread allocates between the length and the copy.
+    texts = [b"short", b"grown longer"]
+    calls = []
+
+    def call(buffer, capacity, length):
+        text = texts[min(len(calls), 1)] if buffer is not None else texts[0]
+        calls.append(capacity)
+        length._obj.value = len(text) + 1
+        if buffer is None:
+            return 0
+        if capacity < len(text) + 1:
+            return accalloc._library.ACCALLOC_ERROR_BUFFER_TOO_SMALL
+        ctypes.memmove(buffer, text + b"\0", len(text) + 1)
+        return 0
+
+    assert accalloc._text(call) == "grown longer"
+    assert calls == [0, 6, 13]
+    header = (accalloc._library._HEADER).read_text()
+    assert f"ACCALLOC_ERROR_BUFFER_TOO_SMALL = {accalloc._library.ACCALLOC_ERROR_BUFFER_TOO_SMALL}," in header
+
+
 def test_settings_round_trip_and_bad_settings_are_errors():
     before = accalloc.get_allocator_settings("host")
     accalloc.set_allocator_settings("max_split_size_mb:64", "host")

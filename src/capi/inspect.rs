@@ -38,7 +38,8 @@ pub unsafe extern "C" fn accalloc_memory_summary_on(
 /// fields of PyTorch's snapshot: {"segments": [...], "device_traces": [[...] per device],
 /// "allocator_settings": {...}}. accalloc's own keys appear only where they say something: a
 /// segment's "paused_size" (paused pages) and "planned_range" ([start, end) of it that the plan in
-/// force spans, with planned_placement). Written like accalloc_memory_stats_json.
+/// force spans, with planned_placement: on each segment the plan's range meets). Written like
+/// accalloc_memory_stats_json.
 #[no_mangle]
 pub unsafe extern "C" fn accalloc_memory_snapshot_json(
     buf: *mut c_char,

@@ -51,8 +51,9 @@ pub struct SegmentInfo {
     pub is_expandable: bool,
     /// Bytes of its pages paused (sleep and wake): their memory is back with the device.
     pub paused_size: usize,
-    /// The part of the segment, [start, end), that the plan in force lies in (planned_placement):
-    /// where requests of the plan's step are served at their planned addresses.
+    /// The part of the segment, [start, end), that the plan in force spans (planned_placement):
+    /// where requests of the plan's step are served at their planned addresses. A plan may span
+    /// several segments (mapped stretches of one reservation), or none while its pages are unmapped.
     pub planned_range: Option<(usize, usize)>,
     pub blocks: Vec<BlockInfo>,
 }

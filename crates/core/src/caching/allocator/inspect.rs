@@ -45,10 +45,15 @@ impl CachingAllocator {
         }
     }
 
-    /// Every segment with its blocks, ordered by address; where a plan is in force, the segments
-    /// it lies in say which part (`planned_range`).
+    /// Every segment with its blocks, ordered by address; where a plan is in force (as
+    /// planner_counters' `in_force` says), the segments it lies in say which part of them it spans
+    /// (`planned_range`).
     pub fn segments(&self) -> Vec<SegmentInfo> {
-        let planned = self.planner.as_ref().and_then(|p| p.range());
+        let planned = self
+            .planner
+            .as_ref()
+            .filter(|p| p.planning())
+            .and_then(|p| p.range());
         let mut heads: Vec<BlockId> = self
             .active
             .values()

@@ -1,7 +1,7 @@
 //! planned_placement in the allocator: malloc asks the planner (`planning::online`) for an address
 //! and serves the request there when the range is free (`alloc_at`), mapping the pages under it;
 //! otherwise, and for every request off the plan, the policy serves it as usual (with
-//! expandable_trim's rules, at the plans' line, while no plan is in force: `trimming`). Planned
+//! expandable_trim's rules at the plans' line, a plan in force or not: `trimming`). Planned
 //! blocks are ordinary blocks of the segment the plan lies in: they split, merge, free, show in
 //! snapshots and count in every statistic as any block there does (a request of over 1 MiB planned
 //! in the small pool's segment counts in the small pool, where it lies, and one under 1 MiB in the
@@ -185,11 +185,17 @@ impl CachingAllocator {
                 // be held by two free blocks, neither of which could give it back.
                 let (base, _) = segment.range();
                 let cut = segment.page_address((end - base).div_ceil(segment.page));
-                if block.ptr + block.size > cut && block.ptr < cut {
+                // Only where a whole page lies above the cut: a part with none would stay mapped,
+                // a free block beside the one below it, the two never merged.
+                if block.ptr < cut && block.ptr + block.size >= cut + segment.page {
                     self.pool_mut(DEFAULT_POOLS, pool).remove(&block);
                     let above = self.split_free_front(id, cut);
                     self.cache_block(above);
-                    self.unmap_block(above)?;
+                    if let Err(e) = self.unmap_block(above) {
+                        // The device kept the pages: the two parts are one free block again.
+                        self.merge_with_free_front(above);
+                        return Err(e);
+                    }
                 }
             }
         }
@@ -357,6 +363,16 @@ impl CachingAllocator {
         let front = self.cut_front(id, at);
         self.cache_block(front);
         id
+    }
+
+    /// Undo split_free_front: free cached block `id` and the free cached block before it become
+    /// one, cached.
+    fn merge_with_free_front(&mut self, id: BlockId) {
+        let front = self.blocks[id].prev.expect("the front just cut");
+        let block = self.blocks[front];
+        self.pool_mut(DEFAULT_POOLS, block.pool).remove(&block);
+        self.try_merge(front, Some(id));
+        self.cache_block(front);
     }
 
     /// Make [ptr, at) of block `id` a block of its own, before it and like it (mapped or not), and
