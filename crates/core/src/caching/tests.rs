@@ -871,6 +871,28 @@ fn expandable_trim_unmaps_free_pages_before_growing() {
 }
 
 #[test]
+fn a_trim_the_device_refuses_does_not_fail_the_request() {
+    // expandable_trim_unmaps_free_pages_before_growing, with the device refusing the unmap of p's
+    // 28 MiB: they stay mapped and counted, and r is served all the same, 30 MiB after q.
+    let (mut a, backend) = allocator_with(1 << 30, trim());
+    let p = a.malloc(28 << 20, 0).unwrap();
+    let q = a.malloc(20 << 20, 0).unwrap();
+    a.free(p).unwrap();
+    backend.fail_calls("vm_unmap", 1);
+    let r = a.malloc(30 << 20, 0).unwrap();
+    assert_eq!(r, q + (20 << 20));
+    let s = a.stats();
+    assert_eq!(s.reserved_bytes[ALL].current, 78 * MIB, "28 + 20 + 30 MiB");
+    assert_eq!(backend.mapped_bytes(0), 78 << 20);
+    assert_eq!((s.num_device_free, s.num_device_alloc), (0, 2));
+    a.check_invariants().unwrap();
+    a.free(q).unwrap();
+    a.free(r).unwrap();
+    a.empty_cache().unwrap();
+    assert_eq!(a.stats().reserved_bytes[ALL].current, 0);
+}
+
+#[test]
 fn expandable_trim_keeps_free_pages_while_growth_stays_under_the_line() {
     let (mut a, backend) = allocator_with(1 << 30, trim());
     let s = a.malloc(512 << 10, 0).unwrap(); // one 2 MiB page of the small pool

@@ -136,10 +136,14 @@ impl CachingAllocator {
         size: usize,
     ) -> Result<Option<BlockId>> {
         // expandable_trim: unmap free pages elsewhere first if this growth would cross the line
-        // (not during a capture, whose device may not be asked to unmap).
+        // (not during a capture, whose device may not be asked to unmap). Best effort: pages the
+        // device would not unmap stay mapped and counted, and the request is served all the same
+        // (without mapping ahead, as after a trim).
         let trimmed = self.trimming()
             && !self.capturing
-            && self.trim_before_growth(private, pool, stream, size)?;
+            && self
+                .trim_before_growth(private, pool, stream, size)
+                .unwrap_or(true);
         // A chain of blocks with room for `size`: unmapped; unmapped then free; or free then unmapped.
         let mut candidate = self.find_expandable_block(private, pool, stream, size)?;
         let mut target = if trimmed {
