@@ -275,6 +275,30 @@ fn the_address_index_finds_the_free_block_at_or_below_an_address() {
 
 /// A step of `sizes` (each freed `lives` allocations later), with the program's deviations: an
 /// extra block now and then, held a while, and requests skipped.
+/// Free the blocks of `list` ((address, free at allocation count)) that are due by `count`,
+/// recounting the invariants after each free.
+fn free_due(a: &mut CachingAllocator, list: &mut Vec<(usize, usize)>, count: usize) {
+    let (due, keep): (Vec<_>, Vec<_>) = list.iter().partition(|(_, at)| *at <= count);
+    for (ptr, _) in due {
+        a.free(ptr).unwrap();
+        a.check_invariants().unwrap();
+    }
+    *list = keep;
+}
+
+/// Free every block still held, empty the cache: nothing allocated, active or reserved is left.
+fn free_all_and_empty(a: &mut CachingAllocator, held: impl IntoIterator<Item = (usize, usize)>) {
+    for (ptr, _) in held {
+        a.free(ptr).unwrap();
+    }
+    a.empty_cache().unwrap();
+    a.check_invariants().unwrap();
+    let stats = a.stats();
+    assert_eq!(stats.allocated_bytes[ALL].current, 0);
+    assert_eq!(stats.active[ALL].current, 0);
+    assert_eq!(stats.reserved_bytes[ALL].current, 0);
+}
+
 fn run_with_deviations(
     steps: usize,
     sizes: &[usize],
@@ -295,25 +319,11 @@ fn run_with_deviations(
             }
             count += 1;
             live.push((a.malloc(size, 0).unwrap(), count + life));
-            for list in [&mut live, &mut extra] {
-                let (due, keep): (Vec<_>, Vec<_>) = list.iter().partition(|(_, at)| *at <= count);
-                for (ptr, _) in due {
-                    a.free(ptr).unwrap();
-                }
-                *list = keep;
-            }
-            a.check_invariants().unwrap();
+            free_due(&mut a, &mut live, count);
+            free_due(&mut a, &mut extra, count);
         }
     }
-    for (ptr, _) in live.into_iter().chain(extra) {
-        a.free(ptr).unwrap();
-    }
-    a.empty_cache().unwrap();
-    a.check_invariants().unwrap();
-    let stats = a.stats();
-    assert_eq!(stats.allocated_bytes[ALL].current, 0);
-    assert_eq!(stats.reserved_bytes[ALL].current, 0);
-    assert_eq!(stats.active[ALL].current, 0);
+    free_all_and_empty(&mut a, live.into_iter().chain(extra));
 }
 
 /// `steps` steps of `sizes` (block i freed `lives[i]` allocations after it is made), and after the
@@ -344,22 +354,10 @@ fn run_with_bursts(
             count += 1;
             live.push((a.malloc(size, 0).unwrap(), count + life));
             a.check_invariants().unwrap();
-            let (due, keep): (Vec<_>, Vec<_>) = live.iter().partition(|(_, at)| *at <= count);
-            for (ptr, _) in due {
-                a.free(ptr).unwrap();
-                a.check_invariants().unwrap();
-            }
-            live = keep;
+            free_due(&mut a, &mut live, count);
         }
     }
-    for (ptr, _) in live {
-        a.free(ptr).unwrap();
-    }
-    a.empty_cache().unwrap();
-    a.check_invariants().unwrap();
-    let stats = a.stats();
-    assert_eq!(stats.allocated_bytes[ALL].current, 0);
-    assert_eq!(stats.reserved_bytes[ALL].current, 0);
+    free_all_and_empty(&mut a, live);
 }
 
 proptest! {
@@ -483,14 +481,8 @@ fn run_seeded(seed: u64, failing_unmaps: Option<usize>) {
                 live.push((ptr, count + lives[i]));
             }
             a.check_invariants().unwrap();
-            for list in [&mut live, &mut extra] {
-                let (due, keep): (Vec<_>, Vec<_>) = list.iter().partition(|(_, at)| *at <= count);
-                for (ptr, _) in due {
-                    a.free(ptr).unwrap();
-                    a.check_invariants().unwrap();
-                }
-                *list = keep;
-            }
+            free_due(&mut a, &mut live, count);
+            free_due(&mut a, &mut extra, count);
         }
     }
     for (ptr, _) in live.into_iter().chain(extra) {
