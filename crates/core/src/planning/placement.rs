@@ -241,8 +241,8 @@ const PARALLEL_FROM: usize = 512;
 
 /// The smallest of `place`'s placements over every order (None where it has none), with its order;
 /// on a tie the earlier order in `Order::ALL`, so that the choice never depends on which thread
-/// ends first. With `blocks` or more to place and more than one core, each order runs on a thread
-/// of its own: the orders are independent, and a long step's placement is the planner's longest
+/// ends first. With PARALLEL_FROM or more `blocks` to place and more than one core, each order
+/// runs on a thread of its own: the orders are independent, and a long step's placement is the planner's longest
 /// work (tens of milliseconds for a few thousand blocks). Where a thread cannot be started, its
 /// order runs here.
 pub fn best_of_orders<F>(blocks: usize, place: F) -> Option<(Order, Placement)>

@@ -182,8 +182,16 @@ pub struct PlanningBench {
     pub threaded_ms: f64,
     /// The cores the threads could use.
     pub cores: usize,
-    /// The placement's size equals in both (the choice does not depend on the threads).
+    /// The same order and offsets both ways, every round (the choice does not depend on the
+    /// threads).
     pub same_placement: bool,
+}
+
+impl PlanningBench {
+    /// threaded / one thread: under 1 means the threads save time.
+    pub fn ratio(&self) -> f64 {
+        self.threaded_ms / self.one_thread_ms
+    }
 }
 
 /// Place a PLANNING_LAYERS step `rounds` times each way, in turns.

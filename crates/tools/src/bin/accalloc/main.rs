@@ -214,7 +214,7 @@ fn bench(args: &[String]) -> Result<(), String> {
     println!(
         "| on threads of their own (the planner's way) | {:.1} | {:.2} |",
         planning.threaded_ms,
-        planning.threaded_ms / planning.one_thread_ms
+        planning.ratio()
     );
 
     // Sleep and wake: a pool's pages paused and resumed, against a plain copy of the same bytes.
