@@ -42,6 +42,13 @@ pub struct Block {
     pub counted_oversize_allocation: bool,
     /// Its segment was counted in oversize_segments (every block of the segment carries this).
     pub counted_oversize_segment: bool,
+    /// Handed out at its planned address (planned_placement): its free parks it while that plan
+    /// is in force.
+    pub planned: bool,
+    /// Free, and parked where the plan put it: kept in its pool's address index only, not merged
+    /// with its free neighbours, so that the plan's next request of this address and size takes it
+    /// whole (see allocator/parking.rs).
+    pub parked: bool,
     /// Neighbours in the same segment, by address.
     pub prev: Option<BlockId>,
     pub next: Option<BlockId>,
@@ -64,6 +71,8 @@ impl Block {
             expandable: None,
             counted_oversize_allocation: false,
             counted_oversize_segment: false,
+            planned: false,
+            parked: false,
             prev: None,
             next: None,
         }
@@ -185,6 +194,12 @@ pub struct BlockPool {
     /// (planned placement asks for the free block at an address; nothing else does, so the
     /// pools of an allocator that does not plan pay one branch per change for it).
     by_address: Option<BTreeMap<(StreamId, usize), BlockId>>,
+    /// Entries of `by_address` that are not in the tree: parked blocks, and blocks handed out at
+    /// their planned address, which keep their entry for their free to park them
+    /// (allocator/parking.rs).
+    held: usize,
+    /// How many of those are parked.
+    parked: usize,
 }
 
 impl BlockPool {
@@ -359,8 +374,8 @@ impl BlockPool {
         }
     }
 
-    /// The cached block of `stream` with the highest address at or below `ptr` (None also when
-    /// `index_addresses` was never called).
+    /// The cached or parked block of `stream` with the highest address at or below `ptr` (None
+    /// also when `index_addresses` was never called).
     pub fn free_at_or_below(&self, stream: StreamId, ptr: usize) -> Option<BlockId> {
         let index = self.by_address.as_ref()?;
         index
@@ -369,10 +384,53 @@ impl BlockPool {
             .map(|(_, &id)| id)
     }
 
-    /// Whether the address index, when kept, holds exactly the cached blocks (for the invariants).
+    /// Hold block `id` at (stream, ptr) in the address index alone, out of the tree that the
+    /// policy searches. Only a pool that keeps the address index holds blocks.
+    pub fn hold(&mut self, stream: StreamId, ptr: usize, id: BlockId) {
+        let index = self
+            .by_address
+            .as_mut()
+            .expect("holding needs the address index");
+        let displaced = index.insert((stream, ptr), id);
+        debug_assert!(displaced.is_none(), "two blocks at one address");
+        self.held += 1;
+    }
+
+    /// Drop the entry of the held block at (stream, ptr).
+    pub fn release_hold(&mut self, stream: StreamId, ptr: usize) {
+        let index = self
+            .by_address
+            .as_mut()
+            .expect("holding needs the address index");
+        let removed = index.remove(&(stream, ptr));
+        debug_assert!(removed.is_some(), "no held block there");
+        self.held -= 1;
+    }
+
+    /// A held block was parked (+1) or taken from its parking (-1).
+    #[inline]
+    pub fn count_parked(&mut self, change: isize) {
+        self.parked = self.parked.wrapping_add_signed(change);
+    }
+
+    /// How many blocks are parked.
+    #[inline]
+    pub fn parked_len(&self) -> usize {
+        self.parked
+    }
+
+    /// Every entry of the address index (cached and parked blocks), by (stream, address).
+    pub fn by_address(&self) -> impl Iterator<Item = ((StreamId, usize), BlockId)> + '_ {
+        self.by_address
+            .iter()
+            .flat_map(|index| index.iter().map(|(k, id)| (*k, *id)))
+    }
+
+    /// Whether the address index, when kept, holds exactly the cached blocks and the parked ones
+    /// (for the invariants).
     pub fn address_index_agrees(&self) -> bool {
         self.by_address.as_ref().is_none_or(|index| {
-            index.len() == self.len()
+            index.len() == self.len() + self.held
                 && self
                     .entries()
                     .all(|(k, id)| index.get(&(k.0, k.2)) == Some(&id))

@@ -511,3 +511,106 @@ fn a_device_that_refuses_unmaps_leaves_the_planned_books_exact() {
         }
     }
 }
+
+// Parking (allocator/parking.rs): a block handed out at its planned address parks when freed, and
+// the plan's next request at that address takes it; nothing outside sees the difference.
+
+/// No two free blocks side by side in any segment of the snapshot: parked blocks show merged.
+fn assert_snapshot_merged(a: &CachingAllocator) {
+    for segment in a.segments() {
+        for pair in segment.blocks.windows(2) {
+            assert!(
+                !(pair[0].state == BlockState::Inactive && pair[1].state == BlockState::Inactive),
+                "free blocks side by side in the snapshot: {segment:?}"
+            );
+        }
+        let free: usize = segment
+            .blocks
+            .iter()
+            .filter(|b| b.state == BlockState::Inactive)
+            .map(|b| b.size)
+            .sum();
+        let used: usize = segment
+            .blocks
+            .iter()
+            .filter(|b| b.state != BlockState::Inactive)
+            .map(|b| b.size)
+            .sum();
+        assert_eq!(free + used, segment.total_size);
+    }
+}
+
+#[test]
+fn a_freed_planned_block_parks_and_the_next_step_takes_it_where_it_lies() {
+    let mut a = planned_after_chain_steps();
+    let first = chain_step(&mut a);
+    // The step's blocks are free, parked where the plan put them (in the large pool: 2 MiB and
+    // more), and the snapshot shows the free memory as merging would have left it.
+    assert!(a.parked_blocks() > 0);
+    assert_eq!(a.stats().allocated_bytes[ALL].current, 0);
+    assert_snapshot_merged(&a);
+    let slab = a.blocks_in_slab();
+    // Step after step, the same addresses, and no block made or lost on the way.
+    for _ in 0..3 {
+        let mut parked_during = 0;
+        let addresses = chain_step_watched(&mut a, |a| {
+            parked_during = parked_during.max(a.parked_blocks());
+            assert_snapshot_merged(a);
+        });
+        assert_eq!(addresses, first);
+        assert!(parked_during > 0);
+        assert_eq!(a.blocks_in_slab(), slab);
+    }
+    let stats = a.stats();
+    assert_eq!(stats.reserved_bytes[ALL].current, 6 * MIB as i64);
+    assert_eq!(stats.active_bytes[ALL].current, 0);
+    assert_eq!(stats.requested_bytes[ALL].current, 0);
+    assert_eq!(stats.inactive_split[ALL].current, 0);
+}
+
+#[test]
+fn parked_blocks_are_free_memory_to_the_policy_and_to_empty_cache() {
+    let mut a = planned_after_chain_steps();
+    chain_step(&mut a);
+    assert!(a.parked_blocks() > 0);
+    assert_eq!(a.stats().reserved_bytes[ALL].current, 6 * MIB as i64);
+    // A request off the plan (no step asks for 5 MiB) fits the 6 MiB mapped, all of it free: the
+    // policy finds it there, parked blocks and all, and maps nothing.
+    let off_plan = a.malloc(5 * MIB, 0).unwrap();
+    assert_eq!(a.parked_blocks(), 0);
+    assert_eq!(a.stats().reserved_bytes[ALL].current, 6 * MIB as i64);
+    a.free(off_plan).unwrap();
+    // Parked again by the next step, then given back by empty_cache.
+    chain_step(&mut a);
+    assert!(a.parked_blocks() > 0);
+    a.empty_cache().unwrap();
+    assert_eq!(a.parked_blocks(), 0);
+    assert_eq!(a.stats().reserved_bytes[ALL].current, 0);
+}
+
+#[test]
+fn a_planned_block_used_by_another_stream_does_not_park() {
+    let mut a = planned_after_chain_steps();
+    let mut first = None;
+    let mut addresses = Vec::new();
+    for i in 0..40 {
+        let ptr = a.malloc(2 * MIB + i * 4096, 0).unwrap();
+        addresses.push(ptr);
+        if i == 0 {
+            // Block 0 waits on stream 1's event when freed: it returns once the event completes,
+            // merged as any block, and never parks.
+            a.record_stream(ptr, 1).unwrap();
+            first = Some(ptr);
+        }
+        if i > 0 {
+            a.free(addresses[i - 1]).unwrap();
+        }
+    }
+    a.free(addresses[39]).unwrap();
+    assert_eq!(a.stats().allocated_bytes[ALL].current, 0);
+    assert!(first.is_some());
+    // empty_cache waits for the event, returns block 0 and gives every free page back.
+    a.empty_cache().unwrap();
+    assert_eq!(a.stats().active_bytes[ALL].current, 0);
+    assert_eq!(a.stats().reserved_bytes[ALL].current, 0);
+}

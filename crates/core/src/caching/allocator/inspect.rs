@@ -61,6 +61,12 @@ impl CachingAllocator {
             .chain(self.small.ids())
             .chain(self.large.ids())
             .chain(
+                self.small
+                    .by_address()
+                    .chain(self.large.by_address())
+                    .map(|(_, id)| id),
+            )
+            .chain(
                 self.private_pools
                     .iter()
                     .flat_map(|(_, pool)| pool.small.ids().chain(pool.large.ids())),
@@ -92,9 +98,24 @@ impl CachingAllocator {
                     blocks: Vec::new(),
                 };
                 let mut cursor = Some(head);
+                let mut after_parked = false;
                 while let Some(id) = cursor.filter(|&id| self.blocks[id].mapped) {
                     let block = &self.blocks[id];
                     segment.total_size += block.size;
+                    cursor = block.next;
+                    // A parked block and its free neighbours show as the one free block merging
+                    // would have made of them (allocator/parking.rs).
+                    let free = !block.allocated && block.event_count == 0;
+                    let merges = free && (block.parked || after_parked);
+                    after_parked = free && (block.parked || merges);
+                    if let Some(last) = segment
+                        .blocks
+                        .last_mut()
+                        .filter(|last| merges && last.state == BlockState::Inactive)
+                    {
+                        last.size += block.size;
+                        continue;
+                    }
                     let state = if block.allocated {
                         BlockState::ActiveAllocated
                     } else if block.event_count > 0 {
@@ -108,7 +129,6 @@ impl CachingAllocator {
                         requested_size: block.requested_size,
                         state,
                     });
-                    cursor = block.next;
                 }
                 if let Some(index) = first.expandable {
                     segment.paused_size = self.expandable[index as usize]

@@ -36,6 +36,8 @@ impl CachingAllocator {
             known.push(id);
         }
         let mut cached = HashSet::new();
+        let mut parked = HashSet::new();
+        let mut held_planned = 0;
         let mut pools = vec![
             (DEFAULT_POOLS, PoolKind::Small, &self.small),
             (DEFAULT_POOLS, PoolKind::Large, &self.large),
@@ -66,6 +68,46 @@ impl CachingAllocator {
                     return Err(format!("block at {:#x} is cached twice", block.ptr));
                 }
             }
+            // Entries of the address index outside the tree (allocator/parking.rs): parked
+            // blocks, free and mapped, in an expandable segment of the default pools; and blocks
+            // handed out at their planned address.
+            let mut parked_here = 0;
+            for ((stream, ptr), id) in pool.by_address() {
+                let block = &self.blocks[id];
+                if block.ptr != ptr || block.stream != stream || block.pool != pool_kind {
+                    return Err(format!(
+                        "address entry {ptr:#x} does not match its block {block:?}"
+                    ));
+                }
+                if block.planned {
+                    if !block.allocated || private != DEFAULT_POOLS {
+                        return Err(format!("planned block at {ptr:#x} is {block:?}"));
+                    }
+                    held_planned += 1;
+                }
+                if !block.parked {
+                    continue;
+                }
+                parked_here += 1;
+                if private != DEFAULT_POOLS
+                    || block.allocated
+                    || block.event_count > 0
+                    || !block.mapped
+                    || block.expandable.is_none()
+                    || block.planned
+                {
+                    return Err(format!("parked block at {ptr:#x} is {block:?}"));
+                }
+                if !parked.insert(id) {
+                    return Err(format!("block at {:#x} is parked twice", block.ptr));
+                }
+            }
+            if parked_here != pool.parked_len() {
+                return Err(format!(
+                    "pool {private} {pool_kind:?} counts {} parked blocks, holds {parked_here}",
+                    pool.parked_len()
+                ));
+            }
             for (&(stream, ptr), &id) in &pool.unmapped {
                 let block = &self.blocks[id];
                 if block.mapped
@@ -81,7 +123,25 @@ impl CachingAllocator {
                 known.push(id);
             }
         }
+        let planned_live = self
+            .active
+            .values()
+            .filter(|&&id| self.blocks[id].planned)
+            .count();
+        if planned_live != held_planned {
+            return Err(format!(
+                "{planned_live} live blocks handed out at their planned address, {held_planned} \
+                 of them in an address index"
+            ));
+        }
+        if let Some(id) = cached.iter().find(|id| parked.contains(id)) {
+            return Err(format!(
+                "block at {:#x} is parked and cached",
+                self.blocks[*id].ptr
+            ));
+        }
         known.extend(cached.iter().copied());
+        known.extend(parked.iter().copied());
         for queue in self.pending_events.values() {
             for &(_, id) in queue {
                 let block = &self.blocks[id];
@@ -161,8 +221,10 @@ impl CachingAllocator {
                         return Err(format!("broken neighbour links after {:#x}", block.ptr));
                     }
                     // Free neighbours merge: two left side by side would each hold part of a page
-                    // that neither could give back.
+                    // that neither could give back. A parked block waits to be unparked first.
                     if free
+                        && !block.parked
+                        && !after.parked
                         && !after.allocated
                         && after.event_count == 0
                         && after.mapped == block.mapped
@@ -173,8 +235,17 @@ impl CachingAllocator {
                         ));
                     }
                 }
-                if free && block.mapped && !cached.contains(&id) {
+                if free && block.mapped && !cached.contains(&id) && !parked.contains(&id) {
                     return Err(format!("free block at {:#x} is in no pool", block.ptr));
+                }
+                if block.parked != parked.contains(&id) {
+                    return Err(format!(
+                        "block at {:#x} is marked parked but not parked",
+                        block.ptr
+                    ));
+                }
+                if block.planned && !block.allocated {
+                    return Err(format!("free block at {:#x} is marked planned", block.ptr));
                 }
                 if block.mapped && !block.ptr.is_multiple_of(512) {
                     return Err(format!("block at {:#x} is not 512-byte aligned", block.ptr));

@@ -13,6 +13,7 @@ mod inspect;
 mod invariants;
 mod metadata;
 mod observers;
+mod parking;
 mod planned;
 mod private_pools;
 mod segments;
@@ -353,6 +354,7 @@ impl CachingAllocator {
         };
         let block = &mut self.blocks[id];
         block.allocated = false;
+        let planned = std::mem::take(&mut block.planned);
         let (size, pool, stream) = (block.size, block.pool, block.stream);
         // History entries carry the size the caller asked for, as PyTorch's do.
         let requested = block.requested_size;
@@ -363,6 +365,14 @@ impl CachingAllocator {
             self.blocks[id].counted_oversize_allocation = false;
             self.stats.oversize_allocations.decrease(1);
         }
+        // A block handed out at its planned address parks when it returns straight to its pool.
+        let parks = planned
+            && stream_events.is_none()
+            && (self.stream_uses.is_empty() || !self.stream_uses.contains_key(&id))
+            && self.parks(id);
+        if planned && !parks {
+            self.unhold(id);
+        }
         match stream_events {
             Some(events) => {
                 self.stream_uses.remove(&id);
@@ -371,6 +381,7 @@ impl CachingAllocator {
             None if self.capturing && self.stream_uses.contains_key(&id) => {
                 self.defer_until_no_capture(id)
             }
+            None if parks => self.park(id),
             None => self.return_to_pool(id),
         }
         if let Some(planner) = &mut self.planner {
@@ -591,6 +602,18 @@ impl CachingAllocator {
     /// backend), caching the remainder when `split`.
     #[inline]
     fn hand_out(&mut self, id: BlockId, rounded: usize, requested: usize, split: bool) -> usize {
+        self.hand_out_block(id, rounded, requested, split).1
+    }
+
+    /// hand_out, returning the block handed out with its address.
+    #[inline(always)]
+    fn hand_out_block(
+        &mut self,
+        id: BlockId,
+        rounded: usize,
+        requested: usize,
+        split: bool,
+    ) -> (BlockId, usize) {
         let found = self.blocks[id];
         let pool = found.pool;
         // Blocks of expandable segments never count as inactive splits.
@@ -658,7 +681,7 @@ impl CachingAllocator {
         if size >= self.config.max_split_size {
             stats.oversize_allocations.increase(1);
         }
-        ptr
+        (handed, ptr)
     }
 
     /// A freed block goes back to its pool, merged with free neighbours (PyTorch's free_block).
@@ -703,8 +726,15 @@ impl CachingAllocator {
         let stats = &mut self.stats;
         stats.inactive_split.add(pool, net_blocks);
         stats.inactive_split_bytes.add(pool, net_bytes);
+        self.uncount_active(pool, original_size, requested);
+    }
+
+    /// A block of `size` bytes, `requested` asked for, is no longer active.
+    #[inline(always)]
+    fn uncount_active(&mut self, pool: PoolKind, size: usize, requested: usize) {
+        let stats = &mut self.stats;
         stats.active.decrease(pool, 1);
-        stats.active_bytes.decrease(pool, original_size as u64);
+        stats.active_bytes.decrease(pool, size as u64);
         stats.requested_bytes.decrease(pool, requested as u64);
     }
 
@@ -713,8 +743,10 @@ impl CachingAllocator {
     fn try_merge(&mut self, target: BlockId, source: Option<BlockId>) -> usize {
         let Some(source) = source else { return 0 };
         let absorbed = self.blocks[source];
+        // A parked neighbour stays apart until it is unparked (allocator/parking.rs).
         if absorbed.allocated
             || absorbed.event_count > 0
+            || absorbed.parked
             || absorbed.mapped != self.blocks[target].mapped
         {
             return 0;

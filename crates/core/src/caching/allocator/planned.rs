@@ -49,6 +49,8 @@ impl CachingAllocator {
                 None => self.planner.as_mut().expect("still planning").conflict(),
             }
         }
+        // The policy sees free memory merged, as it would be without parking.
+        self.unpark_all();
         let step = self.malloc_begin_unchecked(size, stream)?;
         if let MallocStep::Done(ptr) = step {
             self.planned_allocation(rounded, stream, ptr);
@@ -75,6 +77,8 @@ impl CachingAllocator {
     /// live bytes (the blocks that outlive a step are there, and the plan fills the gaps between
     /// them), the large pool's when neither holds any (reserved now if there is none).
     fn make_plan(&mut self, candidate: Candidate) -> Result<()> {
+        // The blocks parked for the plan in force are no one's now.
+        self.unpark_all();
         let stream = self
             .planner
             .as_ref()
@@ -156,14 +160,22 @@ impl CachingAllocator {
             .as_ref()
             .and_then(|p| p.range())
             .filter(|_| keep_plan_range);
+        if planned.is_none() {
+            self.unpark_all();
+        }
         for pool in [PoolKind::Large, PoolKind::Small] {
             let blocks = &self.blocks;
-            // The plan's own range keeps its pages: the next pass maps them again otherwise.
+            let parked = |neighbour: Option<BlockId>| neighbour.is_some_and(|n| blocks[n].parked);
+            // The plan's own range keeps its pages: the next pass maps them again otherwise. A
+            // free block beside a parked one (which lies in the plan) is part of the plan's free
+            // block that merging would have made.
             let in_plan = |id: BlockId| {
                 let block = &blocks[id];
                 pool == self.plan_pool
                     && planned.is_some_and(|(start, end)| {
-                        block.ptr < end && block.ptr + block.size > start
+                        (block.ptr < end && block.ptr + block.size > start)
+                            || parked(block.prev)
+                            || parked(block.next)
                     })
             };
             let (free, across): (Vec<BlockId>, Vec<BlockId>) = self
@@ -210,7 +222,8 @@ impl CachingAllocator {
         })
     }
 
-    /// The free or unmapped block of the plan's pool of `stream` that holds `address`.
+    /// The free (cached or parked) or unmapped block of the plan's pool of `stream` that holds
+    /// `address`.
     fn block_holding(&self, stream: StreamId, address: usize) -> Option<BlockId> {
         let pool = self.block_pool(DEFAULT_POOLS, self.plan_pool);
         let holds = |id: BlockId| {
@@ -269,20 +282,56 @@ impl CachingAllocator {
         let Some(start) = self.block_holding(stream, address) else {
             return Ok(None);
         };
-        let segment = self.blocks[start].expandable;
+        let first = self.blocks[start];
+        if first.parked && first.ptr == address && first.size >= rounded {
+            // The steady state: the block parked here is taken as it is (allocator/parking.rs).
+            return Ok(Some(self.take_parked(start, rounded, requested)));
+        }
+        let segment = first.expandable;
         // Every block under the range must be free with no event pending, in the same segment.
         let mut cursor = Some(start);
-        let mut covered = self.blocks[start].ptr;
-        let mut all_mapped = true;
+        let mut covered = first.ptr;
+        let (mut all_mapped, mut parked_under) = (true, false);
         while covered < end {
             match self.allocatable(cursor) {
                 Some(id) if self.blocks[id].expandable == segment => {
                     covered = self.blocks[id].ptr + self.blocks[id].size;
                     cursor = self.blocks[id].next;
                     all_mapped &= self.blocks[id].mapped;
+                    parked_under |= self.blocks[id].parked;
                 }
                 _ => return Ok(None),
             }
+        }
+        let plan_end = self
+            .planner
+            .as_ref()
+            .and_then(|p| p.range())
+            .map(|(_, end)| end);
+        if first.parked
+            && first.ptr == address
+            && all_mapped
+            && plan_end.is_some_and(|e| covered <= e)
+        {
+            // The block parked here is shorter than the request: it takes in the free blocks
+            // after it, and the request is served from it.
+            self.gather_parked(start, end);
+            return Ok(Some(self.take_parked(start, rounded, requested)));
+        }
+        if parked_under || (!all_mapped && self.any_parked()) {
+            // Parked blocks under the range become ordinary free blocks (all of them when pages
+            // are to be mapped: the line's trim looks at every free page), then the range is
+            // served as without parking.
+            if all_mapped {
+                let (mut under, _) = self.unmapped_under(start, address, end);
+                under.retain(|&id| self.blocks[id].parked);
+                for id in under {
+                    self.unpark(id);
+                }
+            } else {
+                self.unpark_all();
+            }
+            return self.alloc_at(address, rounded, requested, stream);
         }
         if !all_mapped {
             // The line holds for the plan's pages too: before they are mapped, free pages
@@ -331,9 +380,12 @@ impl CachingAllocator {
                 return mapped.map(|_| None);
             }
         }
-        let id = self
-            .block_holding(stream, address)
-            .expect("the range is mapped and free");
+        let id = if all_mapped {
+            start
+        } else {
+            self.block_holding(stream, address)
+                .expect("the range is mapped and free")
+        };
         let block = self.blocks[id];
         debug_assert!(block.mapped && !block.allocated && block.ptr + block.size >= end);
         self.pool_mut(DEFAULT_POOLS, block.pool).remove(&block);
@@ -343,7 +395,9 @@ impl CachingAllocator {
             id
         };
         let split = self.blocks[id].size > rounded;
-        Ok(Some(self.hand_out(id, rounded, requested, split)))
+        let (handed, ptr) = self.hand_out_block(id, rounded, requested, split);
+        self.hold_planned(handed);
+        Ok(Some(ptr))
     }
 
     /// Cut unmapped block `id` at `at` (a page boundary inside it): the front stays unmapped as a
@@ -377,7 +431,7 @@ impl CachingAllocator {
 
     /// Make [ptr, at) of block `id` a block of its own, before it and like it (mapped or not), and
     /// return it; `id` keeps [at, end).
-    fn cut_front(&mut self, id: BlockId, at: usize) -> BlockId {
+    pub(super) fn cut_front(&mut self, id: BlockId, at: usize) -> BlockId {
         let block = self.blocks[id];
         let front = self.blocks.insert(Block {
             mapped: block.mapped,

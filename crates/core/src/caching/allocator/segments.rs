@@ -219,6 +219,8 @@ impl CachingAllocator {
     /// freeable private pool (use count 0: PyTorch never releases a live pool's), erasing the
     /// freeable pools left with no segment.
     pub(super) fn release_cached_blocks(&mut self) -> Result<()> {
+        // Parked blocks are free memory like any other (allocator/parking.rs).
+        self.unpark_all();
         // Blocks waiting on stream events are returned first, so their segments can go too; while a
         // capture is underway PyTorch neither synchronizes nor releases the default pools.
         if !self.capturing {

@@ -1,0 +1,185 @@
+//! Parking, planned_placement's fast path. A block handed out at its planned address is, when it
+//! is freed while that plan is in force, parked where it lies: kept in its pool's address index
+//! alone, out of the tree the policy searches, and not merged with its free neighbours. The plan's
+//! next request at that address (most often the same tensor one step later) takes it as it is: one
+//! index operation each way, where an ordinary free merges the block into its neighbours and the
+//! next planned request cuts the merged block apart again (several tree operations each way).
+//!
+//! Parking changes no figure. Whatever looks at free memory sees it as merging would have left
+//! it: the policy's requests, a new plan, the trims at the plans' line and empty_cache unpark every
+//! block first; the trim at a pass's end, which keeps the plan's pages, treats a free block beside
+//! a parked one as part of the plan, as the merged block would be; snapshots show a parked block
+//! and its free neighbours as one block. Only blocks of expandable segments park, which never
+//! count as inactive splits, so the statistics are those of the merged books too.
+
+use super::*;
+
+impl CachingAllocator {
+    /// Whether freed block `id`, handed out at its planned address, parks: a plan is in force and
+    /// the block lies in its range, in the plan's pool.
+    #[inline]
+    pub(super) fn parks(&self, id: BlockId) -> bool {
+        let block = &self.blocks[id];
+        let Some((start, end)) = self.planner.as_ref().and_then(|p| p.range()) else {
+            return false;
+        };
+        block.private == DEFAULT_POOLS
+            && block.pool == self.plan_pool
+            && block.expandable.is_some()
+            && block.mapped
+            && start <= block.ptr
+            && block.ptr + block.size <= end
+    }
+
+    /// Park freed block `id` (see the module's comment); it counts as a free block from now on.
+    /// Its address index entry, kept since it was handed out, stays.
+    pub(super) fn park(&mut self, id: BlockId) {
+        let block = self.blocks[id];
+        self.trace(
+            TraceAction::FreeCompleted,
+            block.ptr,
+            block.requested_size,
+            block.stream,
+        );
+        self.uncount_active(block.pool, block.size, block.requested_size);
+        let parked = &mut self.blocks[id];
+        parked.requested_size = 0;
+        parked.parked = true;
+        self.pool_mut(DEFAULT_POOLS, block.pool).count_parked(1);
+    }
+
+    /// Freed block `id`, handed out at its planned address, does not park: its address index
+    /// entry goes.
+    pub(super) fn unhold(&mut self, id: BlockId) {
+        let block = &self.blocks[id];
+        let (pool, stream, ptr) = (block.pool, block.stream, block.ptr);
+        self.pool_mut(DEFAULT_POOLS, pool).release_hold(stream, ptr);
+    }
+
+    /// Planned block `id` was just handed out: it keeps an address index entry while it lives.
+    pub(super) fn hold_planned(&mut self, id: BlockId) {
+        let block = &mut self.blocks[id];
+        block.planned = true;
+        let (pool, stream, ptr) = (block.pool, block.stream, block.ptr);
+        self.pool_mut(DEFAULT_POOLS, pool).hold(stream, ptr, id);
+    }
+
+    /// How many freed blocks are parked now (planned_placement's fast path; 0 without a plan).
+    pub fn parked_blocks(&self) -> usize {
+        self.small.parked_len() + self.large.parked_len()
+    }
+
+    /// How many blocks the slab holds (free, parked, allocated and unmapped), for the tests.
+    #[cfg(test)]
+    pub(crate) fn blocks_in_slab(&self) -> usize {
+        self.blocks.len()
+    }
+
+    /// Whether any block is parked.
+    #[inline]
+    pub(super) fn any_parked(&self) -> bool {
+        self.parked_blocks() > 0
+    }
+
+    /// Make parked block `id` an ordinary free block: merged with its free neighbours (those not
+    /// parked) and cached in its pool, as its free would have left it.
+    pub(super) fn unpark(&mut self, id: BlockId) {
+        let block = self.blocks[id];
+        debug_assert!(block.parked);
+        self.blocks[id].parked = false;
+        let pool = self.pool_mut(DEFAULT_POOLS, block.pool);
+        pool.count_parked(-1);
+        pool.release_hold(block.stream, block.ptr);
+        self.try_merge(id, block.prev);
+        let next = self.blocks[id].next;
+        self.try_merge(id, next);
+        self.cache_block(id);
+    }
+
+    /// Unpark every parked block: free memory is then as merging would have left it.
+    pub(super) fn unpark_all(&mut self) {
+        if !self.any_parked() {
+            return;
+        }
+        let blocks = &self.blocks;
+        // Merging removes only blocks that are not parked, so these ids stay valid throughout.
+        let parked: Vec<BlockId> = self
+            .small
+            .by_address()
+            .chain(self.large.by_address())
+            .map(|(_, id)| id)
+            .filter(|&id| blocks[id].parked)
+            .collect();
+        for id in parked {
+            self.unpark(id);
+        }
+    }
+
+    /// Parked block `id` takes in the free blocks after it (parked or cached) up to `end`, the
+    /// last of them whole: a planned request longer than the block parked at its address, when
+    /// every block under it is free and mapped (alloc_at checked) and the last ends inside the
+    /// plan. It stays parked, in the plan's range.
+    pub(super) fn gather_parked(&mut self, id: BlockId, end: usize) {
+        while self.blocks[id].ptr + self.blocks[id].size < end {
+            let next = self.blocks[id]
+                .next
+                .expect("alloc_at checked the blocks under the range");
+            let absorbed = self.blocks[next];
+            debug_assert!(!absorbed.allocated && absorbed.mapped && absorbed.event_count == 0);
+            let pool = self.pool_mut(DEFAULT_POOLS, absorbed.pool);
+            if absorbed.parked {
+                pool.count_parked(-1);
+                pool.release_hold(absorbed.stream, absorbed.ptr);
+            } else {
+                pool.remove(&absorbed);
+            }
+            let block = &mut self.blocks[id];
+            block.size += absorbed.size;
+            block.next = absorbed.next;
+            if let Some(after) = absorbed.next {
+                self.blocks[after].prev = Some(id);
+            }
+            self.blocks.remove(next);
+        }
+    }
+
+    /// Hand out the first `rounded` bytes of parked block `id` (at least that long) as a planned
+    /// allocation; the rest, if any, stays parked. Returns the address. The block keeps its
+    /// address index entry: when the sizes repeat, a pass costs no index operation at all.
+    pub(super) fn take_parked(&mut self, id: BlockId, rounded: usize, requested: usize) -> usize {
+        let block = self.blocks[id];
+        debug_assert!(block.parked && block.size >= rounded);
+        self.blocks[id].parked = false;
+        self.pool_mut(DEFAULT_POOLS, block.pool).count_parked(-1);
+        if block.size > rounded {
+            // A new block takes the rest, parked.
+            let rest = self.blocks.insert(Block {
+                mapped: true,
+                expandable: block.expandable,
+                counted_oversize_segment: block.counted_oversize_segment,
+                private: block.private,
+                parked: true,
+                prev: Some(id),
+                next: block.next,
+                ..Block::new(
+                    block.ptr + rounded,
+                    block.size - rounded,
+                    block.stream,
+                    block.pool,
+                )
+            });
+            if let Some(next) = block.next {
+                self.blocks[next].prev = Some(rest);
+            }
+            let front = &mut self.blocks[id];
+            front.next = Some(rest);
+            front.size = rounded;
+            let pool = self.pool_mut(DEFAULT_POOLS, block.pool);
+            pool.hold(block.stream, block.ptr + rounded, rest);
+            pool.count_parked(1);
+        }
+        let (handed, ptr) = self.hand_out_block(id, rounded, requested, false);
+        self.blocks[handed].planned = true;
+        ptr
+    }
+}
