@@ -614,3 +614,30 @@ fn a_planned_block_used_by_another_stream_does_not_park() {
     assert_eq!(a.stats().active_bytes[ALL].current, 0);
     assert_eq!(a.stats().reserved_bytes[ALL].current, 0);
 }
+
+#[test]
+fn a_parked_block_freed_again_is_refused_and_the_books_stay_exact() {
+    let mut a = planned_after_chain_steps();
+    let mut addresses = Vec::new();
+    for i in 0..40 {
+        addresses.push(a.malloc(2 * MIB + i * 4096, 0).unwrap());
+        if i > 0 {
+            a.free(addresses[i - 1]).unwrap();
+            assert!(a.parked_blocks() > 0);
+            // The block just parked, freed again, and an address inside it: both refused.
+            let again = a.free(addresses[i - 1]).unwrap_err();
+            assert_eq!(
+                again.kind,
+                crate::error::ErrorKind::InvalidPointer,
+                "{again}"
+            );
+            assert!(a.free(addresses[i - 1] + 4096).is_err());
+            a.check_invariants().unwrap();
+        }
+    }
+    a.free(addresses[39]).unwrap();
+    assert_eq!(a.stats().allocated_bytes[ALL].current, 0);
+    assert_eq!(a.stats().active[ALL].current, 0);
+    a.empty_cache().unwrap();
+    assert_eq!(a.stats().reserved_bytes[ALL].current, 0);
+}
