@@ -641,3 +641,60 @@ fn a_parked_block_freed_again_is_refused_and_the_books_stay_exact() {
     a.empty_cache().unwrap();
     assert_eq!(a.stats().reserved_bytes[ALL].current, 0);
 }
+
+/// A chain step whose last two blocks make 6 MiB exactly: the plan ends on a page boundary.
+fn aligned_step(a: &mut CachingAllocator) {
+    let mut previous = None;
+    for i in 0..40 {
+        let size = if i == 39 {
+            4 * MIB - 38 * 4096
+        } else {
+            2 * MIB + i * 4096
+        };
+        let ptr = a.malloc(size, 0).unwrap();
+        if let Some(p) = previous.replace(ptr) {
+            a.free(p).unwrap();
+        }
+    }
+    a.free(previous.unwrap()).unwrap();
+}
+
+#[test]
+fn a_request_during_a_capture_finds_the_parked_memory_free() {
+    let mut a = planned();
+    for _ in 0..8 {
+        aligned_step(&mut a);
+    }
+    assert!(a.parked_blocks() > 0);
+    assert_eq!(a.stats().reserved_bytes[ALL].current, 6 * MIB as i64);
+    // Stream 1 is captured; stream 0's requests still go to the default pools, by the policy,
+    // which finds the step's free memory there, parked or not, and maps nothing.
+    a.begin_allocate_to_pool((1, 1), crate::caching::pools::Route::Stream(1))
+        .unwrap();
+    let p = a.malloc(5 * MIB, 0).unwrap();
+    assert_eq!(a.stats().reserved_bytes[ALL].current, 6 * MIB as i64);
+    a.free(p).unwrap();
+    a.end_allocate_to_pool((1, 1)).unwrap();
+    aligned_step(&mut a);
+    a.empty_cache().unwrap();
+    assert_eq!(a.stats().reserved_bytes[ALL].current, 0);
+}
+
+#[test]
+fn turning_the_plan_off_leaves_no_block_parked() {
+    let mut a = planned();
+    for _ in 0..8 {
+        aligned_step(&mut a);
+    }
+    assert!(a.parked_blocks() > 0);
+    let config = settings::parse_settings(
+        "expandable_segments:True,expandable_trim:True",
+        &CachingConfig::default(),
+    )
+    .unwrap();
+    a.set_config(config);
+    assert_eq!(a.parked_blocks(), 0);
+    let p = a.malloc(5 * MIB, 0).unwrap();
+    assert_eq!(a.stats().reserved_bytes[ALL].current, 6 * MIB as i64);
+    a.free(p).unwrap();
+}

@@ -165,7 +165,11 @@ impl CachingAllocator {
         }
         match (config.planned_placement, self.planner.is_some()) {
             (true, false) => self.planner = Some(Box::default()),
-            (false, true) => self.planner = None,
+            (false, true) => {
+                // The policy alone serves from here: it sees no parked block.
+                self.unpark_all();
+                self.planner = None;
+            }
             _ => {}
         }
         self.config = config;
@@ -225,6 +229,8 @@ impl CachingAllocator {
     #[inline]
     fn malloc_begin_unchecked(&mut self, size: usize, stream: StreamId) -> Result<MallocStep> {
         debug_assert!(size > 0);
+        // Its pools and growth chains know nothing of parked blocks (allocator/parking.rs).
+        debug_assert!(!self.any_parked(), "the policy runs with a block parked");
         // While a capture is underway, events are not processed here, as in PyTorch.
         let private = if self.routing {
             self.private_pools.route(stream)

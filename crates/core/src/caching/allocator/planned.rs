@@ -23,6 +23,8 @@ impl CachingAllocator {
             self.capturing || (self.routing && self.private_pools.route(stream) != DEFAULT_POOLS);
         let rounded = round_size(size, &self.config);
         let (false, Some(rounded)) = (routed_away || size == 0, rounded) else {
+            // A capture's requests on other streams may come to the default pools.
+            self.unpark_all();
             return self.malloc_begin_unchecked(size, stream);
         };
         let planner = self
@@ -109,7 +111,6 @@ impl CachingAllocator {
                 (PoolKind::Large, index, Vec::new())
             }
         };
-        self.plan_pool = pool;
         let (base, size) = self.expandable[index].range();
         self.pool_mut(DEFAULT_POOLS, pool).index_addresses();
         let region = Region {
@@ -126,6 +127,8 @@ impl CachingAllocator {
             .expect("planning")
             .build(candidate, &region);
         if planned {
+            // A plan rejected below puts the one before back, in its own pool.
+            let previous_pool = std::mem::replace(&mut self.plan_pool, pool);
             // Best effort, as at a pass's end.
             let _ = self.trim_for_plan(true);
             // The plan pays only if its range and what stays mapped outside it (the other pool's
@@ -145,6 +148,7 @@ impl CachingAllocator {
             let line = ((peak * (1.0 + PLAN_SLACK)) as usize).next_multiple_of(segment.page);
             if needed > line {
                 planner.reject_plan();
+                self.plan_pool = previous_pool;
             }
         }
         Ok(())
@@ -199,7 +203,11 @@ impl CachingAllocator {
                 let cut = segment.page_address((end - base).div_ceil(segment.page));
                 // Only where a whole page lies above the cut: a part with none would stay mapped,
                 // a free block beside the one below it, the two never merged.
-                if block.ptr < cut && block.ptr + block.size >= cut + segment.page {
+                if block.ptr >= cut {
+                    // Wholly above the plan's last page: beside a parked block at the plan's end,
+                    // it is the part above the cut of the free block merging would have made.
+                    self.unmap_block(id)?;
+                } else if block.ptr < cut && block.ptr + block.size >= cut + segment.page {
                     self.pool_mut(DEFAULT_POOLS, pool).remove(&block);
                     let above = self.split_free_front(id, cut);
                     self.cache_block(above);
