@@ -96,6 +96,9 @@ pub struct CachingAllocator {
     planner: Option<Box<crate::planning::online::OnlinePlanner>>,
     /// The default pool whose expandable segment the plan in force lies in.
     plan_pool: PoolKind,
+    /// Tests turn parking off to show that it changes no figure (planned_tests.rs).
+    #[cfg(test)]
+    parking_off: bool,
 }
 
 impl Drop for CachingAllocator {
@@ -134,6 +137,8 @@ impl CachingAllocator {
             observers: Box::default(),
             planner: None,
             plan_pool: PoolKind::Large,
+            #[cfg(test)]
+            parking_off: false,
         };
         allocator.set_config(config);
         Ok(allocator)

@@ -19,6 +19,10 @@ impl CachingAllocator {
     /// the block lies in its range, in the plan's pool.
     #[inline]
     pub(super) fn parks(&self, id: BlockId) -> bool {
+        #[cfg(test)]
+        if self.parking_off {
+            return false;
+        }
         let block = &self.blocks[id];
         let Some((start, end)) = self.planner.as_ref().and_then(|p| p.range()) else {
             return false;
@@ -67,6 +71,13 @@ impl CachingAllocator {
     /// How many freed blocks are parked now (planned_placement's fast path; 0 without a plan).
     pub fn parked_blocks(&self) -> usize {
         self.small.parked_len() + self.large.parked_len()
+    }
+
+    /// Serve without parking from now on: every free merges at once (for the tests).
+    #[cfg(test)]
+    pub(crate) fn turn_parking_off(&mut self) {
+        self.unpark_all();
+        self.parking_off = true;
     }
 
     /// How many blocks the slab holds (free, parked, allocated and unmapped), for the tests.
