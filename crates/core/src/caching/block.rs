@@ -107,6 +107,18 @@ impl Slab {
         self.vacant.push(id);
     }
 
+    /// The slots no block holds now.
+    pub fn vacant(&self) -> &[BlockId] {
+        &self.vacant
+    }
+
+    /// The block in slot `id`, if the slab has such a slot (live or vacant: a vacant slot keeps
+    /// what its last block held).
+    #[inline]
+    pub fn get(&self, id: BlockId) -> Option<&Block> {
+        self.blocks.get(id as usize)
+    }
+
     /// How many blocks are live.
     pub fn len(&self) -> usize {
         self.blocks.len() - self.vacant.len()

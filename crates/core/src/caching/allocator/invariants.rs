@@ -172,6 +172,15 @@ impl CachingAllocator {
             }
             known.push(id);
         }
+        // The parked hints trust that no vacant slot says parked (allocator/parking.rs).
+        if let Some(&id) = self
+            .blocks
+            .vacant()
+            .iter()
+            .find(|&&id| self.blocks[id].parked)
+        {
+            return Err(format!("vacant slot {id} says parked"));
+        }
         known.sort_unstable();
         known.dedup();
         if known.len() != self.blocks.len() {

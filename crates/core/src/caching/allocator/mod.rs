@@ -96,6 +96,9 @@ pub struct CachingAllocator {
     planner: Option<Box<crate::planning::online::OnlinePlanner>>,
     /// The default pool whose expandable segment the plan in force lies in.
     plan_pool: PoolKind,
+    /// Where a block was parked lately, by a hash of its address: a guess that spares a planned
+    /// request the address index lookup (allocator/parking.rs). Empty until a block parks.
+    parked_hints: Vec<BlockId>,
     /// Tests turn parking off to show that it changes no figure (planned_tests.rs).
     #[cfg(test)]
     parking_off: bool,
@@ -137,6 +140,7 @@ impl CachingAllocator {
             observers: Box::default(),
             planner: None,
             plan_pool: PoolKind::Large,
+            parked_hints: Vec::new(),
             #[cfg(test)]
             parking_off: false,
         };

@@ -14,6 +14,16 @@
 
 use super::*;
 
+/// Slots of the parked blocks' hints (a power of two).
+const PARKED_HINTS: usize = 1024;
+
+/// The hint slot of a block address (multiples of 512: the low bits say nothing).
+#[inline]
+fn hint_slot(address: usize) -> usize {
+    (address >> 9).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        >> (usize::BITS - PARKED_HINTS.trailing_zeros())
+}
+
 impl CachingAllocator {
     /// Whether freed block `id`, handed out at its planned address, parks: a plan is in force and
     /// the block lies in its range, in the plan's pool.
@@ -50,6 +60,31 @@ impl CachingAllocator {
         parked.requested_size = 0;
         parked.parked = true;
         self.pool_mut(DEFAULT_POOLS, block.pool).count_parked(1);
+        self.hint_parked(block.ptr, id);
+    }
+
+    /// Remember that block `id` is parked at `ptr`.
+    #[inline]
+    fn hint_parked(&mut self, ptr: usize, id: BlockId) {
+        if self.parked_hints.is_empty() {
+            self.parked_hints = vec![BlockId::MAX; PARKED_HINTS];
+        }
+        self.parked_hints[hint_slot(ptr)] = id;
+    }
+
+    /// The block parked at `address` on `stream` in the plan's pool, if the hints know it. A hint
+    /// is only a guess (its block may since have been taken, merged or renumbered); what it names
+    /// is checked, and no slot of the slab says parked unless its block is (a parked block leaves
+    /// the slab only through `gather_parked`, which clears the mark first).
+    #[inline]
+    pub(super) fn parked_at(&self, address: usize, stream: StreamId) -> Option<BlockId> {
+        let id = *self.parked_hints.get(hint_slot(address))?;
+        let block = self.blocks.get(id)?;
+        (block.parked
+            && block.ptr == address
+            && block.stream == stream
+            && block.pool == self.plan_pool)
+            .then_some(id)
     }
 
     /// Freed block `id`, handed out at its planned address, does not park: its address index
@@ -150,6 +185,8 @@ impl CachingAllocator {
             if let Some(after) = absorbed.next {
                 self.blocks[after].prev = Some(id);
             }
+            // A vacant slot never says parked (see `parked_at`).
+            self.blocks[next].parked = false;
             self.blocks.remove(next);
         }
     }
@@ -188,6 +225,7 @@ impl CachingAllocator {
             let pool = self.pool_mut(DEFAULT_POOLS, block.pool);
             pool.hold(block.stream, block.ptr + rounded, rest);
             pool.count_parked(1);
+            self.hint_parked(block.ptr + rounded, rest);
         }
         let (handed, ptr) = self.hand_out_block(id, rounded, requested, false);
         self.blocks[handed].planned = true;

@@ -287,6 +287,12 @@ impl CachingAllocator {
         stream: StreamId,
     ) -> Result<Option<usize>> {
         let end = address + rounded;
+        if let Some(id) = self.parked_at(address, stream) {
+            if self.blocks[id].size >= rounded {
+                // The steady state: the block parked here is taken as it is, found by its hint.
+                return Ok(Some(self.take_parked(id, rounded, requested)));
+            }
+        }
         let Some(start) = self.block_holding(stream, address) else {
             return Ok(None);
         };
