@@ -34,7 +34,7 @@
 
 use super::period::StretchMatcher;
 use super::placement::{best_of_orders, place_cyclic_pinned, Lifetime};
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 type StreamId = usize;
 
@@ -148,7 +148,7 @@ pub struct PlannerCounters {
 
 /// The planner of one device.
 pub struct OnlinePlanner {
-    log: Vec<Entry>,
+    log: VecDeque<Entry>,
     /// The allocation number of log[0].
     first: usize,
     /// Allocations so far.
@@ -187,7 +187,7 @@ impl Default for OnlinePlanner {
 impl OnlinePlanner {
     pub fn new() -> Self {
         OnlinePlanner {
-            log: Vec::new(),
+            log: VecDeque::new(),
             first: 0,
             allocations: 0,
             time: 0,
@@ -323,7 +323,7 @@ impl OnlinePlanner {
     pub fn allocated(&mut self, size: usize, stream: StreamId, ptr: usize) -> Option<Candidate> {
         let number = self.allocations;
         self.allocations += 1;
-        self.log.push(Entry {
+        self.log.push_back(Entry {
             size,
             stream,
             start: self.time,
@@ -429,9 +429,9 @@ impl OnlinePlanner {
             .map_or(0, |(stream, _)| stream)
     }
 
-    fn template(&self, candidate: &Candidate) -> &[Entry] {
+    fn template(&self, candidate: &Candidate) -> impl Iterator<Item = &Entry> + '_ {
         let start = candidate.from - self.first;
-        &self.log[start..start + candidate.period]
+        self.log.range(start..start + candidate.period)
     }
 
     /// Make the plan for `candidate` in `region` and put it in force (the one before is kept
@@ -468,7 +468,9 @@ impl OnlinePlanner {
     }
 
     fn plan_for(&self, candidate: Candidate, region: &Region) -> Option<(Plan, usize)> {
-        let template = self.template(&candidate);
+        // A copy: the log is a ring (its oldest half goes without moving the rest), and a plan is
+        // made far less often than a request is logged.
+        let template: Vec<Entry> = self.template(&candidate).copied().collect();
         let period = candidate.period;
         let t0 = template[0].start;
         // The step's length in events: from the instance of position 0 one period before, when the
@@ -597,7 +599,7 @@ impl OnlinePlanner {
         for &(k, ptr) in &addresses_kept {
             addresses[k] = Some(ptr);
         }
-        let quiet = quiet_position(&blocks, template, t0, cycle);
+        let quiet = quiet_position(&blocks, &template, t0, cycle);
         let plan = Plan {
             keys: template.iter().map(|e| (e.size, e.stream)).collect(),
             addresses,
