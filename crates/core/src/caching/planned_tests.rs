@@ -659,13 +659,19 @@ fn aligned_step(a: &mut CachingAllocator) {
     a.free(previous.unwrap()).unwrap();
 }
 
-#[test]
-fn a_request_during_a_capture_finds_the_parked_memory_free() {
+/// A planned allocator after eight aligned steps: a plan in force, the last step's blocks parked.
+fn planned_after_aligned_steps() -> CachingAllocator {
     let mut a = planned();
     for _ in 0..8 {
         aligned_step(&mut a);
     }
     assert!(a.parked_blocks() > 0);
+    a
+}
+
+#[test]
+fn a_request_during_a_capture_finds_the_parked_memory_free() {
+    let mut a = planned_after_aligned_steps();
     assert_eq!(a.stats().reserved_bytes[ALL].current, 6 * MIB as i64);
     // Stream 1 is captured; stream 0's requests still go to the default pools, by the policy,
     // which finds the step's free memory there, parked or not, and maps nothing.
@@ -682,11 +688,7 @@ fn a_request_during_a_capture_finds_the_parked_memory_free() {
 
 #[test]
 fn turning_the_plan_off_leaves_no_block_parked() {
-    let mut a = planned();
-    for _ in 0..8 {
-        aligned_step(&mut a);
-    }
-    assert!(a.parked_blocks() > 0);
+    let mut a = planned_after_aligned_steps();
     let config = settings::parse_settings(
         "expandable_segments:True,expandable_trim:True",
         &CachingConfig::default(),

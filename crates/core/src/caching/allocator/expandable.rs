@@ -491,31 +491,14 @@ impl CachingAllocator {
         self.pool_mut(block.private, block.pool)
             .unmapped
             .remove(&(block.stream, block.ptr));
-        self.blocks[id].mapped = true;
         if mapped_size < block.size {
             // The unmapped rest becomes a block of its own after this one.
-            let rest = self.blocks.insert(Block {
-                mapped: false,
-                expandable: block.expandable,
-                private: block.private,
-                prev: Some(id),
-                next: block.next,
-                ..Block::new(
-                    block.ptr + mapped_size,
-                    block.size - mapped_size,
-                    block.stream,
-                    block.pool,
-                )
-            });
-            if let Some(next) = block.next {
-                self.blocks[next].prev = Some(rest);
-            }
-            self.blocks[id].next = Some(rest);
-            self.blocks[id].size = mapped_size;
+            let rest = self.cut_back(id, block.ptr + mapped_size);
             self.pool_mut(block.private, block.pool)
                 .unmapped
                 .insert((block.stream, block.ptr + mapped_size), rest);
         }
+        self.blocks[id].mapped = true;
         self.try_merge(id, self.blocks[id].prev);
         self.try_merge(id, self.blocks[id].next);
         self.cache_block(id);

@@ -753,6 +753,55 @@ impl CachingAllocator {
         stats.requested_bytes.decrease(pool, requested as u64);
     }
 
+    /// Make [ptr, at) of block `id` a block of its own, before it and like it, and return it; `id`
+    /// keeps [at, end).
+    fn cut_front(&mut self, id: BlockId, at: usize) -> BlockId {
+        self.cut(id, at, true)
+    }
+
+    /// Make [at, end) of block `id` a block of its own, after it and like it, and return it; `id`
+    /// keeps [ptr, at).
+    fn cut_back(&mut self, id: BlockId, at: usize) -> BlockId {
+        self.cut(id, at, false)
+    }
+
+    /// Cut block `id` at `at` (inside it) in two blocks alike (mapped or not, parked or not): a
+    /// new block takes the part in front of `at` when `new_in_front`, else the part from it on,
+    /// and `id` the other. Returns the new block; the pools are the caller's to update.
+    fn cut(&mut self, id: BlockId, at: usize, new_in_front: bool) -> BlockId {
+        let block = self.blocks[id];
+        let (ptr, size, prev, next) = if new_in_front {
+            (block.ptr, at - block.ptr, block.prev, Some(id))
+        } else {
+            (at, block.ptr + block.size - at, Some(id), block.next)
+        };
+        let new = self.blocks.insert(Block {
+            mapped: block.mapped,
+            parked: block.parked,
+            expandable: block.expandable,
+            counted_oversize_segment: block.counted_oversize_segment,
+            private: block.private,
+            prev,
+            next,
+            ..Block::new(ptr, size, block.stream, block.pool)
+        });
+        let kept = &mut self.blocks[id];
+        kept.size -= size;
+        if new_in_front {
+            kept.ptr = at;
+            kept.prev = Some(new);
+            if let Some(before) = block.prev {
+                self.blocks[before].next = Some(new);
+            }
+        } else {
+            kept.next = Some(new);
+            if let Some(after) = block.next {
+                self.blocks[after].prev = Some(new);
+            }
+        }
+        new
+    }
+
     /// Merge cached neighbour `source` into `target`; returns the bytes absorbed (0 when not merged).
     #[inline(always)]
     fn try_merge(&mut self, target: BlockId, source: Option<BlockId>) -> usize {

@@ -197,36 +197,16 @@ impl CachingAllocator {
     pub(super) fn take_parked(&mut self, id: BlockId, rounded: usize, requested: usize) -> usize {
         let block = self.blocks[id];
         debug_assert!(block.parked && block.size >= rounded);
-        self.blocks[id].parked = false;
         self.pool_mut(DEFAULT_POOLS, block.pool).count_parked(-1);
         if block.size > rounded {
             // A new block takes the rest, parked.
-            let rest = self.blocks.insert(Block {
-                mapped: true,
-                expandable: block.expandable,
-                counted_oversize_segment: block.counted_oversize_segment,
-                private: block.private,
-                parked: true,
-                prev: Some(id),
-                next: block.next,
-                ..Block::new(
-                    block.ptr + rounded,
-                    block.size - rounded,
-                    block.stream,
-                    block.pool,
-                )
-            });
-            if let Some(next) = block.next {
-                self.blocks[next].prev = Some(rest);
-            }
-            let front = &mut self.blocks[id];
-            front.next = Some(rest);
-            front.size = rounded;
+            let rest = self.cut_back(id, block.ptr + rounded);
             let pool = self.pool_mut(DEFAULT_POOLS, block.pool);
             pool.hold(block.stream, block.ptr + rounded, rest);
             pool.count_parked(1);
             self.hint_parked(block.ptr + rounded, rest);
         }
+        self.blocks[id].parked = false;
         let (handed, ptr) = self.hand_out_block(id, rounded, requested, false);
         self.blocks[handed].planned = true;
         ptr

@@ -442,26 +442,4 @@ impl CachingAllocator {
         self.try_merge(front, Some(id));
         self.cache_block(front);
     }
-
-    /// Make [ptr, at) of block `id` a block of its own, before it and like it (mapped or not), and
-    /// return it; `id` keeps [at, end).
-    pub(super) fn cut_front(&mut self, id: BlockId, at: usize) -> BlockId {
-        let block = self.blocks[id];
-        let front = self.blocks.insert(Block {
-            mapped: block.mapped,
-            expandable: block.expandable,
-            private: block.private,
-            prev: block.prev,
-            next: Some(id),
-            ..Block::new(block.ptr, at - block.ptr, block.stream, block.pool)
-        });
-        if let Some(prev) = block.prev {
-            self.blocks[prev].next = Some(front);
-        }
-        let back = &mut self.blocks[id];
-        back.prev = Some(front);
-        back.size -= at - block.ptr;
-        back.ptr = at;
-        front
-    }
 }
