@@ -1,9 +1,14 @@
 //! Parking, planned_placement's fast path. A block handed out at its planned address is, when it
 //! is freed while that plan is in force, parked where it lies: kept in its pool's address index
 //! alone, out of the tree the policy searches, and not merged with its free neighbours. The plan's
-//! next request at that address (most often the same tensor one step later) takes it as it is: one
-//! index operation each way, where an ordinary free merges the block into its neighbours and the
-//! next planned request cuts the merged block apart again (several tree operations each way).
+//! next request at that address (most often the same tensor one step later) finds it by a hash of
+//! the address (`parked_at`) and takes it as it is. A planned block keeps its address index entry
+//! while it lives ("held"), so that where the sizes repeat a step costs no index operation at all;
+//! an ordinary free merges the block into its neighbours and the next planned request cuts the
+//! merged block apart again, several tree operations each way. A request longer than the block
+//! parked at its address takes in the free blocks after it (`gather_parked`); one that finds no
+//! block parked at its address is served as without parking, the parked blocks under its range
+//! unparked first.
 //!
 //! Parking changes no figure. Whatever looks at free memory sees it as merging would have left
 //! it: the policy's requests, a new plan, the trims at the plans' line and empty_cache unpark every
