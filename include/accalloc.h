@@ -360,6 +360,11 @@ typedef struct AccallocPlannerStats {
    * Bytes the latest plan spans in its segment (0 before the first plan).
    */
   int64_t plan_height;
+  /**
+   * Of the requests given an address, those served from the block parked there (freed there
+   * by the plan's request before, kept unmerged for it): the fast path.
+   */
+  int64_t from_parked;
 } AccallocPlannerStats;
 
 /**

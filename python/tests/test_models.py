@@ -74,6 +74,9 @@ def test_a_model_trains_under_planned_placement_with_the_same_losses(fresh_devic
         after = accalloc.planner_stats(0)
         assert after["in_force"] and after["plans"] >= 1, after
         assert after["advised"] > before["advised"] and after["dropped"] == before["dropped"], (before, after)
+        # Most of them took the block their tensor of the step before was freed in, parked there.
+        served = after["advised"] - after["conflicts"] - (before["advised"] - before["conflicts"])
+        assert 0 < after["from_parked"] - before["from_parked"] <= served, (before, after)
         # And the snapshot shows where the plan lies: the segments of device 0 it spans say which part.
         planned = [s for s in accalloc.memory_snapshot(DEVICE)["segments"]
                    if s["device"] == 0 and "planned_range" in s]

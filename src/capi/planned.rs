@@ -29,6 +29,9 @@ pub struct AccallocPlannerStats {
     pub conflicts: i64,
     /// Bytes the latest plan spans in its segment (0 before the first plan).
     pub plan_height: i64,
+    /// Of the requests given an address, those served from the block parked there (freed there
+    /// by the plan's request before, kept unmerged for it): the fast path.
+    pub from_parked: i64,
 }
 
 /// Fill `*out` with what planned_placement's planner has done on `device` (-1: current).
@@ -68,6 +71,7 @@ pub unsafe extern "C" fn accalloc_planner_stats_on(
                         advised: count(c.advised),
                         conflicts: count(c.conflicts),
                         plan_height: count(c.height),
+                        from_parked: count(c.from_parked),
                     }),
                 )
             })

@@ -828,3 +828,34 @@ fn parking_changes_no_figure() {
         }
     }
 }
+
+/// A step of forty blocks (2 MiB + i x 4 KiB), all live together, then all freed.
+fn all_live_step(a: &mut CachingAllocator) -> Vec<usize> {
+    let held: Vec<usize> = (0..40)
+        .map(|i| a.malloc(2 * MIB + i * 4096, 0).unwrap())
+        .collect();
+    for &ptr in &held {
+        a.free(ptr).unwrap();
+    }
+    held
+}
+
+#[test]
+fn each_request_of_a_steady_step_takes_the_block_parked_at_its_address() {
+    let mut a = planned();
+    for _ in 0..6 {
+        all_live_step(&mut a);
+    }
+    let before = a.planner_counters().unwrap();
+    assert!(before.in_force, "{before:?}");
+    let first = all_live_step(&mut a);
+    // Live together, the forty blocks never share an address: each one's block waits, parked,
+    // where the step before freed it, and each request of the next step takes its own whole.
+    for _ in 0..3 {
+        let step_before = a.planner_counters().unwrap();
+        assert_eq!(all_live_step(&mut a), first);
+        let after = a.planner_counters().unwrap();
+        assert_eq!(after.advised - step_before.advised, 40, "{after:?}");
+        assert_eq!(after.from_parked - step_before.from_parked, 40, "{after:?}");
+    }
+}

@@ -140,6 +140,9 @@ pub struct PlannerCounters {
     pub advised: u64,
     /// Of them, those whose range was taken, served by the policy instead.
     pub conflicts: u64,
+    /// Of them, those served from the block parked at their address (freed there by the plan's
+    /// request before): the fast path (caching/allocator/parking.rs).
+    pub from_parked: u64,
     /// Bytes the latest plan spans in its segment (0 before the first).
     pub height: u64,
     /// Whether a plan is in force now and the program keeps to it (`planning`).
@@ -290,6 +293,11 @@ impl OnlinePlanner {
     /// back what the pass left free outside the plan).
     pub fn take_pass_end(&mut self) -> bool {
         std::mem::take(&mut self.pass_ended)
+    }
+
+    /// The advised request was served from the block parked at its address.
+    pub fn took_parked(&mut self) {
+        self.counters.from_parked += 1;
     }
 
     /// The advised range was taken: the request went to the policy.

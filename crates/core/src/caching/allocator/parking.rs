@@ -212,6 +212,9 @@ impl CachingAllocator {
             self.hint_parked(block.ptr + rounded, rest);
         }
         self.blocks[id].parked = false;
+        if let Some(planner) = &mut self.planner {
+            planner.took_parked();
+        }
         let (handed, ptr) = self.hand_out_block(id, rounded, requested, false);
         self.blocks[handed].planned = true;
         ptr

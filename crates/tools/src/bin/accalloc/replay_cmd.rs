@@ -197,13 +197,14 @@ fn print_report(path: &str, workload: &Workload, backend: &str, r: &ReplayReport
         let Some(c) = planner else { continue };
         println!(
             "planned placement, device {device}: {} plans made ({} tried, {} dropped), {} requests \
-             given a planned address ({} of them taken, served by the policy); a plan in force at \
-             the end: {}",
+             given a planned address ({} of them taken, served by the policy; {} served from the \
+             block parked there); a plan in force at the end: {}",
             c.plans,
             c.attempts,
             c.dropped,
             c.advised,
             c.conflicts,
+            c.from_parked,
             if c.in_force { "yes" } else { "no" }
         );
     }
@@ -249,6 +250,7 @@ fn report_json(path: &str, workload: &Workload, backend: &str, r: &ReplayReport)
                         "advised": c.advised,
                         "conflicts": c.conflicts,
                         "plan_height": c.height,
+                        "from_parked": c.from_parked,
                         "in_force": c.in_force,
                     })
                 })
