@@ -89,14 +89,19 @@ def device_stats(device=None):
 def planner_stats(device=None):
     """What planned_placement's planner has done on `device` (ACCALLOC_CONF=planned_placement:True): a dict
     of accalloc.h's AccallocPlannerStats (in_force a bool; plans, attempts, dropped, advised, conflicts,
-    plan_height and from_parked ints), or None where the setting is off."""
+    plan_height and from_parked ints; a library older than its header leaves out what it does not know), or
+    None where the setting is off."""
     device_type, index = _device_type_and_index(device)
     stats = PlannerStats()
     stats.struct_size = ctypes.sizeof(PlannerStats)
     check(library().accalloc_planner_stats_on(device_type, index, ctypes.byref(stats)))
     if not stats.enabled:
         return None
-    values = {name: getattr(stats, name) for name, _ in PlannerStats._fields_ if name not in ("struct_size", "enabled")}
+    # A library older than the header fills fewer bytes (it says how many in struct_size): the fields it
+    # did not fill are left out, not reported as zeros.
+    filled = [name for name, _ in PlannerStats._fields_
+              if getattr(PlannerStats, name).offset + getattr(PlannerStats, name).size <= stats.struct_size]
+    values = {name: getattr(stats, name) for name in filled if name not in ("struct_size", "enabled")}
     values["in_force"] = bool(values["in_force"])
     return values
 

@@ -182,3 +182,25 @@ def test_the_version_and_abi_are_the_headers():
     assert accalloc.__version__ == version
     abi = int(re.search(r"^#define ACCALLOC_ABI_VERSION (\d+)$", header, flags=re.M).group(1))
     assert accalloc._library.ABI_VERSION == abi == accalloc._library.library().accalloc_abi_version()
+
+
+def test_planner_stats_leave_out_what_an_older_library_did_not_fill(monkeypatch):
+    # An older library (ACCALLOC_LIBRARY may name one) knows a shorter AccallocPlannerStats: it fills that
+    # many bytes and says so in struct_size. What it did not fill is left out, not reported as zeros.
+    known = accalloc._library.PlannerStats.from_parked.offset
+
+    class OlderLibrary:
+        def accalloc_planner_stats_on(self, device_type, index, out):
+            stats = out._obj
+            assert stats.struct_size == ctypes.sizeof(accalloc._library.PlannerStats)
+            stats.struct_size, stats.enabled, stats.in_force, stats.plans = known, 1, 1, 2
+            stats.from_parked = 99  # past what this library fills: never to be read
+            return 0
+
+        def accalloc_current_accelerator(self):
+            return accalloc._library.DEVICE_HOST
+
+    monkeypatch.setattr(accalloc, "library", OlderLibrary)
+    stats = accalloc.planner_stats("host:0")
+    assert stats["plans"] == 2 and stats["in_force"] is True
+    assert "from_parked" not in stats and "plan_height" in stats, stats

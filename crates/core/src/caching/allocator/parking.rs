@@ -25,8 +25,8 @@ const PARKED_HINTS: usize = 1024;
 /// The hint slot of a block address (multiples of 512: the low bits say nothing).
 #[inline]
 fn hint_slot(address: usize) -> usize {
-    (address >> 9).wrapping_mul(0x9E37_79B9_7F4A_7C15)
-        >> (usize::BITS - PARKED_HINTS.trailing_zeros())
+    ((address as u64 >> 9).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        >> (64 - PARKED_HINTS.trailing_zeros())) as usize
 }
 
 impl CachingAllocator {
