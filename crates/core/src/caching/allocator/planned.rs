@@ -297,10 +297,6 @@ impl CachingAllocator {
             return Ok(None);
         };
         let first = self.blocks[start];
-        if first.parked && first.ptr == address && first.size >= rounded {
-            // The steady state: the block parked here is taken as it is (allocator/parking.rs).
-            return Ok(Some(self.take_parked(start, rounded, requested)));
-        }
         let segment = first.expandable;
         // Every block under the range must be free with no event pending, in the same segment.
         let mut cursor = Some(start);
@@ -327,8 +323,8 @@ impl CachingAllocator {
             && all_mapped
             && plan_end.is_some_and(|e| covered <= e)
         {
-            // The block parked here is shorter than the request: it takes in the free blocks
-            // after it, and the request is served from it.
+            // The block parked here (its hint missed) is taken, with the free blocks after it
+            // when it is shorter than the request (allocator/parking.rs).
             self.gather_parked(start, end);
             return Ok(Some(self.take_parked(start, rounded, requested)));
         }
