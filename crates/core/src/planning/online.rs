@@ -158,8 +158,10 @@ pub struct OnlinePlanner {
     allocations: usize,
     /// Events (allocations and frees) so far: the planner's clock.
     time: usize,
-    /// Live blocks: address -> allocation number.
-    live: HashMap<usize, usize, std::hash::BuildHasherDefault<super::period::MixHasher>>,
+    /// The allocation number of each live logged block, by the allocator's slot for it (its block
+    /// id: small and dense, so a vector indexed by it costs no hash on the request path); LIVE where
+    /// no logged block lives.
+    live: Vec<usize>,
     matcher: StretchMatcher,
     /// The allocation number the matcher counts from.
     matcher_base: usize,
@@ -194,7 +196,7 @@ impl OnlinePlanner {
             first: 0,
             allocations: 0,
             time: 0,
-            live: HashMap::default(),
+            live: Vec::new(),
             matcher: StretchMatcher::new(WINDOW),
             matcher_base: 0,
             plan: None,
@@ -326,9 +328,16 @@ impl OnlinePlanner {
         self.pass_ended = true;
     }
 
-    /// An allocation of `size` bytes (rounded) on `stream` was served at `ptr`. Some when a plan
-    /// should be made now (the allocator then calls `build`).
-    pub fn allocated(&mut self, size: usize, stream: StreamId, ptr: usize) -> Option<Candidate> {
+    /// An allocation of `size` bytes (rounded) on `stream` was served at `ptr`, in the allocator's
+    /// `slot` (a small number that names it until it is freed: `freed` gets the same). Some when a
+    /// plan should be made now (the allocator then calls `build`).
+    pub fn allocated(
+        &mut self,
+        size: usize,
+        stream: StreamId,
+        ptr: usize,
+        slot: usize,
+    ) -> Option<Candidate> {
         let number = self.allocations;
         self.allocations += 1;
         self.log.push_back(Entry {
@@ -339,7 +348,10 @@ impl OnlinePlanner {
             ptr,
         });
         self.time += 1;
-        self.live.insert(ptr, number);
+        if slot >= self.live.len() {
+            self.live.resize((slot + 1).next_power_of_two(), LIVE);
+        }
+        self.live[slot] = number;
         if self.log.len() > 2 * LOG_KEPT {
             self.log.drain(..LOG_KEPT);
             self.first += LOG_KEPT;
@@ -390,14 +402,40 @@ impl OnlinePlanner {
         wanted.then_some(candidate)
     }
 
-    /// The block at `ptr` was freed.
-    pub fn freed(&mut self, ptr: usize) {
-        if let Some(number) = self.live.remove(&ptr) {
-            if number >= self.first {
+    /// The block in `slot` was freed (logged or not).
+    pub fn freed(&mut self, slot: usize) {
+        if let Some(number) = self.live.get_mut(slot).map(|n| std::mem::replace(n, LIVE)) {
+            if number != LIVE && number >= self.first {
                 self.log[number - self.first].end = self.time;
             }
         }
         self.time += 1;
+    }
+
+    /// The slots of the live blocks the log still holds, and the address each was logged at (for
+    /// the allocator's invariants).
+    pub fn logged_live(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        self.live
+            .iter()
+            .enumerate()
+            .filter(|&(_, &number)| number != LIVE && number >= self.first)
+            .map(|(slot, &number)| (slot, self.log[number - self.first].ptr))
+    }
+
+    /// The allocator renumbered its slots: `renumbered[old]` is the new number of each (slots
+    /// with no block are not asked for).
+    pub fn renumber(&mut self, renumbered: &[u32]) {
+        let mut live = vec![LIVE; self.live.len().min(renumbered.len()).next_power_of_two()];
+        for (old, &number) in self.live.iter().enumerate() {
+            if number != LIVE {
+                let new = renumbered[old] as usize;
+                if new >= live.len() {
+                    live.resize((new + 1).next_power_of_two(), LIVE);
+                }
+                live[new] = number;
+            }
+        }
+        self.live = live;
     }
 
     /// The instance one period before allocation `number`: the allocation of the same size and
@@ -672,4 +710,33 @@ fn quiet_position(blocks: &[Lifetime], template: &[Entry], t0: usize, cycle: usi
         .iter()
         .position(|e| e.start - t0 >= when)
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_free_ends_the_lifetime_logged_for_its_slot_across_a_renumbering() {
+        let mut planner = OnlinePlanner::new();
+        planner.allocated(1024, 0, 0x1000, 5); // allocation 0, at time 0
+        planner.allocated(2048, 0, 0x2000, 9); // allocation 1, at time 1
+        planner.freed(3); // a block the log never saw: only the clock moves (time 2)
+        assert_eq!((planner.log[0].end, planner.log[1].end), (LIVE, LIVE));
+        // The allocator compacts its slab: slot 9 becomes 0 and slot 5 becomes 1.
+        let mut renumbered = vec![u32::MAX; 10];
+        (renumbered[5], renumbered[9]) = (1, 0);
+        planner.renumber(&renumbered);
+        let mut live: Vec<(usize, usize)> = planner.logged_live().collect();
+        live.sort_unstable();
+        assert_eq!(live, [(0, 0x2000), (1, 0x1000)]);
+        planner.freed(0); // time 3: the block at 0x2000
+        assert_eq!((planner.log[0].end, planner.log[1].end), (LIVE, 3));
+        planner.freed(1); // time 4: the block at 0x1000
+        assert_eq!(planner.log[0].end, 4);
+        assert_eq!(planner.logged_live().count(), 0);
+        // A slot freed again ends nothing more.
+        planner.freed(1);
+        assert_eq!((planner.log[0].end, planner.log[1].end), (4, 3));
+    }
 }

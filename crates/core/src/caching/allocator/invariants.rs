@@ -181,6 +181,18 @@ impl CachingAllocator {
         {
             return Err(format!("vacant slot {id} says parked"));
         }
+        // The planner finds a freed block's log entry by its slot: each slot it says is live holds
+        // an allocated block at the address the entry logged (slab compactions renumber both).
+        if let Some(planner) = &self.planner {
+            for (slot, ptr) in planner.logged_live() {
+                let block = self.blocks.get(slot as BlockId);
+                if !block.is_some_and(|b| b.allocated && b.ptr == ptr) {
+                    return Err(format!(
+                        "the planner's slot {slot} says {ptr:#x} is live, the slab says {block:?}"
+                    ));
+                }
+            }
+        }
         known.sort_unstable();
         known.dedup();
         if known.len() != self.blocks.len() {

@@ -30,6 +30,9 @@ impl CachingAllocator {
             for id in &mut self.private_pools.deferred_frees {
                 *id = renumbered[*id as usize];
             }
+            if let Some(planner) = &mut self.planner {
+                planner.renumber(&renumbered);
+            }
         } else if self.active.is_sparse() {
             self.active.shrink();
         }

@@ -400,7 +400,7 @@ impl CachingAllocator {
             None => self.return_to_pool(id),
         }
         if let Some(planner) = &mut self.planner {
-            planner.freed(ptr);
+            planner.freed(id as usize);
         }
         Ok(())
     }

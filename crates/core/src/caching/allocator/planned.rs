@@ -64,8 +64,9 @@ impl CachingAllocator {
     /// Never fails: the request is served already, and a plan that cannot be made (the device
     /// refused the segment's reservation) is only memory not saved.
     fn planned_allocation(&mut self, rounded: usize, stream: StreamId, ptr: usize) {
+        let id = *self.active.get(&ptr).expect("just handed out");
         let planner = self.planner.as_mut().expect("planning");
-        if let Some(candidate) = planner.allocated(rounded, stream, ptr) {
+        if let Some(candidate) = planner.allocated(rounded, stream, ptr, id as usize) {
             if self.make_plan(candidate).is_err() {
                 self.planner
                     .as_mut()
