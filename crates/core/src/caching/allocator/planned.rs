@@ -288,13 +288,13 @@ impl CachingAllocator {
         stream: StreamId,
     ) -> Result<Option<usize>> {
         let end = address + rounded;
-        if let Some(id) = self.parked_at(address, stream) {
-            if self.blocks[id].size >= rounded {
-                // The steady state: the block parked here is taken as it is, found by its hint.
-                return Ok(Some(self.take_parked(id, rounded, requested)));
-            }
+        let parked = self.parked_at(address, stream);
+        if let Some(id) = parked.filter(|&id| self.blocks[id].size >= rounded) {
+            // The steady state: the block parked here is taken as it is, found by its hint.
+            return Ok(Some(self.take_parked(id, rounded, requested)));
         }
-        let Some(start) = self.block_holding(stream, address) else {
+        // A block parked here but too short is where the range starts (gathered below).
+        let Some(start) = parked.or_else(|| self.block_holding(stream, address)) else {
             return Ok(None);
         };
         let first = self.blocks[start];
