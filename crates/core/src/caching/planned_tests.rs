@@ -706,7 +706,9 @@ fn turning_the_plan_off_leaves_no_block_parked() {
 /// begun or ended (`mode` 1 and 3), the plan turned off or on (`mode` 2 and 3), a stream use, an
 /// event completed, or a request off the plan (`mode` 4 and 5: sizes in whole pages, so that plans
 /// end on a page). What every operation returned, the statistics and the snapshot, after each.
-fn seeded_program(seed: u64, mode: u32, parking: bool) -> Vec<String> {
+/// `off_path`: every plan placed off the request path, on a thread (Some(false)) or on the calling
+/// thread (Some(true)), and put in force one step later.
+fn seeded_program(seed: u64, mode: u32, parking: bool, off_path: Option<bool>) -> Vec<String> {
     use crate::caching::pools::Route;
     let backend = Arc::new(SimulatedBackend::new(1, 1 << 30));
     let settings_of = |planned: bool| {
@@ -720,6 +722,9 @@ fn seeded_program(seed: u64, mode: u32, parking: bool) -> Vec<String> {
     let mut a = CachingAllocator::new(backend.clone(), 0, settings_of(true)).unwrap();
     if !parking {
         a.turn_parking_off();
+    }
+    if let Some(inline) = off_path {
+        a.place_plans_off_path(1, inline);
     }
     let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     let mut next = move |n: usize| {
@@ -803,6 +808,19 @@ fn seeded_program(seed: u64, mode: u32, parking: bool) -> Vec<String> {
     }
     a.empty_cache().unwrap();
     log.push(format!("{:?}", a.stats()));
+    // What the planner did (from_parked aside: parking's own count).
+    let counters = a.planner_counters();
+    log.push(format!(
+        "planner {:?}",
+        counters.map(|c| (
+            c.plans,
+            c.attempts,
+            c.dropped,
+            c.advised,
+            c.conflicts,
+            c.height
+        ))
+    ));
     log
 }
 
@@ -813,8 +831,8 @@ fn parking_changes_no_figure() {
     for mode in 0..6 {
         for seed in 1..=25 {
             let (with, without) = (
-                seeded_program(seed, mode, true),
-                seeded_program(seed, mode, false),
+                seeded_program(seed, mode, true, None),
+                seeded_program(seed, mode, false, None),
             );
             assert_eq!(with.len(), without.len(), "seed {seed}, mode {mode}");
             if let Some((i, (a, b))) = with
@@ -911,4 +929,106 @@ fn parking_changes_no_figure_across_slab_compactions() {
         assert_eq!(a, b, "line {i}");
     }
     assert_eq!(with.len(), without.len());
+}
+
+#[test]
+fn a_plan_placed_off_the_request_path_is_put_in_force_one_step_later() {
+    // The chain's plan, found at the same allocation both ways: made at once, or placed off the
+    // request path and put in force when the step has come round to the same point (40 later).
+    let first_plan = |off_path: bool| {
+        let mut a = planned();
+        if off_path {
+            a.place_plans_off_path(1, false);
+        }
+        let (mut allocation, mut tried, mut made) = (0, None, None);
+        for _ in 0..8 {
+            chain_step_watched(&mut a, |a| {
+                allocation += 1;
+                let counters = a.planner_counters().unwrap();
+                if counters.attempts > 0 && tried.is_none() {
+                    tried = Some(allocation);
+                }
+                if counters.plans > 0 && made.is_none() {
+                    made = Some(allocation);
+                }
+            });
+        }
+        let counters = a.planner_counters().unwrap();
+        (
+            tried.expect("tried"),
+            made.unwrap_or_else(|| panic!("{counters:?}")),
+            a,
+        )
+    };
+    let (tried_at_once, made_at_once, _) = first_plan(false);
+    let (tried, made, mut a) = first_plan(true);
+    assert_eq!(tried, tried_at_once);
+    assert_eq!(made_at_once, tried_at_once);
+    assert_eq!(made, tried + 40);
+    // In force and kept to: every request of a step at its planned address, none taken.
+    let before = a.planner_counters().unwrap();
+    let addresses = chain_step(&mut a);
+    let after = a.planner_counters().unwrap();
+    assert_eq!(after.advised - before.advised, 40, "{after:?}");
+    assert_eq!(after.conflicts, before.conflicts);
+    assert_eq!(chain_step(&mut a), addresses);
+}
+
+#[test]
+fn planning_off_the_request_path_does_not_depend_on_the_thread() {
+    // Every plan placed off the request path, on a thread of its own or on the calling thread:
+    // every address, statistic and snapshot the same, whenever the thread finishes.
+    let mut made = 0;
+    for mode in 0..6 {
+        for seed in 1..=12 {
+            let (threaded, here) = (
+                seeded_program(seed, mode, true, Some(false)),
+                seeded_program(seed, mode, true, Some(true)),
+            );
+            assert_eq!(threaded.len(), here.len(), "seed {seed}, mode {mode}");
+            if let Some((i, (a, b))) = threaded
+                .iter()
+                .zip(&here)
+                .enumerate()
+                .find(|(_, (a, b))| a != b)
+            {
+                panic!("seed {seed}, mode {mode}, line {i}: on a thread\n{a}\nhere\n{b}");
+            }
+            made += !threaded.last().unwrap().starts_with("planner Some((0,") as usize;
+        }
+    }
+    // Not vacuous: plans were placed off the path and put in force.
+    assert!(made >= 24, "{made} of 72 programs made a plan");
+}
+
+#[test]
+fn a_plan_placed_by_a_thread_of_another_process_is_placed_again_here() {
+    // fork copies only the forking thread: a child must not wait for the parent's placement. It
+    // places the plan itself when the step comes round, and gets the same plan.
+    let run = |forked: bool| {
+        let mut a = planned();
+        a.place_plans_off_path(1, !forked);
+        let (mut pretended, mut addresses) = (false, Vec::new());
+        for _ in 0..4 {
+            let mut previous = None;
+            for i in 0..40 {
+                let ptr = a.malloc(2 * MIB + i * 4096, 0).unwrap();
+                addresses.push(ptr);
+                if let Some(p) = previous.replace(ptr) {
+                    a.free(p).unwrap();
+                }
+                if forked && !pretended && a.plan_in_making() {
+                    a.pretend_plan_in_making_forked();
+                    pretended = true;
+                }
+            }
+            a.free(previous.unwrap()).unwrap();
+        }
+        assert!(pretended || !forked, "no plan was placed off the path");
+        assert!(!a.plan_in_making());
+        (addresses, a.planner_counters().unwrap(), a.stats())
+    };
+    let (forked, here) = (run(true), run(false));
+    assert_eq!(forked.1.plans, 1, "{:?}", forked.1);
+    assert_eq!(forked, here);
 }

@@ -78,6 +78,14 @@ impl Candidate {
     pub fn period(&self) -> usize {
         self.period
     }
+
+    /// The same stretch `steps` steps later.
+    pub fn later(&self, steps: usize) -> Candidate {
+        Candidate {
+            from: self.from + steps * self.period,
+            period: self.period,
+        }
+    }
 }
 
 /// Where a plan may go: the stream's large expandable segment and what is live in it now.
@@ -181,6 +189,8 @@ pub struct OnlinePlanner {
     failures: u32,
     /// The plan wants replacing and its quiet position has come: replace it at this allocation.
     rebuild_now: bool,
+    /// A plan is being made off the request path, to be put in force at this allocation.
+    making_until: Option<usize>,
 }
 
 impl Default for OnlinePlanner {
@@ -208,6 +218,7 @@ impl OnlinePlanner {
             replaced: None,
             failures: 0,
             rebuild_now: false,
+            making_until: None,
         }
     }
 
@@ -371,6 +382,10 @@ impl OnlinePlanner {
                 self.similar_period = Some(period);
             }
         }
+        if self.making_until.is_some() {
+            // The plan being made comes first.
+            return None;
+        }
         if std::mem::take(&mut self.rebuild_now) && number >= self.quiet_until {
             // The plan in force wants replacing and its quiet position has come: the last period
             // like it, ending here.
@@ -484,23 +499,57 @@ impl OnlinePlanner {
     /// aside, for `reject_plan`). False, the plan in force unchanged, when there is nothing to plan
     /// or the plan would not pay.
     pub fn build(&mut self, candidate: Candidate, region: &Region) -> bool {
+        match self.prepare(candidate, region) {
+            Some(job) => self.install(job.run()),
+            None => false,
+        }
+    }
+
+    /// The first half of `build`: what the placement of `candidate` in `region` needs, taken from
+    /// the log (cheap). None, backed off, when the stretch is no step. The placement itself
+    /// (`PlanJob::run`, the costly half) needs nothing of the planner's: the allocator runs a
+    /// large step's on a thread of its own and puts it in force (`install`) one step later.
+    pub fn prepare(&mut self, candidate: Candidate, region: &Region) -> Option<PlanJob> {
         self.counters.attempts += 1;
-        match self.plan_for(candidate, region) {
+        let job = self.job_for(candidate, region);
+        if job.is_none() {
+            self.back_off(candidate.period);
+        }
+        job
+    }
+
+    /// Put the plan `step` made in force (the one before is kept aside, for `reject_plan`); false,
+    /// backed off, when it was not made or would not pay. Ends a plan's making (`making_plan`).
+    pub fn install(&mut self, step: PlannedStep) -> bool {
+        // A replacement the plan in force wanted is this one.
+        (self.making_until, self.rebuild_now) = (None, false);
+        match step.plan {
             Some((mut plan, height)) => {
                 // A plan that places more of its step than the one before may be bettered again
                 // by the next step (lifetimes the log did not have yet); one that does not, is not.
                 let before = self.plan.as_ref().map_or(usize::MAX, |p| p.unplanned);
                 plan.improved = plan.unplanned < before;
-                self.replaced = self.plan.replace(plan).map(Box::new);
+                self.replaced = self.plan.replace(*plan).map(Box::new);
                 self.counters.plans += 1;
                 self.counters.height = height as u64;
                 true
             }
             None => {
-                self.back_off(candidate.period);
+                self.back_off(step.period);
                 false
             }
         }
+    }
+
+    /// A plan is being made off the request path, to be put in force at allocation `at` (the
+    /// same point of the next step): no other is tried before.
+    pub fn making_plan(&mut self, at: usize) {
+        self.making_until = Some(at);
+    }
+
+    /// Allocations logged so far.
+    pub fn allocations(&self) -> usize {
+        self.allocations
     }
 
     /// Not now: a later step may give a better plan. Each failure in a row waits twice as long
@@ -513,7 +562,13 @@ impl OnlinePlanner {
         }
     }
 
-    fn plan_for(&self, candidate: Candidate, region: &Region) -> Option<(Plan, usize)> {
+    /// What `prepare` would return for `candidate` in `region`, with nothing counted or backed off
+    /// (the allocator checks with it that a plan placed off the request path still fits when it is
+    /// put in force).
+    pub fn job_for(&self, candidate: Candidate, region: &Region) -> Option<PlanJob> {
+        if candidate.from < self.first || candidate.from + candidate.period > self.allocations {
+            return None;
+        }
         // A copy: the log is a ring (its oldest half goes without moving the rest), and a plan is
         // made far less often than a request is logged.
         let template: Vec<Entry> = self.template(&candidate).copied().collect();
@@ -606,14 +661,109 @@ impl OnlinePlanner {
         let shift = |(start, end): (usize, usize)| (start - low, end - low);
         let obstacles: Vec<(usize, usize)> = obstacles.into_iter().map(shift).collect();
         let pinned: Vec<Option<usize>> = pinned.iter().map(|p| p.map(|at| at - low)).collect();
+        Some(PlanJob {
+            period,
+            blocks,
+            positions,
+            pinned,
+            obstacles,
+            addresses_kept,
+            keys: template.iter().map(|e| (e.size, e.stream)).collect(),
+            starts: template.iter().map(|e| e.start - t0).collect(),
+            cycle,
+            low,
+            base: region.base,
+            size: region.size,
+            page: region.page,
+            peak_allocated: region.peak_allocated,
+        })
+    }
+
+    /// The allocator could not make the plan for a candidate of `period` (the device refused the
+    /// segment's reservation, or a plan made off the request path could not be put in force): the
+    /// plan in force stays, and none is tried for a while.
+    pub fn give_up(&mut self, period: usize) {
+        self.making_until = None;
+        self.back_off(period);
+    }
+
+    /// The plan just made would hold more than it saves (the allocator's judgement, from what is
+    /// mapped): forget it, put back the one it replaced, and back off.
+    pub fn reject_plan(&mut self) {
+        if let Some(plan) = self.plan.take() {
+            self.counters.plans -= 1;
+            self.plan = self.replaced.take().map(|p| *p);
+            self.back_off(plan.keys.len());
+        }
+    }
+}
+
+/// The placement of one step, prepared by `OnlinePlanner::prepare`: the step's blocks (offsets
+/// counted from `low`), the obstacles and the pinned, and what a plan is built of. It owns all it
+/// needs, so that a large step's may run on a thread of its own. Two jobs that are equal give the
+/// same plan.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlanJob {
+    period: usize,
+    blocks: Vec<Lifetime>,
+    /// The template position of each block, and where it is pinned (counted from `low`).
+    positions: Vec<usize>,
+    pinned: Vec<Option<usize>>,
+    /// The live blocks the plan goes around, counted from `low`.
+    obstacles: Vec<(usize, usize)>,
+    /// Positions planned where their live instance is (template position, address).
+    addresses_kept: Vec<(usize, usize)>,
+    /// (rounded size, stream) of each template position, and its start (events from the first).
+    keys: Vec<(usize, StreamId)>,
+    starts: Vec<usize>,
+    cycle: usize,
+    /// The page the offsets count from, the region's range and page, and the most ever allocated.
+    low: usize,
+    base: usize,
+    size: usize,
+    page: usize,
+    peak_allocated: usize,
+}
+
+/// A step's plan, made (`plan`: the plan and its height) or not (None: it did not fit or would
+/// not pay), for `OnlinePlanner::install`.
+pub struct PlannedStep {
+    period: usize,
+    plan: Option<(Box<Plan>, usize)>,
+}
+
+impl PlannedStep {
+    /// No plan for a step of `period` allocations (the stretch is no step now).
+    pub fn none(period: usize) -> PlannedStep {
+        PlannedStep { period, plan: None }
+    }
+}
+
+impl PlanJob {
+    /// Blocks to place: what the placement's cost grows with.
+    pub fn blocks(&self) -> usize {
+        self.blocks.len()
+    }
+
+    /// The costly half of a plan: the placement, the best of its orders.
+    pub fn run(&self) -> PlannedStep {
+        PlannedStep {
+            period: self.period,
+            plan: self.place().map(|(plan, height)| (Box::new(plan), height)),
+        }
+    }
+
+    fn place(&self) -> Option<(Plan, usize)> {
+        let (blocks, cycle, low, period) = (&self.blocks, self.cycle, self.low, self.period);
+        let (obstacles, pinned) = (&self.obstacles, &self.pinned);
         let (_, mut placement) = best_of_orders(blocks.len(), |order| {
-            place_cyclic_pinned(&blocks, cycle, order, &obstacles, &pinned).ok()
+            place_cyclic_pinned(blocks, cycle, order, obstacles, pinned).ok()
         })?;
         for offset in &mut placement.offsets {
             *offset += low;
         }
         placement.size += low;
-        if placement.size > region.size {
+        if placement.size > self.size {
             return None;
         }
         // A plan pays only near the floor: one that needs more than the most ever allocated and a
@@ -630,24 +780,24 @@ impl OnlinePlanner {
                     .iter()
                     .map(|&(start, end)| (start + low, end + low)),
             )
-            .flat_map(|(low, high)| low / region.page..high.div_ceil(region.page))
+            .flat_map(|(low, high)| low / self.page..high.div_ceil(self.page))
             .collect();
         pages.sort_unstable();
         pages.dedup();
-        let touched = pages.len() * region.page;
-        if touched as f64 > region.peak_allocated as f64 * (1.0 + PLAN_SLACK) + region.page as f64 {
+        let touched = pages.len() * self.page;
+        if touched as f64 > self.peak_allocated as f64 * (1.0 + PLAN_SLACK) + self.page as f64 {
             return None;
         }
         let mut addresses = vec![None; period];
-        for (i, &k) in positions.iter().enumerate() {
-            addresses[k] = Some(region.base + placement.offsets[i]);
+        for (i, &k) in self.positions.iter().enumerate() {
+            addresses[k] = Some(self.base + placement.offsets[i]);
         }
-        for &(k, ptr) in &addresses_kept {
+        for &(k, ptr) in &self.addresses_kept {
             addresses[k] = Some(ptr);
         }
-        let quiet = quiet_position(&blocks, &template, t0, cycle);
+        let quiet = quiet_position(blocks, &self.starts, cycle);
         let plan = Plan {
-            keys: template.iter().map(|e| (e.size, e.stream)).collect(),
+            keys: self.keys.clone(),
             addresses,
             cursor: 0,
             recent: 0,
@@ -657,35 +807,19 @@ impl OnlinePlanner {
             conflicts: 0,
             rebuild_wanted: false,
             passes: 0,
-            unplanned: period - positions.len() - addresses_kept.len(),
+            unplanned: period - self.positions.len() - self.addresses_kept.len(),
             improved: false,
-            range: (region.base, region.base + placement.size),
+            range: (self.base, self.base + placement.size),
             touched,
             quiet,
         };
         Some((plan, placement.size))
     }
-
-    /// The allocator could not make the plan for a candidate of `period` (the device refused the
-    /// segment's reservation): the plan in force stays, and none is tried for a while.
-    pub fn give_up(&mut self, period: usize) {
-        self.back_off(period);
-    }
-
-    /// The plan just made would hold more than it saves (the allocator's judgement, from what is
-    /// mapped): forget it, put back the one it replaced, and back off.
-    pub fn reject_plan(&mut self) {
-        if let Some(plan) = self.plan.take() {
-            self.counters.plans -= 1;
-            self.plan = self.replaced.take().map(|p| *p);
-            self.back_off(plan.keys.len());
-        }
-    }
 }
 
 /// The template position at which the fewest bytes of the planned `blocks` are live: the first
 /// position allocated at or after the quietest moment of the cycle.
-fn quiet_position(blocks: &[Lifetime], template: &[Entry], t0: usize, cycle: usize) -> usize {
+fn quiet_position(blocks: &[Lifetime], starts: &[usize], cycle: usize) -> usize {
     // Live bytes change at starts (+) and ends (-); a lifetime past the cycle's end wraps.
     let mut changes: Vec<(usize, i64)> = Vec::with_capacity(blocks.len() * 3);
     let mut at_zero = 0i64;
@@ -706,10 +840,7 @@ fn quiet_position(blocks: &[Lifetime], template: &[Entry], t0: usize, cycle: usi
             (least, when) = (live, time);
         }
     }
-    template
-        .iter()
-        .position(|e| e.start - t0 >= when)
-        .unwrap_or(0)
+    starts.iter().position(|&start| start >= when).unwrap_or(0)
 }
 
 #[cfg(test)]

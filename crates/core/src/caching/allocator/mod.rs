@@ -96,6 +96,12 @@ pub struct CachingAllocator {
     planner: Option<Box<crate::planning::online::OnlinePlanner>>,
     /// The default pool whose expandable segment the plan in force lies in.
     plan_pool: PoolKind,
+    /// A large step's plan being placed off the request path (planned.rs), and the steps that
+    /// big (PLAN_OFF_PATH_FROM; the tests set less, and may place it on the calling thread).
+    plan_in_making: Option<Box<planned::PlanInMaking>>,
+    plan_off_path_from: usize,
+    #[cfg(test)]
+    plan_off_path_inline: bool,
     /// Where a block was parked lately, by a hash of its address: a guess that spares a planned
     /// request the address index lookup (allocator/parking.rs). Empty until a block parks.
     parked_hints: Vec<BlockId>,
@@ -140,6 +146,10 @@ impl CachingAllocator {
             observers: Box::default(),
             planner: None,
             plan_pool: PoolKind::Large,
+            plan_in_making: None,
+            plan_off_path_from: planned::PLAN_OFF_PATH_FROM,
+            #[cfg(test)]
+            plan_off_path_inline: false,
             parked_hints: Vec::new(),
             #[cfg(test)]
             parking_off: false,
@@ -178,6 +188,8 @@ impl CachingAllocator {
                 // The policy alone serves from here: it sees no parked block.
                 self.unpark_all();
                 self.planner = None;
+                // A plan being made is no one's now (its thread finishes on its own).
+                self.plan_in_making = None;
             }
             _ => {}
         }

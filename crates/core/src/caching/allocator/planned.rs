@@ -8,7 +8,37 @@
 //! large pool's, in the large).
 
 use super::*;
-use crate::planning::online::{Candidate, PlannerCounters, Region, PLAN_SLACK};
+use crate::planning::online::{
+    Candidate, PlanJob, PlannedStep, PlannerCounters, Region, PLAN_SLACK,
+};
+use std::sync::Arc;
+
+/// Steps of this many blocks or more are placed off the request path (`PlanInMaking`): a
+/// placement's cost grows with its blocks (tens of milliseconds at a few thousand, hundreds at
+/// ten thousand), and the request that found the step would wait that long.
+pub(super) const PLAN_OFF_PATH_FROM: usize = 2048;
+
+/// A large step's plan being placed on a thread of its own, put in force at allocation `at`: the
+/// same point of the next step as the one it was found at, where the same blocks are live. Until
+/// then the plan in force (or the policy) serves on and no request waits for the placement.
+pub(super) struct PlanInMaking {
+    /// What is being placed, and the step it was found as.
+    job: Arc<PlanJob>,
+    candidate: Candidate,
+    placing: Placing,
+    at: usize,
+    /// The process that started the thread.
+    process: u32,
+}
+
+/// The default pool and the index of the expandable segment a plan lies in.
+type PlanSegment = (PoolKind, usize);
+
+/// The placement on its thread, or done already (no thread could be started).
+enum Placing {
+    Thread(std::thread::JoinHandle<PlannedStep>),
+    Done(PlannedStep),
+}
 
 impl CachingAllocator {
     /// What the planner has done on this device (None: planned_placement is off).
@@ -60,7 +90,8 @@ impl CachingAllocator {
         Ok(step)
     }
 
-    /// Tell the planner of an allocation; make the plan it asks for.
+    /// Tell the planner of an allocation; make the plan it asks for, and put in force the one made
+    /// off the request path when its allocation has come.
     /// Never fails: the request is served already, and a plan that cannot be made (the device
     /// refused the segment's reservation) is only memory not saved.
     fn planned_allocation(&mut self, rounded: usize, stream: StreamId, ptr: usize) {
@@ -74,19 +105,72 @@ impl CachingAllocator {
                     .give_up(candidate.period());
             }
         }
+        let allocations = self.planner.as_ref().expect("planning").allocations();
+        if self
+            .plan_in_making
+            .as_ref()
+            .is_some_and(|making| allocations >= making.at)
+        {
+            self.adopt_plan_in_making();
+        }
     }
 
-    /// Plan `candidate` in an expandable segment of its stream: the one that holds the most
-    /// live bytes (the blocks that outlive a step are there, and the plan fills the gaps between
-    /// them), the large pool's when neither holds any (reserved now if there is none).
+    /// Plan `candidate` in an expandable segment of its stream (`plan_region`). A step of
+    /// `PLAN_OFF_PATH_FROM` blocks or more is placed on a thread of its own and put in force one
+    /// step later (`PlanInMaking`); a smaller one at once.
     fn make_plan(&mut self, candidate: Candidate) -> Result<()> {
         // The blocks parked for the plan in force are no one's now.
         self.unpark_all();
+        let (segment, region) = self.plan_region(&candidate)?;
+        let planner = self.planner.as_mut().expect("planning");
+        let Some(job) = planner.prepare(candidate, &region) else {
+            return Ok(());
+        };
+        if job.blocks() < self.plan_off_path_from {
+            self.put_plan_in_force(job.run(), segment);
+            return Ok(());
+        }
+        let at = planner.allocations() + candidate.period();
+        planner.making_plan(at);
+        let job = Arc::new(job);
+        let worker_job = Arc::clone(&job);
+        #[cfg(test)]
+        let on_thread = !self.plan_off_path_inline;
+        #[cfg(not(test))]
+        let on_thread = true;
+        let spawned = on_thread
+            .then(|| {
+                std::thread::Builder::new()
+                    .name("accalloc-plan".into())
+                    .spawn(move || worker_job.run())
+                    .ok()
+            })
+            .flatten();
+        let placing = match spawned {
+            Some(worker) => Placing::Thread(worker),
+            // No thread to be had: placed here, put in force all the same one step later.
+            None => Placing::Done(job.run()),
+        };
+        self.plan_in_making = Some(Box::new(PlanInMaking {
+            job,
+            placing,
+            at,
+            candidate,
+            process: std::process::id(),
+        }));
+        Ok(())
+    }
+
+    /// Where `candidate`'s plan goes: the expandable segment of its stream that holds the most
+    /// live bytes (the blocks that outlive a step are there, and the plan fills the gaps between
+    /// them), the large pool's when neither holds any (reserved now if there is none). The
+    /// segment (pool, index, range), and the region the planner places in.
+    fn plan_region(&mut self, candidate: &Candidate) -> Result<(PlanSegment, Region)> {
         let stream = self
             .planner
             .as_ref()
             .expect("planning")
-            .stream_of(&candidate);
+            .stream_of(candidate);
         // The live blocks of each of the stream's two segments, (address, size), in one pass.
         let small = self.reservation_of(PoolKind::Small, stream);
         let large = self.reservation_of(PoolKind::Large, stream);
@@ -113,7 +197,6 @@ impl CachingAllocator {
             }
         };
         let (base, size) = self.expandable[index].range();
-        self.pool_mut(DEFAULT_POOLS, pool).index_addresses();
         let region = Region {
             stream,
             base,
@@ -122,37 +205,98 @@ impl CachingAllocator {
             peak_allocated: self.stats.allocated_bytes.peak_all() as usize,
             page: self.expandable[index].page,
         };
-        let planned = self
-            .planner
-            .as_mut()
-            .expect("planning")
-            .build(candidate, &region);
-        if planned {
-            // A plan rejected below puts the one before back, in its own pool.
-            let previous_pool = std::mem::replace(&mut self.plan_pool, pool);
-            // Best effort, as at a pass's end.
-            let _ = self.trim_for_plan(true);
-            // The plan pays only if its range and what stays mapped outside it (the other pool's
-            // pages, which long-lived blocks keep) come near the most ever allocated.
-            let planner = self.planner.as_mut().expect("planning");
-            let (start, end) = planner.range().expect("a plan in force");
-            let segment = &self.expandable[index];
-            let inside = (start..end)
-                .step_by(segment.page)
-                .filter(|&address| segment.page_mapped(address))
-                .count()
-                * segment.page;
-            let touched = planner.touched().expect("a plan in force");
-            let needed = touched + (self.reserved_total - inside);
-            // Pages are the unit: the line is the most ever allocated and the slack, in pages.
-            let peak = self.stats.allocated_bytes.peak_all() as f64;
-            let line = ((peak * (1.0 + PLAN_SLACK)) as usize).next_multiple_of(segment.page);
-            if needed > line {
-                planner.reject_plan();
-                self.plan_pool = previous_pool;
+        Ok(((pool, index), region))
+    }
+
+    /// Put the plan made off the request path in force: its allocation has come, one step after
+    /// the step was found. The plan is the one a planner placing at once would make now: the job
+    /// is taken again from the log and the device as they are now, and when it is the same as the
+    /// one placed (the step and its blocks' places repeated), the thread's placement is put in
+    /// force (waiting for the thread if it has not finished: no figure depends on its speed);
+    /// otherwise the new job is placed here. In a child process the thread is not there (fork
+    /// copies only the forking thread): the job is placed here too.
+    fn adopt_plan_in_making(&mut self) {
+        let making = *self.plan_in_making.take().expect("a plan in making");
+        let candidate = making.candidate.later(1);
+        self.unpark_all();
+        let Ok((segment, region)) = self.plan_region(&candidate) else {
+            self.planner
+                .as_mut()
+                .expect("planning")
+                .give_up(candidate.period());
+            return;
+        };
+        let planner = self.planner.as_mut().expect("planning");
+        let step = match (planner.job_for(candidate, &region), making.placing) {
+            (None, _) => PlannedStep::none(candidate.period()),
+            (Some(job), _) if job != *making.job => job.run(),
+            (Some(_), Placing::Done(step)) => step,
+            (Some(_), Placing::Thread(worker)) if making.process == std::process::id() => worker
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+            (Some(job), Placing::Thread(worker)) => {
+                // Its handle names a thread of the parent: neither joined nor detached here.
+                std::mem::forget(worker);
+                job.run()
             }
+        };
+        self.put_plan_in_force(step, segment);
+    }
+
+    /// Put the plan `step` made in `segment` (pool, index) in force, if it was made and pays: the
+    /// pages it and the rest of the device would hold come within the line.
+    fn put_plan_in_force(&mut self, step: PlannedStep, segment: PlanSegment) {
+        let (pool, index) = segment;
+        self.unpark_all();
+        self.pool_mut(DEFAULT_POOLS, pool).index_addresses();
+        if !self.planner.as_mut().expect("planning").install(step) {
+            return;
         }
-        Ok(())
+        // A plan rejected below puts the one before back, in its own pool.
+        let previous_pool = std::mem::replace(&mut self.plan_pool, pool);
+        // Best effort, as at a pass's end.
+        let _ = self.trim_for_plan(true);
+        // The plan pays only if its range and what stays mapped outside it (the other pool's
+        // pages, which long-lived blocks keep) come near the most ever allocated.
+        let planner = self.planner.as_mut().expect("planning");
+        let (start, end) = planner.range().expect("a plan in force");
+        let segment = &self.expandable[index];
+        let inside = (start..end)
+            .step_by(segment.page)
+            .filter(|&address| segment.page_mapped(address))
+            .count()
+            * segment.page;
+        let touched = planner.touched().expect("a plan in force");
+        let needed = touched + (self.reserved_total - inside);
+        // Pages are the unit: the line is the most ever allocated and the slack, in pages.
+        let peak = self.stats.allocated_bytes.peak_all() as f64;
+        let line = ((peak * (1.0 + PLAN_SLACK)) as usize).next_multiple_of(segment.page);
+        if needed > line {
+            planner.reject_plan();
+            self.plan_pool = previous_pool;
+        }
+    }
+
+    /// Place every plan of `blocks` blocks or more off the request path, on a thread of its own
+    /// or (`inline`) on the calling thread, put in force one step later all the same.
+    #[cfg(test)]
+    pub(crate) fn place_plans_off_path(&mut self, blocks: usize, inline: bool) {
+        self.plan_off_path_from = blocks;
+        self.plan_off_path_inline = inline;
+    }
+
+    /// Whether a plan is being placed off the request path.
+    #[cfg(test)]
+    pub(crate) fn plan_in_making(&self) -> bool {
+        self.plan_in_making.is_some()
+    }
+
+    /// Make the plan being placed look as if its thread was started by another process.
+    #[cfg(test)]
+    pub(crate) fn pretend_plan_in_making_forked(&mut self) {
+        if let Some(making) = &mut self.plan_in_making {
+            making.process = making.process.wrapping_add(1);
+        }
     }
 
     /// A new plan lays the blocks out afresh: the free pages of the default pools are unmapped, so
