@@ -220,6 +220,80 @@ pub fn planning(rounds: usize) -> PlanningBench {
     }
 }
 
+/// Layers of the step whose plan is made while the program runs: 3,600 allocations.
+const STALL_LAYERS: usize = 400;
+
+/// What the stall benchmark measured: the longest single request of a run of training steps in
+/// which the step's plan is found and made, the plan made at once (in the request that found the
+/// step) against made off the request path (on a thread of its own, put in force one step later).
+#[derive(Clone, Debug)]
+pub struct StallBench {
+    pub allocations_per_step: usize,
+    /// The time each step spends away from the allocator (its kernels, on a device).
+    pub step_ms: f64,
+    /// The longest request, in ms, each way; whether a plan was in force at the end each way.
+    pub at_once_ms: f64,
+    pub off_path_ms: f64,
+    pub planned_both_ways: bool,
+}
+
+/// Run four steps of a step of `layers` layers with `step_ms` between steps, on a planned
+/// allocator whose plans are made at once or off the request path; the longest request in ms and
+/// whether a plan was in force at the end.
+fn longest_request(layers: usize, off_path: bool, step_ms: u64) -> (f64, bool) {
+    let requests = step_of(layers);
+    let mut allocator = CachingAllocator::new(
+        Arc::new(SimulatedBackend::new(1, 1 << 40)),
+        0,
+        parse_settings("planned_placement:True", &CachingConfig::default())
+            .expect("a known setting"),
+    )
+    .expect("a simulated device");
+    allocator.set_plan_off_path_from(if off_path { 1 } else { usize::MAX });
+    let mut blocks = vec![0usize; allocations(&requests)];
+    let mut longest = 0f64;
+    for _ in 0..4 {
+        let mut next = 0;
+        for request in &requests {
+            match *request {
+                Request::Alloc(size) => {
+                    let start = Instant::now();
+                    blocks[next] = allocator
+                        .malloc(size, 0)
+                        .expect("the simulated device has room for the step");
+                    longest = longest.max(start.elapsed().as_secs_f64() * 1e3);
+                    next += 1;
+                }
+                Request::Free(index) => allocator
+                    .free(blocks[index])
+                    .expect("the step frees what it allocated"),
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(step_ms));
+    }
+    let in_force = allocator.planner_counters().is_some_and(|c| c.in_force);
+    (longest, in_force)
+}
+
+/// The longest request with the plan made at once and off the request path, each step spending
+/// `step_ms` away from the allocator (more than the placement takes, as a step of this many
+/// allocations does on a device).
+pub fn stall(step_ms: u64) -> StallBench {
+    stall_of(STALL_LAYERS, step_ms)
+}
+
+fn stall_of(layers: usize, step_ms: u64) -> StallBench {
+    let (at_once_ms, at_once_planned) = longest_request(layers, false, step_ms);
+    let (off_path_ms, off_path_planned) = longest_request(layers, true, step_ms);
+    StallBench {
+        allocations_per_step: allocations(&step_of(layers)),
+        step_ms: step_ms as f64,
+        at_once_ms,
+        off_path_ms,
+        planned_both_ways: at_once_planned && off_path_planned,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -235,6 +309,15 @@ mod tests {
         // The benchmark times what it says: every request of a step at a planned address.
         assert_eq!(bench.advised_last_step, 108);
         assert!(bench.cached_ns > 0.0 && bench.planned_ns > 0.0);
+    }
+
+    #[test]
+    fn the_stall_benchmark_makes_the_plan_both_ways() {
+        // What is timed is what the row says: the step's plan made, at once and off the path.
+        let bench = stall_of(20, 0);
+        assert_eq!(bench.allocations_per_step, 20 * 9);
+        assert!(bench.planned_both_ways, "{bench:?}");
+        assert!(bench.at_once_ms > 0.0 && bench.off_path_ms > 0.0);
     }
 
     #[test]

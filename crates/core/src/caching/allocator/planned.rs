@@ -277,6 +277,12 @@ impl CachingAllocator {
         }
     }
 
+    /// Place the plans of steps of `blocks` blocks or more off the request path (the default is
+    /// `PLAN_OFF_PATH_FROM`; usize::MAX places every plan at once): for benchmarks and tests.
+    pub fn set_plan_off_path_from(&mut self, blocks: usize) {
+        self.plan_off_path_from = blocks;
+    }
+
     /// Place every plan of `blocks` blocks or more off the request path, on a thread of its own
     /// or (`inline`) on the calling thread, put in force one step later all the same.
     #[cfg(test)]

@@ -58,6 +58,8 @@ const BENCH: &str =
     "  accalloc bench [--quick]         cached malloc+free pair against the C library's malloc+free;
                                    a planned request (planned_placement) against a cached one;
                                    a large step's plan made on threads against on one;
+                                   the longest request while it is made, off the request
+                                   path against at once;
                                    sleep and wake (pause, resume) against a plain copy";
 
 const OTHERS: &str = "  accalloc --version               the version and ABI of this build

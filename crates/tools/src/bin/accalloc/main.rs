@@ -217,6 +217,26 @@ fn bench(args: &[String]) -> Result<(), String> {
         planning.ratio()
     );
 
+    // The longest request: a large step's plan made in the request that found the step, against
+    // off the request path.
+    let stall = accalloc_tools::replay::plan_bench::stall(300);
+    println!(
+        "\nplanned_placement: the longest request of four steps of {} allocations in which the \
+         step's plan is found and made ({:.0} ms a step away from the allocator, as on a device; a \
+         plan in force at the end both ways: {})",
+        stall.allocations_per_step, stall.step_ms, stall.planned_both_ways
+    );
+    println!("| plan made | longest request, ms | / at once |\n|---|---:|---:|");
+    println!(
+        "| at once, in the request that found the step | {:.1} | 1.00 |",
+        stall.at_once_ms
+    );
+    println!(
+        "| off the request path, in force one step later (the planner's way) | {:.1} | {:.3} |",
+        stall.off_path_ms,
+        stall.off_path_ms / stall.at_once_ms
+    );
+
     // Sleep and wake: a pool's pages paused and resumed, against a plain copy of the same bytes.
     let (bytes, rounds) = if quick { (256 << 20, 3) } else { (1 << 30, 7) };
     let rows = accalloc_tools::replay::sleep_bench::run(bytes, rounds)?;
