@@ -1032,3 +1032,35 @@ fn a_plan_placed_by_a_thread_of_another_process_is_placed_again_here() {
     assert_eq!(forked.1.plans, 1, "{:?}", forked.1);
     assert_eq!(forked, here);
 }
+
+#[test]
+fn a_plan_in_making_is_let_go_when_the_mode_is_turned_off_or_the_allocator_dropped() {
+    let in_making = || {
+        let mut a = planned();
+        a.place_plans_off_path(1, false);
+        let mut held = Vec::new();
+        while !a.plan_in_making() {
+            chain_step(&mut a);
+            held.push(a.malloc(MIB, 0).unwrap());
+            assert!(held.len() < 8, "no plan was placed off the path");
+        }
+        (a, held)
+    };
+    // Turned off: the placement's thread is waited for, its plan is no one's, and the policy
+    // serves on with the books exact.
+    let (mut a, held) = in_making();
+    a.set_config(CachingConfig {
+        planned_placement: false,
+        ..a.config().clone()
+    });
+    assert!(!a.plan_in_making());
+    assert_eq!(a.planner_counters(), None);
+    chain_step(&mut a);
+    for ptr in held {
+        a.free(ptr).unwrap();
+    }
+    assert_eq!(a.stats().allocated_bytes[ALL].current, 0);
+    // Dropped while the thread places: it is waited for, not left running.
+    let (a, _) = in_making();
+    drop(a);
+}

@@ -27,18 +27,55 @@ pub(super) struct PlanInMaking {
     candidate: Candidate,
     placing: Placing,
     at: usize,
-    /// The process that started the thread.
+}
+
+/// The placement on its thread, or done already (no thread could be started).
+enum Placing {
+    Thread(Worker),
+    Done(PlannedStep),
+}
+
+/// The placement's thread. Dropped unjoined (a plan given up, planned_placement turned off, the
+/// allocator dropped), it is joined, so that no thread of the library outlives its allocator; in
+/// a child process it is not there (fork copies only the forking thread) and is let be.
+struct Worker {
+    handle: Option<std::thread::JoinHandle<PlannedStep>>,
+    /// The process that started it.
     process: u32,
+}
+
+impl Worker {
+    /// The placement, waiting for it if it is not done; None in a child process.
+    fn join(mut self) -> Option<PlannedStep> {
+        let handle = self.handle.take()?;
+        if self.process != std::process::id() {
+            // Its handle names a thread of the parent: neither joined nor detached here.
+            std::mem::forget(handle);
+            return None;
+        }
+        Some(
+            handle
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+        )
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        if let Some(handle) = self.handle.take() {
+            if self.process == std::process::id() {
+                // Its placement is no one's: only its end is waited for.
+                let _ = handle.join();
+            } else {
+                std::mem::forget(handle);
+            }
+        }
+    }
 }
 
 /// The default pool and the index of the expandable segment a plan lies in.
 type PlanSegment = (PoolKind, usize);
-
-/// The placement on its thread, or done already (no thread could be started).
-enum Placing {
-    Thread(std::thread::JoinHandle<PlannedStep>),
-    Done(PlannedStep),
-}
 
 impl CachingAllocator {
     /// What the planner has done on this device (None: planned_placement is off).
@@ -147,7 +184,10 @@ impl CachingAllocator {
             })
             .flatten();
         let placing = match spawned {
-            Some(worker) => Placing::Thread(worker),
+            Some(handle) => Placing::Thread(Worker {
+                handle: Some(handle),
+                process: std::process::id(),
+            }),
             // No thread to be had: placed here, put in force all the same one step later.
             None => Placing::Done(job.run()),
         };
@@ -156,7 +196,6 @@ impl CachingAllocator {
             placing,
             at,
             candidate,
-            process: std::process::id(),
         }));
         Ok(())
     }
@@ -231,14 +270,8 @@ impl CachingAllocator {
             (None, _) => PlannedStep::none(candidate.period()),
             (Some(job), _) if job != *making.job => job.run(),
             (Some(_), Placing::Done(step)) => step,
-            (Some(_), Placing::Thread(worker)) if making.process == std::process::id() => worker
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
-            (Some(job), Placing::Thread(worker)) => {
-                // Its handle names a thread of the parent: neither joined nor detached here.
-                std::mem::forget(worker);
-                job.run()
-            }
+            // In a child process the parent's thread is not there: placed here.
+            (Some(job), Placing::Thread(worker)) => worker.join().unwrap_or_else(|| job.run()),
         };
         self.put_plan_in_force(step, segment);
     }
@@ -300,8 +333,12 @@ impl CachingAllocator {
     /// Make the plan being placed look as if its thread was started by another process.
     #[cfg(test)]
     pub(crate) fn pretend_plan_in_making_forked(&mut self) {
-        if let Some(making) = &mut self.plan_in_making {
-            making.process = making.process.wrapping_add(1);
+        if let Some(PlanInMaking {
+            placing: Placing::Thread(worker),
+            ..
+        }) = self.plan_in_making.as_deref_mut()
+        {
+            worker.process = worker.process.wrapping_add(1);
         }
     }
 
