@@ -49,6 +49,10 @@ pub struct Block {
     /// with its free neighbours, so that the plan's next request of this address and size takes it
     /// whole (see allocator/parking.rs).
     pub parked: bool,
+    /// Parked, or handed out from where it was parked, with no entry in its pool's address index:
+    /// a part cut off a parked block, entered there only when something looks the index up
+    /// (allocator/parking.rs, `index_rests`).
+    pub unindexed: bool,
     /// Neighbours in the same segment, by address.
     pub prev: Option<BlockId>,
     pub next: Option<BlockId>,
@@ -73,6 +77,7 @@ impl Block {
             counted_oversize_segment: false,
             planned: false,
             parked: false,
+            unindexed: false,
             prev: None,
             next: None,
         }
@@ -212,6 +217,9 @@ pub struct BlockPool {
     held: usize,
     /// How many of those are parked.
     parked: usize,
+    /// Entries `hold` made so far (for the tests).
+    #[cfg(test)]
+    pub holds_made: usize,
 }
 
 impl BlockPool {
@@ -406,6 +414,10 @@ impl BlockPool {
         let displaced = index.insert((stream, ptr), id);
         debug_assert!(displaced.is_none(), "two blocks at one address");
         self.held += 1;
+        #[cfg(test)]
+        {
+            self.holds_made += 1;
+        }
     }
 
     /// Drop the entry of the held block at (stream, ptr).

@@ -1064,3 +1064,38 @@ fn a_plan_in_making_is_let_go_when_the_mode_is_turned_off_or_the_allocator_dropp
     let (a, _) = in_making();
     drop(a);
 }
+
+#[test]
+fn a_part_cut_off_a_parked_block_gets_no_index_entry_unless_an_address_is_looked_up() {
+    // A step of 40 blocks, each freed before the next is made, alternately about 2 MiB and 1 MiB
+    // (less 4 KiB a block): the plan puts them all at one address, so that each request there
+    // takes the block parked there and cuts it (a 1 MiB one after a 2 MiB one) or takes in the
+    // part cut off before (a 2 MiB one after a 1 MiB one).
+    let step = |a: &mut CachingAllocator| {
+        for i in 0..40 {
+            let size = if i % 2 == 0 { 2 * MIB } else { MIB } - i * 4096;
+            let ptr = a.malloc(size, 0).unwrap();
+            a.free(ptr).unwrap();
+        }
+    };
+    let mut a = planned();
+    for _ in 0..6 {
+        step(&mut a);
+    }
+    let (entries, _) = a.index_entries_made();
+    let before = a.planner_counters().unwrap();
+    step(&mut a);
+    let after = a.planner_counters().unwrap();
+    // Every request of the step took the block parked at its address ...
+    assert_eq!(after.from_parked - before.from_parked, 40, "{after:?}");
+    // ... and the cut parts were made, with no address index entry for any of them.
+    let (entries_after, unindexed) = a.index_entries_made();
+    assert_eq!(entries_after, entries);
+    assert!(unindexed > 0);
+    // A snapshot sees the free memory as merging would have left it: one free block per range.
+    assert_snapshot_merged(&a);
+    // The policy looks at free memory: every parked block, cut parts included, is unparked.
+    a.malloc(64 * MIB, 0).unwrap();
+    assert_eq!(a.parked_blocks(), 0);
+    assert_eq!(a.index_entries_made().1, 0);
+}

@@ -64,7 +64,8 @@ impl CachingAllocator {
                 self.small
                     .by_address()
                     .chain(self.large.by_address())
-                    .map(|(_, id)| id),
+                    .map(|(_, id)| id)
+                    .chain(self.unindexed_parked()),
             )
             .chain(
                 self.private_pools

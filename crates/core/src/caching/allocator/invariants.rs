@@ -102,6 +102,27 @@ impl CachingAllocator {
                     return Err(format!("block at {:#x} is parked twice", block.ptr));
                 }
             }
+            // Parked parts cut off parked blocks that have no index entry yet.
+            if private == DEFAULT_POOLS {
+                for id in self.unindexed_parked() {
+                    let block = &self.blocks[id];
+                    if block.pool != pool_kind {
+                        continue;
+                    }
+                    parked_here += 1;
+                    if block.allocated
+                        || block.event_count > 0
+                        || !block.mapped
+                        || block.expandable.is_none()
+                        || block.planned
+                    {
+                        return Err(format!("parked block at {:#x} is {block:?}", block.ptr));
+                    }
+                    if !parked.insert(id) {
+                        return Err(format!("block at {:#x} is parked twice", block.ptr));
+                    }
+                }
+            }
             if parked_here != pool.parked_len() {
                 return Err(format!(
                     "pool {private} {pool_kind:?} counts {} parked blocks, holds {parked_here}",
@@ -123,12 +144,43 @@ impl CachingAllocator {
                 known.push(id);
             }
         }
+        // Blocks without an address index entry (allocator/parking.rs): listed, counted, parked
+        // or handed out from where they were parked, and in no index.
+        let unindexed: Vec<BlockId> = (0..self.blocks.len() + self.blocks.vacant().len())
+            .map(|id| id as BlockId)
+            .filter(|&id| self.blocks.get(id).is_some_and(|b| b.unindexed))
+            .collect();
+        if unindexed.len() != self.unindexed {
+            return Err(format!(
+                "{} blocks say unindexed, {} counted",
+                unindexed.len(),
+                self.unindexed
+            ));
+        }
+        for &id in &unindexed {
+            let block = &self.blocks[id];
+            let indexed = self
+                .block_pool(DEFAULT_POOLS, block.pool)
+                .by_address()
+                .any(|(_, entry)| entry == id);
+            if self.blocks.vacant().contains(&id)
+                || !(block.parked || (block.allocated && block.planned))
+                || indexed
+                || !self.unindexed_rests.contains(&id)
+            {
+                return Err(format!("unindexed block {id} is {block:?}"));
+            }
+        }
+        let held_unindexed = unindexed
+            .iter()
+            .filter(|&&id| self.blocks[id].allocated)
+            .count();
         let planned_live = self
             .active
             .values()
             .filter(|&&id| self.blocks[id].planned)
             .count();
-        if planned_live != held_planned {
+        if planned_live != held_planned + held_unindexed {
             return Err(format!(
                 "{planned_live} live blocks handed out at their planned address, {held_planned} \
                  of them in an address index"

@@ -33,6 +33,18 @@ impl CachingAllocator {
             if let Some(planner) = &mut self.planner {
                 planner.renumber(&renumbered);
             }
+            // Only those still unindexed (the others may be gone, their slots vacant).
+            let blocks = &self.blocks;
+            self.unindexed_rests.retain(|&id| {
+                blocks
+                    .get(renumbered[id as usize])
+                    .is_some_and(|b| b.unindexed)
+            });
+            for id in &mut self.unindexed_rests {
+                *id = renumbered[*id as usize];
+            }
+            self.unindexed_rests.sort_unstable();
+            self.unindexed_rests.dedup();
         } else if self.active.is_sparse() {
             self.active.shrink();
         }

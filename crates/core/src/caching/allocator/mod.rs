@@ -105,6 +105,10 @@ pub struct CachingAllocator {
     /// Where a block was parked lately, by a hash of its address: a guess that spares a planned
     /// request the address index lookup (allocator/parking.rs). Empty until a block parks.
     parked_hints: Vec<BlockId>,
+    /// The parts cut off parked blocks that have no address index entry yet (`Block::unindexed`;
+    /// the list may name blocks entered or gone since), and how many blocks are unindexed.
+    unindexed_rests: Vec<BlockId>,
+    unindexed: usize,
     /// Tests turn parking off to show that it changes no figure (planned_tests.rs).
     #[cfg(test)]
     parking_off: bool,
@@ -151,6 +155,8 @@ impl CachingAllocator {
             #[cfg(test)]
             plan_off_path_inline: false,
             parked_hints: Vec::new(),
+            unindexed_rests: Vec::new(),
+            unindexed: 0,
             #[cfg(test)]
             parking_off: false,
         };

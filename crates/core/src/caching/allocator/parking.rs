@@ -8,7 +8,11 @@
 //! merged block apart again, several tree operations each way. A request longer than the block
 //! parked at its address takes in the free blocks after it (`gather_parked`); one that finds no
 //! block parked at its address is served as without parking, the parked blocks under its range
-//! unparked first.
+//! unparked first. The part cut off a parked block longer than the request (`take_parked`) gets
+//! no address index entry at once: most are taken in again by a longer request within the step
+//! (`gather_parked`), and each entry would cost a tree insertion and a removal. They are entered
+//! (`index_rests`) only when something looks the index up: a planned request its hint did not
+//! serve, the policy, a snapshot.
 //!
 //! Parking changes no figure. Whatever looks at free memory sees it as merging would have left
 //! it: the policy's requests, a new plan, the trims at the plans' line and empty_cache unpark every
@@ -95,9 +99,47 @@ impl CachingAllocator {
     /// Freed block `id`, handed out at its planned address, does not park: its address index
     /// entry goes.
     pub(super) fn unhold(&mut self, id: BlockId) {
-        let block = &self.blocks[id];
-        let (pool, stream, ptr) = (block.pool, block.stream, block.ptr);
-        self.pool_mut(DEFAULT_POOLS, pool).release_hold(stream, ptr);
+        let block = self.blocks[id];
+        self.release_entry(id, block);
+    }
+
+    /// Block `id` (`block`), held or parked, leaves the address index: its entry goes, or, if it
+    /// never had one, its mark.
+    fn release_entry(&mut self, id: BlockId, block: Block) {
+        if block.unindexed {
+            self.blocks[id].unindexed = false;
+            self.unindexed -= 1;
+        } else {
+            self.pool_mut(DEFAULT_POOLS, block.pool)
+                .release_hold(block.stream, block.ptr);
+        }
+    }
+
+    /// Enter the parts cut off parked blocks in their pools' address indexes: before anything
+    /// looks an address up there.
+    pub(super) fn index_rests(&mut self) {
+        for id in std::mem::take(&mut self.unindexed_rests) {
+            let Some(&block) = self.blocks.get(id).filter(|b| b.unindexed) else {
+                continue;
+            };
+            self.blocks[id].unindexed = false;
+            self.unindexed -= 1;
+            self.pool_mut(DEFAULT_POOLS, block.pool)
+                .hold(block.stream, block.ptr, id);
+        }
+    }
+
+    /// Parked blocks with no address index entry (for `unpark_all`, snapshots and the invariants).
+    pub(super) fn unindexed_parked(&self) -> impl Iterator<Item = BlockId> + '_ {
+        let mut ids: Vec<BlockId> = self
+            .unindexed_rests
+            .iter()
+            .copied()
+            .filter(|&id| self.blocks.get(id).is_some_and(|b| b.unindexed && b.parked))
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids.into_iter()
     }
 
     /// Planned block `id` was just handed out: it keeps an address index entry while it lives.
@@ -120,6 +162,16 @@ impl CachingAllocator {
         self.parking_off = true;
     }
 
+    /// Address index entries made for held and parked blocks so far, and how many blocks have
+    /// none (parts cut off parked blocks), for the tests.
+    #[cfg(test)]
+    pub(crate) fn index_entries_made(&self) -> (usize, usize) {
+        (
+            self.small.holds_made + self.large.holds_made,
+            self.unindexed,
+        )
+    }
+
     /// How many blocks the slab holds (free, parked, allocated and unmapped), for the tests.
     #[cfg(test)]
     pub(crate) fn blocks_in_slab(&self) -> usize {
@@ -138,9 +190,8 @@ impl CachingAllocator {
         let block = self.blocks[id];
         debug_assert!(block.parked);
         self.blocks[id].parked = false;
-        let pool = self.pool_mut(DEFAULT_POOLS, block.pool);
-        pool.count_parked(-1);
-        pool.release_hold(block.stream, block.ptr);
+        self.pool_mut(DEFAULT_POOLS, block.pool).count_parked(-1);
+        self.release_entry(id, block);
         self.try_merge(id, block.prev);
         let next = self.blocks[id].next;
         self.try_merge(id, next);
@@ -160,6 +211,7 @@ impl CachingAllocator {
             .chain(self.large.by_address())
             .map(|(_, id)| id)
             .filter(|&id| blocks[id].parked)
+            .chain(self.unindexed_parked())
             .collect();
         for id in parked {
             self.unpark(id);
@@ -177,12 +229,12 @@ impl CachingAllocator {
                 .expect("alloc_at checked the blocks under the range");
             let absorbed = self.blocks[next];
             debug_assert!(!absorbed.allocated && absorbed.mapped && absorbed.event_count == 0);
-            let pool = self.pool_mut(DEFAULT_POOLS, absorbed.pool);
             if absorbed.parked {
-                pool.count_parked(-1);
-                pool.release_hold(absorbed.stream, absorbed.ptr);
+                self.pool_mut(DEFAULT_POOLS, absorbed.pool).count_parked(-1);
+                self.release_entry(next, absorbed);
             } else {
-                pool.remove(&absorbed);
+                self.pool_mut(DEFAULT_POOLS, absorbed.pool)
+                    .remove(&absorbed);
             }
             let block = &mut self.blocks[id];
             block.size += absorbed.size;
@@ -204,11 +256,21 @@ impl CachingAllocator {
         debug_assert!(block.parked && block.size >= rounded);
         self.pool_mut(DEFAULT_POOLS, block.pool).count_parked(-1);
         if block.size > rounded {
-            // A new block takes the rest, parked.
+            // A new block takes the rest, parked, with no address index entry yet (see the
+            // module's comment).
             let rest = self.cut_back(id, block.ptr + rounded);
-            let pool = self.pool_mut(DEFAULT_POOLS, block.pool);
-            pool.hold(block.stream, block.ptr + rounded, rest);
-            pool.count_parked(1);
+            self.pool_mut(DEFAULT_POOLS, block.pool).count_parked(1);
+            self.blocks[rest].unindexed = true;
+            self.unindexed += 1;
+            if self.unindexed_rests.len() >= 2 * self.unindexed + 64 {
+                // Most of those listed were entered or are gone: keep the list short.
+                let blocks = &self.blocks;
+                self.unindexed_rests
+                    .retain(|&id| blocks.get(id).is_some_and(|b| b.unindexed));
+                self.unindexed_rests.sort_unstable();
+                self.unindexed_rests.dedup();
+            }
+            self.unindexed_rests.push(rest);
             self.hint_parked(block.ptr + rounded, rest);
         }
         self.blocks[id].parked = false;

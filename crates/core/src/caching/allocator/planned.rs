@@ -480,9 +480,18 @@ impl CachingAllocator {
             // The steady state: the block parked here is taken as it is, found by its hint.
             return Ok(Some(self.take_parked(id, rounded, requested)));
         }
-        // A block parked here but too short is where the range starts (gathered below).
-        let Some(start) = parked.or_else(|| self.block_holding(stream, address)) else {
-            return Ok(None);
+        // A block parked here but too short is where the range starts (gathered below);
+        // otherwise the address index is looked up, the parts cut off parked blocks entered
+        // first.
+        let start = match parked {
+            Some(id) => id,
+            None => {
+                self.index_rests();
+                let Some(id) = self.block_holding(stream, address) else {
+                    return Ok(None);
+                };
+                id
+            }
         };
         let first = self.blocks[start];
         let segment = first.expandable;
@@ -540,7 +549,9 @@ impl CachingAllocator {
             let _ = self.give_back_over_line(rounded, new_bytes, &under);
         }
         // Map the unmapped blocks under the range, one at a time (each map merges with its free
-        // neighbours, so the chain is walked again from the block holding `address`).
+        // neighbours, so the chain is walked again from the block holding `address`, in the
+        // address index).
+        self.index_rests();
         loop {
             let mut cursor = self.block_holding(stream, address);
             let mut unmapped = None;
