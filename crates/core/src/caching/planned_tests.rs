@@ -821,6 +821,10 @@ fn seeded_program(seed: u64, mode: u32, parking: bool, off_path: Option<bool>) -
             c.height
         ))
     ));
+    log.push(format!(
+        "placed off the path and used {}",
+        a.plans_placed_off_path_used()
+    ));
     log
 }
 
@@ -934,7 +938,11 @@ fn parking_changes_no_figure_across_slab_compactions() {
 #[test]
 fn a_plan_placed_off_the_request_path_is_put_in_force_one_step_later() {
     // The chain's plan, found at the same allocation both ways: made at once, or placed off the
-    // request path and put in force when the step has come round to the same point (40 later).
+    // request path and taken again when the step has come round to the same point (40 later).
+    // The chain's blocks lie elsewhere from step to step in its first steps (the policy's): the
+    // job changed both times, so it was placed off the path once more and then at once, two
+    // steps (80 allocations) after the step was found. (`a_plan_placed_on_a_thread_is_the_one_
+    // put_in_force` has a step whose job repeats.)
     let first_plan = |off_path: bool| {
         let mut a = planned();
         if off_path {
@@ -964,7 +972,8 @@ fn a_plan_placed_off_the_request_path_is_put_in_force_one_step_later() {
     let (tried, made, mut a) = first_plan(true);
     assert_eq!(tried, tried_at_once);
     assert_eq!(made_at_once, tried_at_once);
-    assert_eq!(made, tried + 40);
+    assert_eq!(made, tried + 80);
+    assert_eq!(a.plans_placed_off_path_used(), 0);
     // In force and kept to: every request of a step at its planned address, none taken.
     let before = a.planner_counters().unwrap();
     let addresses = chain_step(&mut a);
@@ -978,7 +987,7 @@ fn a_plan_placed_off_the_request_path_is_put_in_force_one_step_later() {
 fn planning_off_the_request_path_does_not_depend_on_the_thread() {
     // Every plan placed off the request path, on a thread of its own or on the calling thread:
     // every address, statistic and snapshot the same, whenever the thread finishes.
-    let mut made = 0;
+    let (mut made, mut used) = (0, 0);
     for mode in 0..6 {
         for seed in 1..=12 {
             let (threaded, here) = (
@@ -994,11 +1003,41 @@ fn planning_off_the_request_path_does_not_depend_on_the_thread() {
             {
                 panic!("seed {seed}, mode {mode}, line {i}: on a thread\n{a}\nhere\n{b}");
             }
-            made += !threaded.last().unwrap().starts_with("planner Some((0,") as usize;
+            made += !threaded[threaded.len() - 2].starts_with("planner Some((0,") as usize;
+            used += !threaded.last().unwrap().ends_with(" 0") as usize;
         }
     }
-    // Not vacuous: plans were placed off the path and put in force.
-    assert!(made >= 24, "{made} of 72 programs made a plan");
+    // Layered steps (a model's), now and then with a block off the plan that lives a step: there
+    // the placements made off the path are put in force as placed.
+    let layered = |seed: usize, inline: bool| {
+        let mut a = planned();
+        a.place_plans_off_path(1, inline);
+        let mut log = Vec::new();
+        let mut extra: Option<usize> = None;
+        for step in 0..8 + seed % 4 {
+            if seed % 2 == 1 && step % (2 + seed % 3) == 1 {
+                if let Some(ptr) = extra.take() {
+                    a.free(ptr).unwrap();
+                }
+                extra = Some(a.malloc((1 + seed % 5) * MIB + step * 4096, 0).unwrap());
+            }
+            layered_step(&mut a, 4 + seed % 17);
+            log.push(format!("{:?}", a.stats()));
+            log.push(format!("{:?}", a.segments()));
+            log.push(format!("{:?}", a.planner_counters()));
+        }
+        (log, a.plans_placed_off_path_used())
+    };
+    for seed in 0..12 {
+        let ((threaded, used_here), (here, _)) = (layered(seed, false), layered(seed, true));
+        assert_eq!(threaded, here, "layered program {seed}");
+        used += used_here;
+    }
+    // Not vacuous: plans were made, and placements made off the path put in force as placed.
+    assert!(
+        made >= 12 && used >= 6,
+        "{made} made a plan, {used} used one placed off the path"
+    );
 }
 
 #[test]
@@ -1098,4 +1137,107 @@ fn a_part_cut_off_a_parked_block_gets_no_index_entry_unless_an_address_is_looked
     a.malloc(64 * MIB, 0).unwrap();
     assert_eq!(a.parked_blocks(), 0);
     assert_eq!(a.index_entries_made().1, 0);
+}
+
+/// A layered step, as a model's: `layers` layers each make four activations kept for the backward
+/// pass (sizes that differ from layer to layer) and three temporaries freed at once; then, layer
+/// by layer backwards, two temporaries and the layer's activations go. Everything it makes goes
+/// within the step.
+fn layered_step(a: &mut CachingAllocator, layers: usize) {
+    let mut kept = Vec::new();
+    for layer in 0..layers {
+        let sizes = [3 * MIB, MIB, 2 * MIB, MIB];
+        let held: Vec<usize> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, size)| a.malloc(size + (layer * 4 + i) * 4096, 0).unwrap())
+            .collect();
+        for size in [2 * MIB, MIB, 4 * MIB] {
+            let t = a.malloc(size, 0).unwrap();
+            a.free(t).unwrap();
+        }
+        kept.push(held);
+    }
+    for held in kept.into_iter().rev() {
+        for size in [MIB, 2 * MIB] {
+            let t = a.malloc(size, 0).unwrap();
+            a.free(t).unwrap();
+        }
+        for ptr in held {
+            a.free(ptr).unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_plan_placed_on_a_thread_is_the_one_put_in_force() {
+    // A step that repeats with its blocks in the same places: the job taken again one step later
+    // is the one placed, and the thread's placement is what is put in force: the same plan,
+    // addresses and figures as one placed on the calling thread, and as one a forked child
+    // places itself.
+    let run = |inline: bool, forked: bool| {
+        let mut a = planned();
+        a.place_plans_off_path(1, inline);
+        let mut pretended = false;
+        for _ in 0..5 {
+            layered_step(&mut a, 20);
+            if forked && !pretended && a.plan_in_making() {
+                a.pretend_plan_in_making_forked();
+                pretended = true;
+            }
+        }
+        assert!(pretended || !forked, "no plan was placed off the path");
+        let counters = a.planner_counters().unwrap();
+        assert!(counters.in_force && counters.plans == 1, "{counters:?}");
+        assert_eq!(a.plans_placed_off_path_used(), (!forked) as usize);
+        (counters, a.stats(), a.segments())
+    };
+    let here = run(true, false);
+    assert_eq!(run(false, false), here);
+    assert_eq!(run(false, true), here);
+}
+
+#[test]
+fn a_stretch_that_did_not_come_again_is_not_planned_off_the_path() {
+    // A step twice, then a stretch as long with other sizes: the plan placed off the path for
+    // the step is not put in force over the stretch, nor is the stretch placed in its stead.
+    let mut a = planned();
+    a.place_plans_off_path(1, false);
+    for _ in 0..2 {
+        layered_step(&mut a, 8);
+    }
+    let mut steps = 0;
+    while !a.plan_in_making() {
+        layered_step(&mut a, 8);
+        steps += 1;
+        assert!(steps < 4, "no plan was placed off the path");
+    }
+    let before = a.planner_counters().unwrap();
+    // The same shape of step, every size 8 KiB more.
+    let mut kept = Vec::new();
+    for layer in 0..8 {
+        let held: Vec<usize> = [3 * MIB, MIB, 2 * MIB, MIB]
+            .iter()
+            .enumerate()
+            .map(|(i, size)| a.malloc(size + (layer * 4 + i) * 4096 + 8192, 0).unwrap())
+            .collect();
+        for size in [2 * MIB, MIB, 4 * MIB] {
+            let t = a.malloc(size + 8192, 0).unwrap();
+            a.free(t).unwrap();
+        }
+        kept.push(held);
+    }
+    for held in kept.into_iter().rev() {
+        for size in [MIB, 2 * MIB] {
+            let t = a.malloc(size + 8192, 0).unwrap();
+            a.free(t).unwrap();
+        }
+        for ptr in held {
+            a.free(ptr).unwrap();
+        }
+    }
+    let after = a.planner_counters().unwrap();
+    assert!(!a.plan_in_making());
+    assert_eq!(after.plans, before.plans, "{after:?}");
+    assert_eq!(a.stats().allocated_bytes[ALL].current, 0);
 }

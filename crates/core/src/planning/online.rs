@@ -443,6 +443,14 @@ impl OnlinePlanner {
         let mut live = vec![LIVE; self.live.len().min(renumbered.len()).next_power_of_two()];
         for (old, &number) in self.live.iter().enumerate() {
             if number != LIVE {
+                // A live block's slot is never vacant; were it so, its entry would be no one's.
+                debug_assert!(
+                    renumbered[old] != u32::MAX,
+                    "a live slot renumbered as vacant"
+                );
+                if renumbered[old] == u32::MAX {
+                    continue;
+                }
                 let new = renumbered[old] as usize;
                 if new >= live.len() {
                     live.resize((new + 1).next_power_of_two(), LIVE);
@@ -545,6 +553,19 @@ impl OnlinePlanner {
     /// same point of the next step): no other is tried before.
     pub fn making_plan(&mut self, at: usize) {
         self.making_until = Some(at);
+    }
+
+    /// Whether stretch `later` asked for the sizes `earlier` did, on the same streams, in the same
+    /// order (both still in the log).
+    pub fn repeats(&self, earlier: &Candidate, later: &Candidate) -> bool {
+        let logged = |c: &Candidate| c.from >= self.first && c.from + c.period <= self.allocations;
+        earlier.period == later.period
+            && logged(earlier)
+            && logged(later)
+            && self
+                .template(earlier)
+                .zip(self.template(later))
+                .all(|(a, b)| (a.size, a.stream) == (b.size, b.stream))
     }
 
     /// Allocations logged so far.

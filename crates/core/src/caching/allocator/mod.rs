@@ -99,9 +99,13 @@ pub struct CachingAllocator {
     /// A large step's plan being placed off the request path (planned.rs), and the steps that
     /// big (PLAN_OFF_PATH_FROM; the tests set less, and may place it on the calling thread).
     plan_in_making: Option<Box<planned::PlanInMaking>>,
+    /// Placements no one wants any more, kept until their threads have finished.
+    retired_workers: Vec<planned::Worker>,
     plan_off_path_from: usize,
     #[cfg(test)]
     plan_off_path_inline: bool,
+    #[cfg(test)]
+    plans_placed_off_path_used: usize,
     /// Where a block was parked lately, by a hash of its address: a guess that spares a planned
     /// request the address index lookup (allocator/parking.rs). Empty until a block parks.
     parked_hints: Vec<BlockId>,
@@ -151,9 +155,12 @@ impl CachingAllocator {
             planner: None,
             plan_pool: PoolKind::Large,
             plan_in_making: None,
+            retired_workers: Vec::new(),
             plan_off_path_from: planned::PLAN_OFF_PATH_FROM,
             #[cfg(test)]
             plan_off_path_inline: false,
+            #[cfg(test)]
+            plans_placed_off_path_used: 0,
             parked_hints: Vec::new(),
             unindexed_rests: Vec::new(),
             unindexed: 0,
@@ -194,8 +201,8 @@ impl CachingAllocator {
                 // The policy alone serves from here: it sees no parked block.
                 self.unpark_all();
                 self.planner = None;
-                // A plan being made is no one's now (its thread finishes on its own).
-                self.plan_in_making = None;
+                // A plan being made is no one's now: its thread is let finish.
+                self.let_go_plan_in_making();
             }
             _ => {}
         }

@@ -249,9 +249,15 @@ impl CachingAllocator {
     }
 
     /// Hand out the first `rounded` bytes of parked block `id` (at least that long) as a planned
-    /// allocation; the rest, if any, stays parked. Returns the address. The block keeps its
+    /// allocation; the rest, if any, stays parked. Returns the block handed out and its address.
+    /// The block keeps its
     /// address index entry: when the sizes repeat, a pass costs no index operation at all.
-    pub(super) fn take_parked(&mut self, id: BlockId, rounded: usize, requested: usize) -> usize {
+    pub(super) fn take_parked(
+        &mut self,
+        id: BlockId,
+        rounded: usize,
+        requested: usize,
+    ) -> (BlockId, usize) {
         let block = self.blocks[id];
         debug_assert!(block.parked && block.size >= rounded);
         self.pool_mut(DEFAULT_POOLS, block.pool).count_parked(-1);
@@ -279,6 +285,6 @@ impl CachingAllocator {
         }
         let (handed, ptr) = self.hand_out_block(id, rounded, requested, false);
         self.blocks[handed].planned = true;
-        ptr
+        (handed, ptr)
     }
 }

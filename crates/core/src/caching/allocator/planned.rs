@@ -22,11 +22,13 @@ pub(super) const PLAN_OFF_PATH_FROM: usize = 2048;
 /// same point of the next step as the one it was found at, where the same blocks are live. Until
 /// then the plan in force (or the policy) serves on and no request waits for the placement.
 pub(super) struct PlanInMaking {
-    /// What is being placed, and the step it was found as.
+    /// What is being placed, and the step it was taken from.
     job: Arc<PlanJob>,
     candidate: Candidate,
     placing: Placing,
     at: usize,
+    /// Whether this is the second placement off the path for the step (the job changed once).
+    again: bool,
 }
 
 /// The placement on its thread, or done already (no thread could be started).
@@ -35,16 +37,25 @@ enum Placing {
     Done(PlannedStep),
 }
 
-/// The placement's thread. Dropped unjoined (a plan given up, planned_placement turned off, the
-/// allocator dropped), it is joined, so that no thread of the library outlives its allocator; in
-/// a child process it is not there (fork copies only the forking thread) and is let be.
-struct Worker {
+/// The placement's thread. A placement no one wants any more (its job changed, planned_placement
+/// turned off) is retired: kept until its thread has finished (`reap_workers`), so that no request
+/// waits for it. Dropped unjoined (the allocator dropped), it is joined, so that no thread of the
+/// library outlives its allocator; in a child process it is not there (fork copies only the
+/// forking thread) and is let be.
+pub(super) struct Worker {
     handle: Option<std::thread::JoinHandle<PlannedStep>>,
     /// The process that started it.
     process: u32,
 }
 
 impl Worker {
+    /// Whether its thread has finished (joining it then costs nothing).
+    fn finished(&self) -> bool {
+        self.handle
+            .as_ref()
+            .is_none_or(|handle| handle.is_finished())
+    }
+
     /// The placement, waiting for it if it is not done; None in a child process.
     fn join(mut self) -> Option<PlannedStep> {
         let handle = self.handle.take()?;
@@ -111,8 +122,8 @@ impl CachingAllocator {
                 self.process_events()?;
             }
             match self.alloc_at(address, rounded, size, stream)? {
-                Some(ptr) => {
-                    self.planned_allocation(rounded, stream, ptr);
+                Some((id, ptr)) => {
+                    self.planned_allocation(rounded, stream, ptr, id);
                     return Ok(MallocStep::Done(ptr));
                 }
                 None => self.planner.as_mut().expect("still planning").conflict(),
@@ -122,17 +133,17 @@ impl CachingAllocator {
         self.unpark_all();
         let step = self.malloc_begin_unchecked(size, stream)?;
         if let MallocStep::Done(ptr) = step {
-            self.planned_allocation(rounded, stream, ptr);
+            let id = *self.active.get(&ptr).expect("just handed out");
+            self.planned_allocation(rounded, stream, ptr, id);
         }
         Ok(step)
     }
 
-    /// Tell the planner of an allocation; make the plan it asks for, and put in force the one made
-    /// off the request path when its allocation has come.
+    /// Tell the planner of allocation `id` at `ptr`; make the plan it asks for, and put in force
+    /// the one made off the request path when its allocation has come.
     /// Never fails: the request is served already, and a plan that cannot be made (the device
     /// refused the segment's reservation) is only memory not saved.
-    fn planned_allocation(&mut self, rounded: usize, stream: StreamId, ptr: usize) {
-        let id = *self.active.get(&ptr).expect("just handed out");
+    fn planned_allocation(&mut self, rounded: usize, stream: StreamId, ptr: usize, id: BlockId) {
         let planner = self.planner.as_mut().expect("planning");
         if let Some(candidate) = planner.allocated(rounded, stream, ptr, id as usize) {
             if self.make_plan(candidate).is_err() {
@@ -141,6 +152,9 @@ impl CachingAllocator {
                     .expect("planning")
                     .give_up(candidate.period());
             }
+        }
+        if !self.retired_workers.is_empty() {
+            self.reap_workers();
         }
         let allocations = self.planner.as_ref().expect("planning").allocations();
         if self
@@ -167,6 +181,14 @@ impl CachingAllocator {
             self.put_plan_in_force(job.run(), segment);
             return Ok(());
         }
+        self.place_off_path(job, candidate, false);
+        Ok(())
+    }
+
+    /// Place `job` (the plan of `candidate`) on a thread of its own, to be put in force one step
+    /// later; on the calling thread if no thread can be started (or the tests say so).
+    fn place_off_path(&mut self, job: PlanJob, candidate: Candidate, again: bool) {
+        let planner = self.planner.as_mut().expect("planning");
         let at = planner.allocations() + candidate.period();
         planner.making_plan(at);
         let job = Arc::new(job);
@@ -193,11 +215,32 @@ impl CachingAllocator {
         };
         self.plan_in_making = Some(Box::new(PlanInMaking {
             job,
+            candidate,
             placing,
             at,
-            candidate,
+            again,
         }));
-        Ok(())
+    }
+
+    /// Let the plan being placed off the path go (planned_placement turned off): its thread is let
+    /// finish.
+    pub(super) fn let_go_plan_in_making(&mut self) {
+        if let Some(making) = self.plan_in_making.take() {
+            self.retire(making.placing);
+        }
+    }
+
+    /// Keep a placement no one wants until its thread has finished.
+    fn retire(&mut self, placing: Placing) {
+        if let Placing::Thread(worker) = placing {
+            self.retired_workers.push(worker);
+        }
+        self.reap_workers();
+    }
+
+    /// Join the retired placements whose threads have finished.
+    fn reap_workers(&mut self) {
+        self.retired_workers.retain(|worker| !worker.finished());
     }
 
     /// Where `candidate`'s plan goes: the expandable segment of its stream that holds the most
@@ -248,30 +291,62 @@ impl CachingAllocator {
     }
 
     /// Put the plan made off the request path in force: its allocation has come, one step after
-    /// the step was found. The plan is the one a planner placing at once would make now: the job
-    /// is taken again from the log and the device as they are now, and when it is the same as the
+    /// the step it was taken from. The plan is the one a planner placing at once would make now:
+    /// the stretch since is checked to be the same step (the same sizes in the same order), and the
+    /// job is taken again from the log and the device as they are now. When it is the same as the
     /// one placed (the step and its blocks' places repeated), the thread's placement is put in
-    /// force (waiting for the thread if it has not finished: no figure depends on its speed);
-    /// otherwise the new job is placed here. In a child process the thread is not there (fork
-    /// copies only the forking thread): the job is placed here too.
+    /// force (waiting for the thread if it has not finished: no figure depends on its speed). When
+    /// it changed (the first steps' blocks often lie elsewhere in the next), it is placed off the
+    /// path once more, and the second time at once. In a child process the thread is not there
+    /// (fork copies only the forking thread): the job is placed here.
     fn adopt_plan_in_making(&mut self) {
         let making = *self.plan_in_making.take().expect("a plan in making");
         let candidate = making.candidate.later(1);
+        let planner = self.planner.as_mut().expect("planning");
+        if !planner.repeats(&making.candidate, &candidate) {
+            // The step did not come again: no plan (the planner backs off).
+            planner.give_up(candidate.period());
+            self.retire(making.placing);
+            return;
+        }
         self.unpark_all();
         let Ok((segment, region)) = self.plan_region(&candidate) else {
             self.planner
                 .as_mut()
                 .expect("planning")
                 .give_up(candidate.period());
+            self.retire(making.placing);
             return;
         };
         let planner = self.planner.as_mut().expect("planning");
-        let step = match (planner.job_for(candidate, &region), making.placing) {
-            (None, _) => PlannedStep::none(candidate.period()),
-            (Some(job), _) if job != *making.job => job.run(),
-            (Some(_), Placing::Done(step)) => step,
-            // In a child process the parent's thread is not there: placed here.
-            (Some(job), Placing::Thread(worker)) => worker.join().unwrap_or_else(|| job.run()),
+        let step = match planner.job_for(candidate, &region) {
+            None => {
+                self.retire(making.placing);
+                PlannedStep::none(candidate.period())
+            }
+            Some(job) if job != *making.job => {
+                self.retire(making.placing);
+                if !making.again {
+                    self.place_off_path(job, candidate, true);
+                    return;
+                }
+                job.run()
+            }
+            Some(job) => {
+                #[cfg(test)]
+                {
+                    self.plans_placed_off_path_used += matches!(
+                        &making.placing,
+                        Placing::Thread(w) if w.process == std::process::id()
+                    ) as usize
+                        + matches!(&making.placing, Placing::Done(_)) as usize;
+                }
+                match making.placing {
+                    Placing::Done(step) => step,
+                    // In a child process the parent's thread is not there: placed here.
+                    Placing::Thread(worker) => worker.join().unwrap_or_else(|| job.run()),
+                }
+            }
         };
         self.put_plan_in_force(step, segment);
     }
@@ -322,6 +397,13 @@ impl CachingAllocator {
     pub(crate) fn place_plans_off_path(&mut self, blocks: usize, inline: bool) {
         self.plan_off_path_from = blocks;
         self.plan_off_path_inline = inline;
+    }
+
+    /// How many placements made off the request path were put in force as placed (the job
+    /// unchanged, in this process).
+    #[cfg(test)]
+    pub(crate) fn plans_placed_off_path_used(&self) -> usize {
+        self.plans_placed_off_path_used
     }
 
     /// Whether a plan is being placed off the request path.
@@ -465,15 +547,15 @@ impl CachingAllocator {
     }
 
     /// Hand out [address, address + rounded) of the plan's expandable segment of `stream`, when
-    /// every byte of it is free or unmapped (mapping what is not): the address, or None (nothing
-    /// changed but pages mapped) when some of it is taken or the device has no room.
+    /// every byte of it is free or unmapped (mapping what is not): the block and its address, or
+    /// None (nothing changed but pages mapped) when some of it is taken or the device has no room.
     pub(super) fn alloc_at(
         &mut self,
         address: usize,
         rounded: usize,
         requested: usize,
         stream: StreamId,
-    ) -> Result<Option<usize>> {
+    ) -> Result<Option<(BlockId, usize)>> {
         let end = address + rounded;
         let parked = self.parked_at(address, stream);
         if let Some(id) = parked.filter(|&id| self.blocks[id].size >= rounded) {
@@ -606,7 +688,7 @@ impl CachingAllocator {
         let split = self.blocks[id].size > rounded;
         let (handed, ptr) = self.hand_out_block(id, rounded, requested, split);
         self.hold_planned(handed);
-        Ok(Some(ptr))
+        Ok(Some((handed, ptr)))
     }
 
     /// Cut unmapped block `id` at `at` (a page boundary inside it): the front stays unmapped as a
