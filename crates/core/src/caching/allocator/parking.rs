@@ -11,8 +11,9 @@
 //! unparked first. The part cut off a parked block longer than the request (`take_parked`) gets
 //! no address index entry at once: most are taken in again by a longer request within the step
 //! (`gather_parked`), and each entry would cost a tree insertion and a removal. They are entered
-//! (`index_rests`) only when something looks the index up: a planned request its hint did not
-//! serve, the policy, a snapshot.
+//! (`index_rests`) only when a planned request its hint did not serve looks an address up;
+//! `unpark_all` (the policy, a new plan, the trims, empty_cache) and snapshots find them in their
+//! list (`unindexed_parked`).
 //!
 //! Parking changes no figure. Whatever looks at free memory sees it as merging would have left
 //! it: the policy's requests, a new plan, the trims at the plans' line and empty_cache unpark every

@@ -631,9 +631,10 @@ impl CachingAllocator {
             let _ = self.give_back_over_line(rounded, new_bytes, &under);
         }
         // Map the unmapped blocks under the range, one at a time (each map merges with its free
-        // neighbours, so the chain is walked again from the block holding `address`, in the
-        // address index).
-        self.index_rests();
+        // neighbours, so the chain is walked again from the block holding `address`). The blocks
+        // under the range are free and in the address index: nothing is parked when pages are to
+        // be mapped (unparked above), and nothing parked lies under the range.
+        debug_assert!(all_mapped || !self.any_parked());
         loop {
             let mut cursor = self.block_holding(stream, address);
             let mut unmapped = None;
