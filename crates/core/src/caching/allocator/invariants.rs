@@ -35,6 +35,14 @@ impl CachingAllocator {
             }
             known.push(id);
         }
+        // What a parked block is: free with no event pending, mapped, in an expandable segment.
+        let can_park = |block: &Block| {
+            !block.allocated
+                && block.event_count == 0
+                && block.mapped
+                && block.expandable.is_some()
+                && !block.planned
+        };
         let mut cached = HashSet::new();
         let mut parked = HashSet::new();
         let mut held_planned = 0;
@@ -89,13 +97,7 @@ impl CachingAllocator {
                     continue;
                 }
                 parked_here += 1;
-                if private != DEFAULT_POOLS
-                    || block.allocated
-                    || block.event_count > 0
-                    || !block.mapped
-                    || block.expandable.is_none()
-                    || block.planned
-                {
+                if private != DEFAULT_POOLS || !can_park(block) {
                     return Err(format!("parked block at {ptr:#x} is {block:?}"));
                 }
                 if !parked.insert(id) {
@@ -110,12 +112,7 @@ impl CachingAllocator {
                         continue;
                     }
                     parked_here += 1;
-                    if block.allocated
-                        || block.event_count > 0
-                        || !block.mapped
-                        || block.expandable.is_none()
-                        || block.planned
-                    {
+                    if !can_park(block) {
                         return Err(format!("parked block at {:#x} is {block:?}", block.ptr));
                     }
                     if !parked.insert(id) {

@@ -58,30 +58,26 @@ impl Worker {
 
     /// The placement, waiting for it if it is not done; None in a child process.
     fn join(mut self) -> Option<PlannedStep> {
+        self.wait()
+            .map(|placed| placed.unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+    }
+
+    /// Wait for the thread, once; None when already waited for, or in a child process, where its
+    /// handle names a thread of the parent: neither joined nor detached there.
+    fn wait(&mut self) -> Option<std::thread::Result<PlannedStep>> {
         let handle = self.handle.take()?;
         if self.process != std::process::id() {
-            // Its handle names a thread of the parent: neither joined nor detached here.
             std::mem::forget(handle);
             return None;
         }
-        Some(
-            handle
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
-        )
+        Some(handle.join())
     }
 }
 
 impl Drop for Worker {
     fn drop(&mut self) {
-        if let Some(handle) = self.handle.take() {
-            if self.process == std::process::id() {
-                // Its placement is no one's: only its end is waited for.
-                let _ = handle.join();
-            } else {
-                std::mem::forget(handle);
-            }
-        }
+        // Its placement is no one's: only its end is waited for.
+        let _ = self.wait();
     }
 }
 
@@ -156,13 +152,10 @@ impl CachingAllocator {
         if !self.retired_workers.is_empty() {
             self.reap_workers();
         }
-        let allocations = self.planner.as_ref().expect("planning").allocations();
-        if self
-            .plan_in_making
-            .as_ref()
-            .is_some_and(|making| allocations >= making.at)
-        {
-            self.adopt_plan_in_making();
+        if let Some(at) = self.plan_in_making.as_ref().map(|making| making.at) {
+            if self.planner.as_ref().expect("planning").allocations() >= at {
+                self.adopt_plan_in_making();
+            }
         }
     }
 
