@@ -701,14 +701,67 @@ fn turning_the_plan_off_leaves_no_block_parked() {
     a.free(p).unwrap();
 }
 
-/// One seeded program on a planned allocator, `parking` or not: a step of random sizes and
+/// How `seeded_program` runs its program.
+#[derive(Clone, Copy)]
+struct ProgramRun {
+    /// Blocks freed at their planned address park (the default) or go back to the pools.
+    parking: bool,
+    /// Every plan placed off the request path, on a thread (Some(false)) or on the calling thread
+    /// (Some(true)), and put in force one step later; None: as the allocator decides.
+    off_path: Option<bool>,
+    /// Requests go through `malloc` (which tries `malloc_parked` first, the default) or straight
+    /// to `malloc_begin`.
+    parked_first: bool,
+}
+
+impl Default for ProgramRun {
+    fn default() -> Self {
+        ProgramRun {
+            parking: true,
+            off_path: None,
+            parked_first: true,
+        }
+    }
+}
+
+/// A request through `malloc`, or through `malloc_begin` and `malloc_finish` only.
+fn malloc_by(
+    a: &mut CachingAllocator,
+    backend: &SimulatedBackend,
+    size: usize,
+    stream: crate::backend::StreamId,
+    parked_first: bool,
+) -> crate::Result<usize> {
+    use crate::backend::Backend;
+    if parked_first {
+        return a.malloc(size, stream);
+    }
+    match a.malloc_begin(size, stream)? {
+        MallocStep::Done(ptr) => Ok(ptr),
+        MallocStep::NeedSegment(request) => {
+            let raw = backend.raw_alloc(0, request.size, request.stream);
+            a.malloc_finish(request, raw)
+        }
+    }
+}
+
+/// One seeded program on a planned allocator: a step of random sizes and
 /// lifetimes repeated, with, now and then past the first steps, empty_cache, a capture of stream 1
 /// begun or ended (`mode` 1 and 3), the plan turned off or on (`mode` 2 and 3), a stream use, an
 /// event completed, or a request off the plan (`mode` 4 and 5: sizes in whole pages, so that plans
-/// end on a page). What every operation returned, the statistics and the snapshot, after each.
-/// `off_path`: every plan placed off the request path, on a thread (Some(false)) or on the calling
-/// thread (Some(true)), and put in force one step later.
-fn seeded_program(seed: u64, mode: u32, parking: bool, off_path: Option<bool>) -> Vec<String> {
+/// end on a page). What every operation returned, the statistics and the snapshot, after each,
+/// run as `run` says.
+fn seeded_program(seed: u64, mode: u32, run: ProgramRun) -> Vec<String> {
+    seeded_program_counted(seed, mode, run).0
+}
+
+/// `seeded_program`, and how many requests `malloc_parked` served.
+fn seeded_program_counted(seed: u64, mode: u32, run: ProgramRun) -> (Vec<String>, usize) {
+    let ProgramRun {
+        parking,
+        off_path,
+        parked_first,
+    } = run;
     use crate::caching::pools::Route;
     let backend = Arc::new(SimulatedBackend::new(1, 1 << 30));
     let settings_of = |planned: bool| {
@@ -775,7 +828,7 @@ fn seeded_program(seed: u64, mode: u32, parking: bool, off_path: Option<bool>) -
                             _ => 1 + next(8 * MIB),
                         };
                         let stream = if next(3) == 0 { 1 } else { 0 };
-                        let served = a.malloc(size, stream);
+                        let served = malloc_by(&mut a, &backend, size, stream, parked_first);
                         log.push(format!("off the plan {size} on {stream}: {served:x?}"));
                         if let Ok(ptr) = served {
                             live.push((ptr, count + next(30)));
@@ -785,7 +838,7 @@ fn seeded_program(seed: u64, mode: u32, parking: bool, off_path: Option<bool>) -
                 }
             }
             count += 1;
-            let served = a.malloc(sizes[i], 0);
+            let served = malloc_by(&mut a, &backend, sizes[i], 0, parked_first);
             log.push(format!("{}: {served:x?}", sizes[i]));
             if let Ok(ptr) = served {
                 live.push((ptr, count + lifetimes[i]));
@@ -825,7 +878,7 @@ fn seeded_program(seed: u64, mode: u32, parking: bool, off_path: Option<bool>) -
         "placed off the path and used {}",
         a.plans_placed_off_path_used()
     ));
-    log
+    (log, a.served_parked_first())
 }
 
 /// Two runs' logs, line by line: the first line that differs is named.
@@ -848,12 +901,44 @@ fn parking_changes_no_figure() {
     for mode in 0..6 {
         for seed in 1..=25 {
             assert_same_log(
-                &seeded_program(seed, mode, true, None),
-                &seeded_program(seed, mode, false, None),
+                &seeded_program(seed, mode, ProgramRun::default()),
+                &seeded_program(
+                    seed,
+                    mode,
+                    ProgramRun {
+                        parking: false,
+                        ..ProgramRun::default()
+                    },
+                ),
                 &format!("seed {seed}, mode {mode}: parked / not parked"),
             );
         }
     }
+}
+
+#[test]
+fn the_parked_block_first_changes_no_figure() {
+    // `malloc` serves the request the plan expects from the block parked at its address before
+    // `malloc_begin` is asked: every address, statistic and snapshot as `malloc_begin`'s alone.
+    let mut served = 0;
+    for mode in 0..6 {
+        for seed in 1..=25 {
+            let (first, count) = seeded_program_counted(seed, mode, ProgramRun::default());
+            let begin_only = ProgramRun {
+                parked_first: false,
+                ..ProgramRun::default()
+            };
+            let (begun, none) = seeded_program_counted(seed, mode, begin_only);
+            assert_same_log(
+                &first,
+                &begun,
+                &format!("seed {seed}, mode {mode}: parked first / malloc_begin"),
+            );
+            assert_eq!(none, 0);
+            served += count;
+        }
+    }
+    assert!(served > 1000, "{served} requests served parked first");
 }
 
 /// A step of forty blocks (2 MiB + i x 4 KiB), all live together, then all freed.
@@ -995,10 +1080,24 @@ fn planning_off_the_request_path_does_not_depend_on_the_thread() {
     let (mut made, mut used) = (0, 0);
     for mode in 0..6 {
         for seed in 1..=12 {
-            let threaded = seeded_program(seed, mode, true, Some(false));
+            let threaded = seeded_program(
+                seed,
+                mode,
+                ProgramRun {
+                    off_path: Some(false),
+                    ..ProgramRun::default()
+                },
+            );
             assert_same_log(
                 &threaded,
-                &seeded_program(seed, mode, true, Some(true)),
+                &seeded_program(
+                    seed,
+                    mode,
+                    ProgramRun {
+                        off_path: Some(true),
+                        ..ProgramRun::default()
+                    },
+                ),
                 &format!("seed {seed}, mode {mode}: on a thread / here"),
             );
             made += !threaded[threaded.len() - 2].starts_with("planner Some((0,") as usize;

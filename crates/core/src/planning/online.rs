@@ -291,6 +291,19 @@ impl OnlinePlanner {
         address
     }
 
+    /// The address `advise` gives the next request of `size` bytes (rounded) on `stream` when it
+    /// is the one the plan expects next and has an address, and `advise` neither ends a pass (the
+    /// step's last position) nor drops the plan: the request path's common case. Changes nothing;
+    /// None: ask `advise`.
+    pub fn expected_address(&self, size: usize, stream: StreamId) -> Option<usize> {
+        let plan = self.plan.as_ref()?;
+        // With half the last 64 on the plan already, one more on it keeps at least half.
+        let expected = plan.cursor + 1 < plan.keys.len()
+            && plan.keys[plan.cursor] == (size, stream)
+            && plan.recent.count_ones() >= MIN_ON_PLAN;
+        expected.then(|| plan.addresses[plan.cursor]).flatten()
+    }
+
     /// The address range [start, end) the plan in force lies in (its pages stay mapped between
     /// passes).
     pub fn range(&self) -> Option<(usize, usize)> {

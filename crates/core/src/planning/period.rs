@@ -145,56 +145,96 @@ impl PeriodFinder {
 /// training loop, the start of step 2 matches the start of step 1, and what followed then is a
 /// prediction of what follows now. Only allocations count (their size and stream): frees name
 /// their blocks by distance, which an allocation made in one step and not the next (an optimizer
-/// making its states) changes. O(1) per allocation.
+/// making its states) changes. O(1) per allocation: it is on the planned request's path.
 pub struct StretchMatcher {
     window: usize,
-    /// The hashes of the last `window` allocations, oldest first.
-    recent: std::collections::VecDeque<u64>,
+    /// The hashes of the last `window` allocations, a ring: the oldest at `oldest` once full.
+    recent: Vec<u64>,
+    oldest: usize,
     /// Their rolling hash, sum of hash x ROLL^(age), and ROLL^(window - 1).
     rolling: u64,
     oldest_weight: u64,
-    /// The latest allocation index at which each window of hashes ended (the keys are hashes
-    /// already: a mixing hasher suffices).
-    ended_at: HashMap<u64, usize, std::hash::BuildHasherDefault<MixHasher>>,
+    /// The latest allocation index at which each window of hashes ended.
+    ended_at: WindowEnds,
     count: usize,
 }
 
 /// An odd multiplier for the rolling hash.
 const ROLL: u64 = 0x9E37_79B9_7F4A_7C15;
 
-/// A hasher for keys that are numbers (hashes, addresses): one multiply and a shift, where the
-/// standard one (SipHash) costs several times more on the planner's per-request path.
-#[derive(Default, Clone, Copy)]
-pub struct MixHasher(u64);
+/// The hash of an allocation of `size` bytes on `stream`: one multiply and a shift per word, where
+/// the standard hasher (SipHash) costs several times more.
+fn alloc_hash(size: usize, stream: usize) -> u64 {
+    let mix = |h: u64, x: u64| {
+        let mixed = (h ^ x).wrapping_mul(ROLL);
+        mixed ^ (mixed >> 29)
+    };
+    mix(mix(0x51_7cc1_b727_220a, size as u64), stream as u64)
+}
 
-impl std::hash::Hasher for MixHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
+/// A map from a window's rolling hash to the latest index it ended at: open addressing with
+/// linear probing, indexed by the hash's top bits (a rolling hash's product terms mix upwards, so
+/// those are its best ones). An insertion that finds its key, the steady state of a repeating
+/// program, touches one slot; the standard map probes by control groups and costs about twice
+/// as much on the planned request's path.
+struct WindowEnds {
+    /// (key, index + 1); 0 in the second field: an empty slot.
+    slots: Vec<(u64, usize)>,
+    /// log2 of the slot count.
+    bits: u32,
+    len: usize,
+}
 
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(b as u64);
+impl WindowEnds {
+    const INITIAL_BITS: u32 = 6;
+
+    fn new() -> Self {
+        WindowEnds {
+            slots: vec![(0, 0); 1 << Self::INITIAL_BITS],
+            bits: Self::INITIAL_BITS,
+            len: 0,
         }
     }
 
-    fn write_u64(&mut self, x: u64) {
-        let mixed = (self.0 ^ x).wrapping_mul(ROLL);
-        self.0 = mixed ^ (mixed >> 29);
+    fn home(&self, key: u64) -> usize {
+        (key >> (64 - self.bits)) as usize
     }
 
-    fn write_usize(&mut self, x: usize) {
-        self.write_u64(x as u64);
+    /// Set `key`'s index to `index`; the index it had, if any.
+    fn insert(&mut self, key: u64, index: usize) -> Option<usize> {
+        let mask = self.slots.len() - 1;
+        let mut slot = self.home(key);
+        loop {
+            let (k, stored) = &mut self.slots[slot];
+            if *stored == 0 {
+                break;
+            }
+            if *k == key {
+                return Some(std::mem::replace(stored, index + 1) - 1);
+            }
+            slot = (slot + 1) & mask;
+        }
+        self.slots[slot] = (key, index + 1);
+        self.len += 1;
+        if 2 * self.len > self.slots.len() {
+            self.grow();
+        }
+        None
     }
-}
 
-/// The hash of an allocation of `size` bytes on `stream`.
-fn alloc_hash(size: usize, stream: usize) -> u64 {
-    use std::hash::Hasher;
-    let mut hasher = MixHasher(0x51_7cc1_b727_220a);
-    hasher.write_usize(size);
-    hasher.write_usize(stream);
-    hasher.finish()
+    /// Twice the slots, every entry placed again (at most half full: probes stay short).
+    fn grow(&mut self) {
+        let old = std::mem::replace(&mut self.slots, vec![(0, 0); 2 << self.bits]);
+        self.bits += 1;
+        let mask = self.slots.len() - 1;
+        for (key, stored) in old.into_iter().filter(|&(_, stored)| stored != 0) {
+            let mut slot = self.home(key);
+            while self.slots[slot].1 != 0 {
+                slot = (slot + 1) & mask;
+            }
+            self.slots[slot] = (key, stored);
+        }
+    }
 }
 
 impl StretchMatcher {
@@ -202,10 +242,11 @@ impl StretchMatcher {
         let window = window.max(1);
         StretchMatcher {
             window,
-            recent: std::collections::VecDeque::with_capacity(window),
+            recent: Vec::with_capacity(window),
+            oldest: 0,
             rolling: 0,
             oldest_weight: (1..window).fold(1u64, |w, _| w.wrapping_mul(ROLL)),
-            ended_at: HashMap::default(),
+            ended_at: WindowEnds::new(),
             count: 0,
         }
     }
@@ -216,20 +257,27 @@ impl StretchMatcher {
     pub fn push(&mut self, size: usize, stream: usize) -> Option<usize> {
         let now = self.count;
         self.count += 1;
-        if self.recent.len() == self.window {
-            let oldest = self.recent.pop_front().expect("a full window");
+        let hash = alloc_hash(size, stream);
+        if self.recent.len() < self.window {
+            self.recent.push(hash);
+            self.rolling = self.rolling.wrapping_mul(ROLL).wrapping_add(hash);
+            if self.recent.len() < self.window {
+                return None;
+            }
+        } else {
+            let oldest = std::mem::replace(&mut self.recent[self.oldest], hash);
+            self.oldest = if self.oldest + 1 == self.window {
+                0
+            } else {
+                self.oldest + 1
+            };
             self.rolling = self
                 .rolling
-                .wrapping_sub(oldest.wrapping_mul(self.oldest_weight));
+                .wrapping_sub(oldest.wrapping_mul(self.oldest_weight))
+                .wrapping_mul(ROLL)
+                .wrapping_add(hash);
         }
-        let hash = alloc_hash(size, stream);
-        self.recent.push_back(hash);
-        self.rolling = self.rolling.wrapping_mul(ROLL).wrapping_add(hash);
-        if self.recent.len() < self.window {
-            return None;
-        }
-        let key = self.rolling;
-        let earlier = self.ended_at.insert(key, now);
+        let earlier = self.ended_at.insert(self.rolling, now);
         earlier.filter(|&q| now - q >= self.window)
     }
 }
@@ -453,5 +501,61 @@ mod tests {
             stream: 0,
         }));
         assert_eq!(steady_period(&events, 8, 1000).map(|p| p.length), Some(20));
+    }
+
+    #[test]
+    fn the_window_table_keeps_the_latest_index_of_every_key_as_a_map_does() {
+        // Keys that share their top bits land on one home slot and probe past each other; the
+        // table grows several times.
+        let mut table = WindowEnds::new();
+        let mut map = HashMap::new();
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for index in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let key = match index % 3 {
+                0 => x,
+                1 => (x % 37) << 40,
+                _ => x % 500,
+            };
+            assert_eq!(
+                table.insert(key, index),
+                map.insert(key, index),
+                "key {key:#x}"
+            );
+        }
+        assert_eq!(table.len, map.len());
+        assert!(2 * table.len <= table.slots.len());
+    }
+
+    #[test]
+    fn a_stretch_matches_where_it_was_last_asked_for_at_least_a_window_back() {
+        let mut matcher = StretchMatcher::new(4);
+        // 1 2 3 4 5 | 1 2 3 4 5 | 1 2 3 4 ...: the window 1 2 3 4 first ends at index 3 and again
+        // at index 8; from there on each window ended five allocations before.
+        let sizes: Vec<usize> = (0..15).map(|i| i % 5 + 1).collect();
+        let found: Vec<Option<usize>> = sizes.iter().map(|&s| matcher.push(s, 0)).collect();
+        assert_eq!(found[..8], [None; 8]);
+        assert_eq!(
+            found[8..],
+            [
+                Some(3),
+                Some(4),
+                Some(5),
+                Some(6),
+                Some(7),
+                Some(8),
+                Some(9)
+            ]
+        );
+        // The same sizes on another stream are another stretch.
+        let mut other = StretchMatcher::new(4);
+        let found: Vec<Option<usize>> = (0..10).map(|i| other.push(i % 5 + 1, i / 5)).collect();
+        assert_eq!(found, [None; 10]);
+        // A window that repeats within itself (7 7 7 7 ...) was last asked for one allocation
+        // back, less than a window: never a stretch.
+        let mut same = StretchMatcher::new(4);
+        assert!((0..50).all(|_| same.push(7, 0).is_none()));
     }
 }

@@ -106,6 +106,9 @@ pub struct CachingAllocator {
     plan_off_path_inline: bool,
     #[cfg(test)]
     plans_placed_off_path_used: usize,
+    /// Requests `malloc_parked` served.
+    #[cfg(test)]
+    served_parked_first: usize,
     /// Where a block was parked lately, by a hash of its address: a guess that spares a planned
     /// request the address index lookup (allocator/parking.rs). Empty until a block parks.
     parked_hints: Vec<BlockId>,
@@ -161,6 +164,8 @@ impl CachingAllocator {
             plan_off_path_inline: false,
             #[cfg(test)]
             plans_placed_off_path_used: 0,
+            #[cfg(test)]
+            served_parked_first: 0,
             parked_hints: Vec::new(),
             unindexed_rests: Vec::new(),
             unindexed: 0,
@@ -212,6 +217,9 @@ impl CachingAllocator {
 
     /// Hand out a block of at least `size` bytes (size > 0) for use on `stream`.
     pub fn malloc(&mut self, size: usize, stream: StreamId) -> Result<usize> {
+        if let Some(ptr) = self.malloc_cached(size, stream) {
+            return Ok(ptr);
+        }
         match self.malloc_begin(size, stream)? {
             MallocStep::Done(ptr) => Ok(ptr),
             MallocStep::NeedSegment(request) => {
@@ -226,14 +234,18 @@ impl CachingAllocator {
     /// malloc when a cached block fits: its address, or None (nothing changed) when the request
     /// needs the full path of `malloc_begin` (events to process, garbage collection on, or no cached
     /// block fits). The common case answers with a plain address, not a MallocStep in a Result.
+    /// With planned_placement on, the common case is the block parked at the planned address
+    /// (`malloc_parked`).
     #[inline]
     pub fn malloc_cached(&mut self, size: usize, stream: StreamId) -> Option<usize> {
+        if self.planner.is_some() {
+            return self.malloc_parked(size, stream);
+        }
         // Garbage collection counts lookups, so a failed try here would count twice.
         if size == 0
             || !self.pending_events.is_empty()
             || self.garbage_collection_on()
             || self.routing
-            || self.planner.is_some()
         {
             return None;
         }

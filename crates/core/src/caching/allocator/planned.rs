@@ -90,6 +90,41 @@ impl CachingAllocator {
         self.planner.as_ref().map(|p| p.counters())
     }
 
+    /// malloc_cached with a planner: the request the plan expects next, served from the block
+    /// parked at its planned address (the steady state of a planned step), or None, nothing
+    /// changed, for `malloc_with_plan` to serve. The same as that path in this case, with a plain
+    /// address for an answer.
+    pub(super) fn malloc_parked(&mut self, size: usize, stream: StreamId) -> Option<usize> {
+        if size == 0
+            || self.capturing
+            || self.routing
+            || !self.pending_events.is_empty()
+            || !self.private_pools.deferred_frees.is_empty()
+        {
+            return None;
+        }
+        let rounded = round_size(size, &self.config)?;
+        let address = self.planner.as_ref()?.expected_address(rounded, stream)?;
+        let id = self
+            .parked_at(address, stream)
+            .filter(|&id| self.blocks[id].size >= rounded)?;
+        let planner = self.planner.as_mut().expect("planning");
+        let advice = planner.advise(rounded, stream);
+        debug_assert_eq!(advice, Some(address));
+        debug_assert!(
+            !planner.take_pass_end(),
+            "no pass ends before the step's end"
+        );
+        let (id, ptr) = self.take_parked(id, rounded, size);
+        self.planned_allocation(rounded, stream, ptr, id);
+        self.verify("malloc");
+        #[cfg(test)]
+        {
+            self.served_parked_first += 1;
+        }
+        Some(ptr)
+    }
+
     /// malloc_begin with a planner: the planned address first, then the policy.
     pub(super) fn malloc_with_plan(&mut self, size: usize, stream: StreamId) -> Result<MallocStep> {
         // Captures and private pools keep their own rules, unplanned and unlogged.
@@ -397,6 +432,12 @@ impl CachingAllocator {
     #[cfg(test)]
     pub(crate) fn plans_placed_off_path_used(&self) -> usize {
         self.plans_placed_off_path_used
+    }
+
+    /// Requests served by `malloc_parked`, ahead of `malloc_begin`.
+    #[cfg(test)]
+    pub(crate) fn served_parked_first(&self) -> usize {
+        self.served_parked_first
     }
 
     /// Whether a plan is being placed off the request path.
