@@ -219,11 +219,36 @@ impl CachingAllocator {
         }
     }
 
+    /// Whether parked block `id` can serve a planned request from its address to `end`: it is long
+    /// enough, or the blocks after it up to `end` are free, mapped, with no event pending, in its
+    /// segment, and end inside the plan's range (`take_parked` takes them in).
+    pub(super) fn parked_serves(&self, id: BlockId, end: usize) -> bool {
+        let first = &self.blocks[id];
+        if first.ptr + first.size >= end {
+            return true;
+        }
+        let mut cursor = Some(id);
+        let mut covered = first.ptr;
+        while covered < end {
+            match self.allocatable(cursor) {
+                Some(next)
+                    if self.blocks[next].expandable == first.expandable
+                        && self.blocks[next].mapped =>
+                {
+                    covered = self.blocks[next].ptr + self.blocks[next].size;
+                    cursor = self.blocks[next].next;
+                }
+                _ => return false,
+            }
+        }
+        let plan_end = self.planner.as_ref().and_then(|p| p.range()).map(|r| r.1);
+        plan_end.is_some_and(|plan_end| covered <= plan_end)
+    }
+
     /// Parked block `id` takes in the free blocks after it (parked or cached) up to `end`, the
     /// last of them whole: a planned request longer than the block parked at its address, when
-    /// every block under it is free and mapped (alloc_at checked) and the last ends inside the
-    /// plan. It stays parked, in the plan's range.
-    pub(super) fn gather_parked(&mut self, id: BlockId, end: usize) {
+    /// `parked_serves` said so. It stays parked, in the plan's range.
+    fn gather_parked(&mut self, id: BlockId, end: usize) {
         while self.blocks[id].ptr + self.blocks[id].size < end {
             let next = self.blocks[id]
                 .next
@@ -249,16 +274,18 @@ impl CachingAllocator {
         }
     }
 
-    /// Hand out the first `rounded` bytes of parked block `id` (at least that long) as a planned
-    /// allocation; the rest, if any, stays parked. Returns the block handed out and its address.
-    /// The block keeps its
-    /// address index entry: when the sizes repeat, a pass costs no index operation at all.
+    /// Hand out the first `rounded` bytes of parked block `id` as a planned allocation, the free
+    /// blocks after it taken in first when it is shorter (`parked_serves` said it can serve); the
+    /// rest, if any, stays parked. Returns the block handed out and its address. The block keeps
+    /// its address index entry: when the sizes repeat, a pass costs no index operation at all.
     pub(super) fn take_parked(
         &mut self,
         id: BlockId,
         rounded: usize,
         requested: usize,
     ) -> (BlockId, usize) {
+        let end = self.blocks[id].ptr + rounded;
+        self.gather_parked(id, end);
         let block = self.blocks[id];
         debug_assert!(block.parked && block.size >= rounded);
         self.pool_mut(DEFAULT_POOLS, block.pool).count_parked(-1);

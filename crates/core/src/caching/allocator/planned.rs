@@ -107,7 +107,7 @@ impl CachingAllocator {
         let address = self.planner.as_ref()?.expected_address(rounded, stream)?;
         let id = self
             .parked_at(address, stream)
-            .filter(|&id| self.blocks[id].size >= rounded)?;
+            .filter(|&id| self.parked_serves(id, address + rounded))?;
         let planner = self.planner.as_mut().expect("planning");
         let advice = planner.advise(rounded, stream);
         debug_assert_eq!(advice, Some(address));
@@ -591,15 +591,9 @@ impl CachingAllocator {
         stream: StreamId,
     ) -> Result<Option<(BlockId, usize)>> {
         let end = address + rounded;
-        let parked = self.parked_at(address, stream);
-        if let Some(id) = parked.filter(|&id| self.blocks[id].size >= rounded) {
-            // The steady state: the block parked here is taken as it is, found by its hint.
-            return Ok(Some(self.take_parked(id, rounded, requested)));
-        }
-        // A block parked here but too short is where the range starts (gathered below);
-        // otherwise the address index is looked up, the parts cut off parked blocks entered
-        // first.
-        let start = match parked {
+        // The block parked here, found by its hint (the steady state) or, when the hint missed,
+        // by the address index, the parts cut off parked blocks entered first.
+        let start = match self.parked_at(address, stream) {
             Some(id) => id,
             None => {
                 self.index_rests();
@@ -610,6 +604,9 @@ impl CachingAllocator {
             }
         };
         let first = self.blocks[start];
+        if first.parked && first.ptr == address && self.parked_serves(start, end) {
+            return Ok(Some(self.take_parked(start, rounded, requested)));
+        }
         let segment = first.expandable;
         // Every block under the range must be free with no event pending, in the same segment.
         let mut cursor = Some(start);
@@ -625,21 +622,6 @@ impl CachingAllocator {
                 }
                 _ => return Ok(None),
             }
-        }
-        let plan_end = self
-            .planner
-            .as_ref()
-            .and_then(|p| p.range())
-            .map(|(_, end)| end);
-        if first.parked
-            && first.ptr == address
-            && all_mapped
-            && plan_end.is_some_and(|e| covered <= e)
-        {
-            // The block parked here (its hint missed) is taken, with the free blocks after it
-            // when it is shorter than the request (allocator/parking.rs).
-            self.gather_parked(start, end);
-            return Ok(Some(self.take_parked(start, rounded, requested)));
         }
         if parked_under || (!all_mapped && self.any_parked()) {
             // Parked blocks under the range become ordinary free blocks (all of them when pages
