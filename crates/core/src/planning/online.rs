@@ -249,6 +249,21 @@ impl OnlinePlanner {
             self.note(false);
             return None;
         };
+        self.advance(step)
+    }
+
+    /// `advise` for the request `expected_address` just answered (the one at the cursor): the
+    /// same, with no looking ahead.
+    pub fn advise_expected(&mut self) -> Option<usize> {
+        debug_assert!(self.plan.is_some(), "expected_address answered");
+        self.advance(0)
+    }
+
+    /// The request at `step` positions past the cursor came: the cursor moves past it, a pass
+    /// ends at the step's last position; its address, if the plan has one.
+    fn advance(&mut self, step: usize) -> Option<usize> {
+        let plan = self.plan.as_mut()?;
+        let length = plan.keys.len();
         let position = (plan.cursor + step) % length;
         plan.skipped += step;
         if plan.cursor + step + 1 >= length && step <= CLOSE {

@@ -201,6 +201,7 @@ impl WindowEnds {
     }
 
     /// Set `key`'s index to `index`; the index it had, if any.
+    #[inline]
     fn insert(&mut self, key: u64, index: usize) -> Option<usize> {
         let mask = self.slots.len() - 1;
         let mut slot = self.home(key);
@@ -254,6 +255,7 @@ impl StretchMatcher {
     /// Take the next allocation (its index is the number taken before it); Some(q) when the last
     /// `window` allocations equal those that ended at allocation q (the latest such q, at least a
     /// window back).
+    #[inline]
     pub fn push(&mut self, size: usize, stream: usize) -> Option<usize> {
         let now = self.count;
         self.count += 1;

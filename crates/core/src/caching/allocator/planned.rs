@@ -109,7 +109,7 @@ impl CachingAllocator {
             .parked_at(address, stream)
             .filter(|&id| self.parked_serves(id, address + rounded))?;
         let planner = self.planner.as_mut().expect("planning");
-        let advice = planner.advise(rounded, stream);
+        let advice = planner.advise_expected();
         debug_assert_eq!(advice, Some(address));
         debug_assert!(
             !planner.take_pass_end(),
