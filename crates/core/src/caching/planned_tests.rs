@@ -1306,3 +1306,126 @@ fn a_stretch_that_did_not_come_again_is_not_planned_off_the_path() {
     assert_eq!(after.plans, before.plans, "{after:?}");
     assert_eq!(a.stats().allocated_bytes[ALL].current, 0);
 }
+
+/// `layered_step`, now and then leaving the plan: a request of a size the step never asks for
+/// before allocation `extra_at` of the step (held to the step's end), and one layer's temporaries
+/// `grown` by a page.
+fn wandering_step(a: &mut CachingAllocator, layers: usize, extra_at: Option<usize>, grown: bool) {
+    let mut count = 0;
+    let mut extra = None;
+    let mut malloc = |a: &mut CachingAllocator, size: usize| {
+        if extra_at == Some(count) {
+            extra = Some(a.malloc(5 * MIB + 4096, 0).unwrap());
+        }
+        count += 1;
+        a.malloc(size, 0).unwrap()
+    };
+    let mut kept = Vec::new();
+    for layer in 0..layers {
+        let sizes = [3 * MIB, MIB, 2 * MIB, MIB];
+        let held: Vec<usize> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, size)| malloc(a, size + (layer * 4 + i) * 4096))
+            .collect();
+        for size in [2 * MIB, MIB, 4 * MIB] {
+            let size = if grown && layer == 1 {
+                size + 4096
+            } else {
+                size
+            };
+            let t = malloc(a, size);
+            a.free(t).unwrap();
+        }
+        kept.push(held);
+    }
+    for held in kept.into_iter().rev() {
+        for size in [MIB, 2 * MIB] {
+            let t = malloc(a, size);
+            a.free(t).unwrap();
+        }
+        for ptr in held {
+            a.free(ptr).unwrap();
+        }
+    }
+    if let Some(ptr) = extra {
+        a.free(ptr).unwrap();
+    }
+}
+
+#[test]
+fn the_stretch_matcher_skipped_while_a_plan_is_kept_to_answers_as_if_asked() {
+    // While the program keeps to the plan, the planner answers for the stretch matcher from the
+    // plan and catches it up when the program leaves: every answer of the matcher, address,
+    // statistic and snapshot as when the matcher is asked at every allocation, over programs that
+    // leave the plan at seeded points (an extra request, a grown layer, a longer step, the plan
+    // turned off and on, empty_cache).
+    let run = |seed: u64, always: bool| {
+        let mut a = planned();
+        if always {
+            a.planner_mut().unwrap().always_match();
+        }
+        let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut next = move |n: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % n
+        };
+        let layers = 3 + next(4) as usize;
+        let (mut log, mut records) = (Vec::new(), Vec::new());
+        for _ in 0..60 {
+            let (extra_at, grown, longer) = match next(24) {
+                0 => (Some(next(30) as usize), false, false),
+                1 => (None, true, false),
+                2 => (None, false, true),
+                3 => {
+                    log.push(format!("{:?}", a.empty_cache()));
+                    (None, false, false)
+                }
+                4 => {
+                    records.push(a.planner_mut().unwrap().matcher_record.clone());
+                    let off = "expandable_segments:True,expandable_trim:True";
+                    a.set_config(settings::parse_settings(off, &CachingConfig::default()).unwrap());
+                    a.set_config(
+                        settings::parse_settings(
+                            "planned_placement:True",
+                            &CachingConfig::default(),
+                        )
+                        .unwrap(),
+                    );
+                    if always {
+                        a.planner_mut().unwrap().always_match();
+                    }
+                    (None, false, false)
+                }
+                _ => (None, false, false),
+            };
+            wandering_step(&mut a, layers + longer as usize, extra_at, grown);
+            log.push(format!("{:?}", a.stats()));
+            log.push(format!("{:?}", a.segments()));
+            log.push(format!("{:?}", a.planner_counters()));
+        }
+        records.push(a.planner_mut().unwrap().matcher_record.clone());
+        (log, records)
+    };
+    let (mut skipped, mut caught_up) = (0, 0);
+    for seed in 1..=16 {
+        let (log, records) = run(seed, false);
+        let (asked_log, asked) = run(seed, true);
+        assert_same_log(&log, &asked_log, &format!("seed {seed}: skipped / asked"));
+        assert_eq!(records.len(), asked.len());
+        for (record, asked) in records.iter().zip(&asked) {
+            assert_eq!(record.matches, asked.matches, "seed {seed}");
+            assert_eq!((asked.skipped, asked.caught_up), (0, 0));
+            skipped += record.skipped;
+            caught_up += record.caught_up;
+        }
+    }
+    // Not vacuous: most requests of the kept steps skipped the matcher, and it was caught up
+    // with at every leaving.
+    assert!(
+        skipped > 5_000 && caught_up > 30,
+        "skipped {skipped}, caught up {caught_up}"
+    );
+}

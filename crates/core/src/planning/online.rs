@@ -42,8 +42,14 @@ type StreamId = usize;
 const WINDOW: usize = 32;
 /// The longest step planned, in allocations.
 const MAX_PERIOD: usize = 1 << 15;
-/// Allocations kept in the log (at least two periods of the longest step).
+/// Allocations kept in the log, at most: four periods of the longest step (a plan reads at most
+/// three, and the matcher's catching up one).
 const LOG_KEPT: usize = 4 * MAX_PERIOD;
+/// The oldest allocations leave the log this many at a time, when it holds `LOG_KEPT`: a ring that
+/// never outgrows `LOG_KEPT` (a power of two, as the ring's room grows), so that the entries a
+/// planned request writes come round in half the memory that dropping half the log at a time
+/// takes. The log holds at least `LOG_KEPT - LOG_DRAINED` allocations once it has that many.
+const LOG_DRAINED: usize = MAX_PERIOD / 8;
 /// How far ahead of the cursor a request is looked for.
 const LOOKAHEAD: usize = 1024;
 /// A request found within this many positions of the cursor counts as on the plan.
@@ -133,6 +139,10 @@ struct Plan {
     /// The position before which the fewest planned bytes are live: a new plan is made there,
     /// where the fewest blocks are in its way.
     quiet: usize,
+    /// For each position, how far back the stretch matcher finds the `WINDOW` allocations ending
+    /// there in a program that keeps to the template (0: it reports none): what it answers once a
+    /// period and a window have kept to the plan, so that it need not be asked (`allocated`).
+    window_back: Vec<u32>,
 }
 
 /// What the planner has done: for tools, tests and the C ABI's accalloc_planner_stats.
@@ -191,6 +201,43 @@ pub struct OnlinePlanner {
     rebuild_now: bool,
     /// A plan is being made off the request path, to be put in force at this allocation.
     making_until: Option<usize>,
+    /// What the latest `advise` said of the request it was asked about, until `allocated` logs it.
+    advised: Advised,
+    /// Allocations in a row, the latest last, logged at the plan's next position (each at the
+    /// cursor, one after the other) since the plan was put in force and the matcher started:
+    /// from a period and a window on, the matcher's answer is the plan's `window_back` and the
+    /// matcher is not asked (about a tenth of a planned request's cost); the windows it owes
+    /// are caught up with when the program leaves the plan.
+    kept: usize,
+    /// The period of the plan kept to while the matcher skipped.
+    owed_period: usize,
+    /// Ask the matcher at every allocation (tests compare the two).
+    #[cfg(test)]
+    always_match: bool,
+    /// What the matcher answered, allocation by allocation, and how often it was skipped and
+    /// caught up with.
+    #[cfg(test)]
+    pub(crate) matcher_record: MatcherRecord,
+}
+
+/// `OnlinePlanner::matcher_record`.
+#[cfg(test)]
+#[derive(Clone, Debug, Default)]
+pub(crate) struct MatcherRecord {
+    pub matches: Vec<Option<usize>>,
+    pub skipped: usize,
+    pub caught_up: usize,
+}
+
+/// What `advise` said of the request it was last asked about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Advised {
+    /// Nothing since the last allocation logged.
+    Nothing,
+    /// The request is the plan's next position, this one.
+    Next(usize),
+    /// Another position, or none.
+    Elsewhere,
 }
 
 impl Default for OnlinePlanner {
@@ -219,6 +266,13 @@ impl OnlinePlanner {
             failures: 0,
             rebuild_now: false,
             making_until: None,
+            advised: Advised::Nothing,
+            kept: 0,
+            owed_period: 0,
+            #[cfg(test)]
+            always_match: false,
+            #[cfg(test)]
+            matcher_record: MatcherRecord::default(),
         }
     }
 
@@ -240,13 +294,17 @@ impl OnlinePlanner {
     /// The address planned for the next request, of `size` bytes (rounded) on `stream`, if the plan
     /// has one; moves the cursor past the request's position.
     pub fn advise(&mut self, size: usize, stream: StreamId) -> Option<usize> {
-        let plan = self.plan.as_mut()?;
+        let Some(plan) = self.plan.as_mut() else {
+            self.note_advised(Advised::Elsewhere);
+            return None;
+        };
         let length = plan.keys.len();
         let found = (0..LOOKAHEAD.min(length))
             .find(|&step| plan.keys[(plan.cursor + step) % length] == (size, stream));
         let Some(step) = found else {
             plan.missed += 1;
             self.note(false);
+            self.note_advised(Advised::Elsewhere);
             return None;
         };
         self.advance(step)
@@ -265,6 +323,12 @@ impl OnlinePlanner {
         let plan = self.plan.as_mut()?;
         let length = plan.keys.len();
         let position = (plan.cursor + step) % length;
+        self.note_advised(if step == 0 {
+            Advised::Next(position)
+        } else {
+            Advised::Elsewhere
+        });
+        let plan = self.plan.as_mut().expect("the plan just read");
         plan.skipped += step;
         if plan.cursor + step + 1 >= length && step <= CLOSE {
             // A pass through the template ends here (a far jump across the end is the program
@@ -304,6 +368,15 @@ impl OnlinePlanner {
             self.counters.advised += 1;
         }
         address
+    }
+
+    /// What `advise` said of a request: a request advised before and never logged (its device
+    /// allocation failed) breaks the run of allocations kept to the plan.
+    fn note_advised(&mut self, advised: Advised) {
+        if self.advised != Advised::Nothing {
+            self.kept = 0;
+        }
+        self.advised = advised;
     }
 
     /// The address `advise` gives the next request of `size` bytes (rounded) on `stream` when it
@@ -363,6 +436,7 @@ impl OnlinePlanner {
     /// Drop the plan in force; its pages go back as a pass's do.
     fn abandon(&mut self) {
         self.plan = None;
+        self.kept = 0;
         self.counters.dropped += 1;
         self.pass_ended = true;
     }
@@ -391,22 +465,23 @@ impl OnlinePlanner {
             self.live.resize((slot + 1).next_power_of_two(), LIVE);
         }
         self.live[slot] = number;
-        if self.log.len() > 2 * LOG_KEPT {
-            self.log.drain(..LOG_KEPT);
-            self.first += LOG_KEPT;
+        if self.log.len() >= LOG_KEPT {
+            self.log.drain(..LOG_DRAINED);
+            self.first += LOG_DRAINED;
         }
         if self.matcher_base + 2 * LOG_KEPT < number {
             // The matcher remembers every distinct stretch; start it again now and then.
             self.matcher = StretchMatcher::new(WINDOW);
             self.matcher_base = number;
+            self.kept = 0;
         }
-        let matched = self
-            .matcher
-            .push(size, stream)
-            .map(|q| self.matcher_base + q);
+        let matched = self.match_stretch(number, size, stream);
+        #[cfg(test)]
+        self.matcher_record.matches.push(matched);
         if let (Some(q), Some(plan)) = (matched, &self.plan) {
             let (period, current) = (number - q, plan.keys.len());
-            if 2 * period >= current && period <= 2 * current {
+            // No step longer than MAX_PERIOD is planned: the log keeps a few of those only.
+            if 2 * period >= current && period <= 2 * current && period <= MAX_PERIOD {
                 self.similar_period = Some(period);
             }
         }
@@ -443,6 +518,66 @@ impl OnlinePlanner {
                 .as_ref()
                 .is_none_or(|plan| period > 2 * plan.keys.len());
         wanted.then_some(candidate)
+    }
+
+    /// Where the stretch matcher finds the last `WINDOW` allocations, allocation `number` (of
+    /// `size` on `stream`) the latest, asked before (`StretchMatcher::push`, as an allocation
+    /// number). While the program keeps to the plan, the plan knows the answer: for a period and a
+    /// window of allocations at the plan's positions one after the other, the stretch ending at
+    /// position p is the one ending there a pass before, and the nearest earlier instance of it
+    /// lies within those (`window_back`). The matcher then only counts the allocation; when the
+    /// program leaves the plan, it takes the windows of the last period skipped, all that it would
+    /// remember of them (the earlier ones are the same windows again).
+    fn match_stretch(&mut self, number: usize, size: usize, stream: StreamId) -> Option<usize> {
+        let advised = std::mem::replace(&mut self.advised, Advised::Nothing);
+        let position = match (advised, &self.plan) {
+            (Advised::Next(position), Some(_)) => Some(position),
+            _ => None,
+        };
+        self.kept = if position.is_some() { self.kept + 1 } else { 0 };
+        #[cfg(test)]
+        if self.always_match {
+            self.kept = 0;
+        }
+        if let (Some(position), Some(plan)) = (position, &self.plan) {
+            let period = plan.keys.len();
+            if self.kept >= period + WINDOW {
+                self.matcher.skip();
+                self.owed_period = period;
+                #[cfg(test)]
+                {
+                    self.matcher_record.skipped += 1;
+                }
+                let back = plan.window_back[position] as usize;
+                return (back > 0).then(|| number - back);
+            }
+        }
+        let skipped = self.matcher.skipped();
+        if skipped > 0 {
+            // Left the plan: the windows of the last period skipped (a period is at least a
+            // window long, and every plan's window_back was made for its own period, so the
+            // plan that was kept to is the one whose period this is: `install` ends a run).
+            let owed = skipped.min(self.owed_period);
+            let (log, first) = (&self.log, self.first);
+            let keys = (number + 1 - WINDOW - owed..number).map(|n| {
+                let e = &log[n - first];
+                (e.size, e.stream)
+            });
+            self.matcher.catch_up(keys, owed);
+            #[cfg(test)]
+            {
+                self.matcher_record.caught_up += 1;
+            }
+        }
+        self.matcher
+            .push(size, stream)
+            .map(|q| self.matcher_base + q)
+    }
+
+    /// Ask the stretch matcher at every allocation, as if no program kept to a plan.
+    #[cfg(test)]
+    pub(crate) fn always_match(&mut self) {
+        self.always_match = true;
     }
 
     /// The block in `slot` was freed (logged or not).
@@ -566,6 +701,7 @@ impl OnlinePlanner {
                 let before = self.plan.as_ref().map_or(usize::MAX, |p| p.unplanned);
                 plan.improved = plan.unplanned < before;
                 self.replaced = self.plan.replace(*plan).map(Box::new);
+                self.kept = 0;
                 self.counters.plans += 1;
                 self.counters.height = height as u64;
                 true
@@ -618,7 +754,7 @@ impl OnlinePlanner {
         if candidate.from < self.first || candidate.from + candidate.period > self.allocations {
             return None;
         }
-        // A copy: the log is a ring (its oldest half goes without moving the rest), and a plan is
+        // A copy: the log is a ring (its oldest entries go without moving the rest), and a plan is
         // made far less often than a request is logged.
         let template: Vec<Entry> = self.template(&candidate).copied().collect();
         let period = candidate.period;
@@ -742,6 +878,7 @@ impl OnlinePlanner {
         if let Some(plan) = self.plan.take() {
             self.counters.plans -= 1;
             self.plan = self.replaced.take().map(|p| *p);
+            self.kept = 0;
             self.back_off(plan.keys.len());
         }
     }
@@ -861,9 +998,27 @@ impl PlanJob {
             range: (self.base, self.base + placement.size),
             touched,
             quiet,
+            window_back: window_back(&self.keys),
         };
         Some((plan, placement.size))
     }
+}
+
+/// For each position of a template, what the stretch matcher answers there in a program that has
+/// kept to the template for a period and a window: how far back the `WINDOW` allocations ending
+/// there were last asked for, 0 when less than a window back (the matcher then reports none).
+/// The matcher itself run over three passes through the template: the third's answers.
+fn window_back(keys: &[(usize, StreamId)]) -> Vec<u32> {
+    let mut matcher = StretchMatcher::new(WINDOW);
+    let period = keys.len();
+    let mut back = vec![0; period];
+    for (n, &(size, stream)) in keys.iter().cycle().take(3 * period).enumerate() {
+        let found = matcher.push(size, stream);
+        if n >= 2 * period {
+            back[n - 2 * period] = found.map_or(0, |q| (n - q) as u32);
+        }
+    }
+    back
 }
 
 /// The template position at which the fewest bytes of the planned `blocks` are live: the first
@@ -918,5 +1073,28 @@ mod tests {
         // A slot freed again ends nothing more.
         planner.freed(1);
         assert_eq!((planner.log[0].end, planner.log[1].end), (4, 3));
+    }
+
+    #[test]
+    fn the_log_keeps_four_longest_steps_in_a_ring_that_never_outgrows_them() {
+        let mut planner = OnlinePlanner::new();
+        for n in 0..LOG_KEPT + 5 * LOG_DRAINED + 7 {
+            planner.allocated(512 * (1 + n % 7), 0, 0x1000 + n, 0);
+            planner.freed(0);
+            if n + 1 >= LOG_KEPT {
+                assert!((LOG_KEPT - LOG_DRAINED..LOG_KEPT).contains(&planner.log.len()));
+            }
+            assert_eq!(planner.first + planner.log.len(), n + 1);
+        }
+        // The entries a request writes come round in LOG_KEPT entries' room, not twice that.
+        assert!(
+            planner.log.capacity() <= LOG_KEPT,
+            "{}",
+            planner.log.capacity()
+        );
+        // The latest allocation's entry is where its number says, and its free ended it.
+        let last = planner.allocations - 1;
+        let entry = planner.log[last - planner.first];
+        assert_eq!((entry.ptr, entry.end), (0x1000 + last, planner.time - 1));
     }
 }

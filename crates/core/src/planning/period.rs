@@ -157,6 +157,8 @@ pub struct StretchMatcher {
     /// The latest allocation index at which each window of hashes ended.
     ended_at: WindowEnds,
     count: usize,
+    /// Allocations counted by `skip` whose windows are owed.
+    skipped: usize,
 }
 
 /// An odd multiplier for the rolling hash.
@@ -249,6 +251,7 @@ impl StretchMatcher {
             oldest_weight: (1..window).fold(1u64, |w, _| w.wrapping_mul(ROLL)),
             ended_at: WindowEnds::new(),
             count: 0,
+            skipped: 0,
         }
     }
 
@@ -257,30 +260,65 @@ impl StretchMatcher {
     /// window back).
     #[inline]
     pub fn push(&mut self, size: usize, stream: usize) -> Option<usize> {
+        debug_assert_eq!(self.skipped, 0, "catch_up owed before a push");
         let now = self.count;
         self.count += 1;
-        let hash = alloc_hash(size, stream);
+        let key = self.slide(alloc_hash(size, stream))?;
+        let earlier = self.ended_at.insert(key, now);
+        earlier.filter(|&q| now - q >= self.window)
+    }
+
+    /// The next allocation's hash joins the window: the window's rolling hash once it is full.
+    #[inline]
+    fn slide(&mut self, hash: u64) -> Option<u64> {
         if self.recent.len() < self.window {
             self.recent.push(hash);
             self.rolling = self.rolling.wrapping_mul(ROLL).wrapping_add(hash);
-            if self.recent.len() < self.window {
-                return None;
-            }
-        } else {
-            let oldest = std::mem::replace(&mut self.recent[self.oldest], hash);
-            self.oldest = if self.oldest + 1 == self.window {
-                0
-            } else {
-                self.oldest + 1
-            };
-            self.rolling = self
-                .rolling
-                .wrapping_sub(oldest.wrapping_mul(self.oldest_weight))
-                .wrapping_mul(ROLL)
-                .wrapping_add(hash);
+            return (self.recent.len() == self.window).then_some(self.rolling);
         }
-        let earlier = self.ended_at.insert(self.rolling, now);
-        earlier.filter(|&q| now - q >= self.window)
+        let oldest = std::mem::replace(&mut self.recent[self.oldest], hash);
+        self.oldest = if self.oldest + 1 == self.window {
+            0
+        } else {
+            self.oldest + 1
+        };
+        self.rolling = self
+            .rolling
+            .wrapping_sub(oldest.wrapping_mul(self.oldest_weight))
+            .wrapping_mul(ROLL)
+            .wrapping_add(hash);
+        Some(self.rolling)
+    }
+
+    /// Count the next allocation without looking it up, for a caller that knows what `push` would
+    /// answer (a program keeping to a plan: see `OnlinePlanner`); its window is owed until
+    /// `catch_up`.
+    #[inline]
+    pub fn skip(&mut self) {
+        self.count += 1;
+        self.skipped += 1;
+    }
+
+    /// Allocations skipped and not caught up with.
+    pub fn skipped(&self) -> usize {
+        self.skipped
+    }
+
+    /// Take the windows owed by `skip`, as `push` would have, when only the last `owed` of them
+    /// matter (the caller knows that the earlier ones repeat among those). `keys` are the last
+    /// `window - 1 + owed` allocations taken, oldest first, ending with the last skipped one.
+    pub fn catch_up(&mut self, keys: impl ExactSizeIterator<Item = (usize, usize)>, owed: usize) {
+        debug_assert!(owed >= 1 && owed <= self.skipped);
+        debug_assert_eq!(keys.len(), self.window - 1 + owed);
+        self.recent.clear();
+        (self.oldest, self.rolling) = (0, 0);
+        let first = self.count - owed;
+        for (k, (size, stream)) in keys.enumerate() {
+            if let Some(key) = self.slide(alloc_hash(size, stream)) {
+                self.ended_at.insert(key, first + k + 1 - self.window);
+            }
+        }
+        self.skipped = 0;
     }
 }
 
@@ -559,5 +597,42 @@ mod tests {
         // back, less than a window: never a stretch.
         let mut same = StretchMatcher::new(4);
         assert!((0..50).all(|_| same.push(7, 0).is_none()));
+    }
+
+    #[test]
+    fn a_matcher_caught_up_with_the_last_period_skipped_answers_as_one_never_skipped() {
+        // A step of 10 allocations (one size twice, so that a window repeats within the step),
+        // repeated; windows of 4. After 2 steps and a window pushed, any number of further
+        // allocations skipped, then caught up with the last period's windows (`owed`): from
+        // there on, another stretch and the step again, every answer as the matcher's that took
+        // them all.
+        let step = [1, 2, 3, 1, 2, 3, 4, 5, 6, 7];
+        let key = |n: usize| step[n % step.len()];
+        for skipped in [1, 3, 9, 10, 11, 25, 64] {
+            let (mut all, mut caught) = (StretchMatcher::new(4), StretchMatcher::new(4));
+            let pushed = 2 * step.len() + 4;
+            for n in 0..pushed {
+                assert_eq!(all.push(key(n), 0), caught.push(key(n), 0));
+            }
+            for n in pushed..pushed + skipped {
+                all.push(key(n), 0);
+                caught.skip();
+            }
+            assert_eq!(caught.skipped(), skipped);
+            let owed = skipped.min(step.len());
+            let end = pushed + skipped;
+            caught.catch_up((end + 1 - 4 - owed..end).map(|n| (key(n), 0)), owed);
+            assert_eq!(caught.skipped(), 0);
+            let after = (0..30)
+                .map(|i| 100 + i % 7)
+                .chain((0..40).map(|i| key(end + i)));
+            for (i, size) in after.enumerate() {
+                assert_eq!(
+                    all.push(size, 0),
+                    caught.push(size, 0),
+                    "{skipped} skipped, {i}"
+                );
+            }
+        }
     }
 }

@@ -119,7 +119,9 @@ impl CachingAllocator {
     /// Enter the parts cut off parked blocks in their pools' address indexes: before anything
     /// looks an address up there.
     pub(super) fn index_rests(&mut self) {
-        for id in std::mem::take(&mut self.unindexed_rests) {
+        // Taken and put back emptied: the list keeps its room for the next cuts.
+        let mut rests = std::mem::take(&mut self.unindexed_rests);
+        for &id in &rests {
             let Some(&block) = self.blocks.get(id).filter(|b| b.unindexed) else {
                 continue;
             };
@@ -128,6 +130,8 @@ impl CachingAllocator {
             self.pool_mut(DEFAULT_POOLS, block.pool)
                 .hold(block.stream, block.ptr, id);
         }
+        rests.clear();
+        self.unindexed_rests = rests;
     }
 
     /// Parked blocks with no address index entry (for `unpark_all`, snapshots and the invariants).

@@ -434,6 +434,12 @@ impl CachingAllocator {
         self.plans_placed_off_path_used
     }
 
+    /// The planner (tests look into it).
+    #[cfg(test)]
+    pub(crate) fn planner_mut(&mut self) -> Option<&mut crate::planning::online::OnlinePlanner> {
+        self.planner.as_deref_mut()
+    }
+
     /// Requests served by `malloc_parked`, ahead of `malloc_begin`.
     #[cfg(test)]
     pub(crate) fn served_parked_first(&self) -> usize {
