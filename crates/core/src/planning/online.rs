@@ -199,8 +199,9 @@ pub struct OnlinePlanner {
     failures: u32,
     /// The plan wants replacing and its quiet position has come: replace it at this allocation.
     rebuild_now: bool,
-    /// A plan is being made off the request path, to be put in force at this allocation.
-    making_until: Option<usize>,
+    /// A plan is being made off the request path (the allocator puts it in force when its
+    /// allocation comes): no other is tried before.
+    making: bool,
     /// What the latest `advise` said of the request it was asked about, until `allocated` logs it.
     advised: Advised,
     /// Allocations in a row, the latest last, logged at the plan's next position (each at the
@@ -265,7 +266,7 @@ impl OnlinePlanner {
             replaced: None,
             failures: 0,
             rebuild_now: false,
-            making_until: None,
+            making: false,
             advised: Advised::Nothing,
             kept: 0,
             owed_period: 0,
@@ -485,7 +486,7 @@ impl OnlinePlanner {
                 self.similar_period = Some(period);
             }
         }
-        if self.making_until.is_some() {
+        if self.making {
             // The plan being made comes first.
             return None;
         }
@@ -661,6 +662,11 @@ impl OnlinePlanner {
             .map_or(0, |(stream, _)| stream)
     }
 
+    /// Whether the log holds the whole of `candidate`'s stretch.
+    fn logged(&self, candidate: &Candidate) -> bool {
+        candidate.from >= self.first && candidate.from + candidate.period <= self.allocations
+    }
+
     fn template(&self, candidate: &Candidate) -> impl Iterator<Item = &Entry> + '_ {
         let start = candidate.from - self.first;
         self.log.range(start..start + candidate.period)
@@ -693,7 +699,7 @@ impl OnlinePlanner {
     /// backed off, when it was not made or would not pay. Ends a plan's making (`making_plan`).
     pub fn install(&mut self, step: PlannedStep) -> bool {
         // A replacement the plan in force wanted is this one.
-        (self.making_until, self.rebuild_now) = (None, false);
+        (self.making, self.rebuild_now) = (false, false);
         match step.plan {
             Some((mut plan, height)) => {
                 // A plan that places more of its step than the one before may be bettered again
@@ -713,19 +719,18 @@ impl OnlinePlanner {
         }
     }
 
-    /// A plan is being made off the request path, to be put in force at allocation `at` (the
-    /// same point of the next step): no other is tried before.
-    pub fn making_plan(&mut self, at: usize) {
-        self.making_until = Some(at);
+    /// A plan is being made off the request path, to be put in force one step later (the
+    /// allocator keeps when): no other is tried before, until `install` or `give_up`.
+    pub fn making_plan(&mut self) {
+        self.making = true;
     }
 
     /// Whether stretch `later` asked for the sizes `earlier` did, on the same streams, in the same
     /// order (both still in the log).
     pub fn repeats(&self, earlier: &Candidate, later: &Candidate) -> bool {
-        let logged = |c: &Candidate| c.from >= self.first && c.from + c.period <= self.allocations;
         earlier.period == later.period
-            && logged(earlier)
-            && logged(later)
+            && self.logged(earlier)
+            && self.logged(later)
             && self
                 .template(earlier)
                 .zip(self.template(later))
@@ -751,7 +756,7 @@ impl OnlinePlanner {
     /// (the allocator checks with it that a plan placed off the request path still fits when it is
     /// put in force).
     pub fn job_for(&self, candidate: Candidate, region: &Region) -> Option<PlanJob> {
-        if candidate.from < self.first || candidate.from + candidate.period > self.allocations {
+        if !self.logged(&candidate) {
             return None;
         }
         // A copy: the log is a ring (its oldest entries go without moving the rest), and a plan is
@@ -868,7 +873,7 @@ impl OnlinePlanner {
     /// segment's reservation, or a plan made off the request path could not be put in force): the
     /// plan in force stays, and none is tried for a while.
     pub fn give_up(&mut self, period: usize) {
-        self.making_until = None;
+        self.making = false;
         self.back_off(period);
     }
 

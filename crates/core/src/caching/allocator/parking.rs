@@ -136,8 +136,13 @@ impl CachingAllocator {
 
     /// Parked blocks with no address index entry (for `unpark_all`, snapshots and the invariants).
     pub(super) fn unindexed_parked(&self) -> impl Iterator<Item = BlockId> + '_ {
-        let mut ids: Vec<BlockId> = self
-            .unindexed_rests
+        // The list may name a slot twice (a block entered, gone, and its slot cut off again).
+        let listed = if self.unindexed == 0 {
+            &[][..]
+        } else {
+            &self.unindexed_rests[..]
+        };
+        let mut ids: Vec<BlockId> = listed
             .iter()
             .copied()
             .filter(|&id| self.blocks.get(id).is_some_and(|b| b.unindexed && b.parked))

@@ -218,7 +218,7 @@ impl CachingAllocator {
     fn place_off_path(&mut self, job: PlanJob, candidate: Candidate, again: bool) {
         let planner = self.planner.as_mut().expect("planning");
         let at = planner.allocations() + candidate.period();
-        planner.making_plan(at);
+        planner.making_plan();
         let job = Arc::new(job);
         let worker_job = Arc::clone(&job);
         #[cfg(test)]
@@ -330,15 +330,20 @@ impl CachingAllocator {
     fn adopt_plan_in_making(&mut self) {
         let making = *self.plan_in_making.take().expect("a plan in making");
         let candidate = making.candidate.later(1);
-        let planner = self.planner.as_mut().expect("planning");
-        if !planner.repeats(&making.candidate, &candidate) {
-            // The step did not come again: no plan (the planner backs off).
-            planner.give_up(candidate.period());
-            self.retire(making.placing);
-            return;
-        }
-        self.unpark_all();
-        let Ok((segment, region)) = self.plan_region(&candidate) else {
+        // The step did not come again, or its segment is not there: no plan (the planner backs
+        // off), and the placement is no one's.
+        let repeats = self
+            .planner
+            .as_ref()
+            .expect("planning")
+            .repeats(&making.candidate, &candidate);
+        let region = repeats
+            .then(|| {
+                self.unpark_all();
+                self.plan_region(&candidate).ok()
+            })
+            .flatten();
+        let Some((segment, region)) = region else {
             self.planner
                 .as_mut()
                 .expect("planning")
