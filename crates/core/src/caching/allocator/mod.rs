@@ -109,9 +109,10 @@ pub struct CachingAllocator {
     /// Requests `malloc_parked` served.
     #[cfg(test)]
     served_parked_first: usize,
-    /// Where a block was parked lately, by a hash of its address: a guess that spares a planned
-    /// request the address index lookup (allocator/parking.rs). Empty until a block parks.
-    parked_hints: Vec<BlockId>,
+    /// Where blocks were parked lately, (address, block) by a hash of the address: a guess that
+    /// spares a planned request the address index lookup (allocator/parking.rs). Empty until a
+    /// block parks.
+    parked_hints: Vec<(usize, BlockId)>,
     /// The parts cut off parked blocks that have no address index entry yet (`Block::unindexed`;
     /// the list may name blocks entered or gone since), and how many blocks are unindexed.
     unindexed_rests: Vec<BlockId>,

@@ -24,14 +24,16 @@
 
 use super::*;
 
-/// Slots of the parked blocks' hints (a power of two).
-const PARKED_HINTS: usize = 1024;
+/// Sets of the parked blocks' hints (a power of two), of two hints each: a plan's addresses that
+/// share a set (a few pairs in any plan of some size) do not push each other out every step.
+const PARKED_HINT_SETS: usize = 512;
 
-/// The hint slot of a block address (multiples of 512: the low bits say nothing).
+/// The first hint of the set of a block address (multiples of 512: the low bits say nothing).
 #[inline]
-fn hint_slot(address: usize) -> usize {
-    ((address as u64 >> 9).wrapping_mul(0x9E37_79B9_7F4A_7C15)
-        >> (64 - PARKED_HINTS.trailing_zeros())) as usize
+fn hint_set(address: usize) -> usize {
+    let set = (address as u64 >> 9).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        >> (64 - PARKED_HINT_SETS.trailing_zeros());
+    2 * set as usize
 }
 
 impl CachingAllocator {
@@ -77,9 +79,15 @@ impl CachingAllocator {
     #[inline]
     fn hint_parked(&mut self, ptr: usize, id: BlockId) {
         if self.parked_hints.is_empty() {
-            self.parked_hints = vec![BlockId::MAX; PARKED_HINTS];
+            self.parked_hints = vec![(usize::MAX, BlockId::MAX); 2 * PARKED_HINT_SETS];
         }
-        self.parked_hints[hint_slot(ptr)] = id;
+        // The latest first; the one before it stays second unless it was for this address.
+        let set = hint_set(ptr);
+        let hints = &mut self.parked_hints[set..set + 2];
+        if hints[0].0 != ptr {
+            hints[1] = hints[0];
+        }
+        hints[0] = (ptr, id);
     }
 
     /// The block parked at `address` on `stream` in the plan's pool, if the hints know it. A hint
@@ -88,7 +96,9 @@ impl CachingAllocator {
     /// the slab only through `gather_parked`, which clears the mark first).
     #[inline]
     pub(super) fn parked_at(&self, address: usize, stream: StreamId) -> Option<BlockId> {
-        let id = *self.parked_hints.get(hint_slot(address))?;
+        let set = hint_set(address);
+        let hints = self.parked_hints.get(set..set + 2)?;
+        let &(_, id) = hints.iter().find(|&&(ptr, _)| ptr == address)?;
         let block = self.blocks.get(id)?;
         (block.parked
             && block.ptr == address
@@ -323,5 +333,52 @@ impl CachingAllocator {
         let (handed, ptr) = self.hand_out_block(id, rounded, requested, false);
         self.blocks[handed].planned = true;
         (handed, ptr)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::simulated::SimulatedBackend;
+    use crate::caching::settings::parse_settings;
+
+    #[test]
+    fn two_parked_blocks_whose_addresses_share_a_hint_set_are_both_found_by_their_hints() {
+        let config = parse_settings("planned_placement:True", &CachingConfig::default()).unwrap();
+        let backend = Arc::new(SimulatedBackend::new(1, 1 << 30));
+        let mut a = CachingAllocator::new(backend, 0, config).unwrap();
+        // Three addresses of one set (a plan of some size has a few such pairs), each with a
+        // block parked there.
+        let base = 1usize << 40;
+        let mut same_set = (0..)
+            .map(|i| base + i * 512)
+            .filter(|&p| hint_set(p) == hint_set(base));
+        let addresses: Vec<usize> = same_set.by_ref().take(3).collect();
+        let parked: Vec<BlockId> = addresses
+            .iter()
+            .map(|&ptr| {
+                a.blocks.insert(Block {
+                    parked: true,
+                    ..Block::new(ptr, 512, 0, a.plan_pool)
+                })
+            })
+            .collect();
+        a.hint_parked(addresses[0], parked[0]);
+        a.hint_parked(addresses[1], parked[1]);
+        assert_eq!(a.parked_at(addresses[0], 0), Some(parked[0]));
+        assert_eq!(a.parked_at(addresses[1], 0), Some(parked[1]));
+        // The first one hinted again (freed and parked once more, as every step does) pushes
+        // neither out.
+        a.hint_parked(addresses[0], parked[0]);
+        assert_eq!(a.parked_at(addresses[1], 0), Some(parked[1]));
+        // A third goes first and the oldest hint goes: its block is then looked up by address.
+        a.hint_parked(addresses[2], parked[2]);
+        assert_eq!(a.parked_at(addresses[2], 0), Some(parked[2]));
+        assert_eq!(a.parked_at(addresses[0], 0), Some(parked[0]));
+        assert_eq!(a.parked_at(addresses[1], 0), None);
+        // A hint is checked: a block no longer parked, or on another stream, is not found.
+        a.blocks[parked[0]].parked = false;
+        assert_eq!(a.parked_at(addresses[0], 0), None);
+        assert_eq!(a.parked_at(addresses[2], 1), None);
     }
 }
