@@ -1209,29 +1209,7 @@ fn a_part_cut_off_a_parked_block_gets_no_index_entry_unless_an_address_is_looked
 /// by layer backwards, two temporaries and the layer's activations go. Everything it makes goes
 /// within the step.
 fn layered_step(a: &mut CachingAllocator, layers: usize) {
-    let mut kept = Vec::new();
-    for layer in 0..layers {
-        let sizes = [3 * MIB, MIB, 2 * MIB, MIB];
-        let held: Vec<usize> = sizes
-            .iter()
-            .enumerate()
-            .map(|(i, size)| a.malloc(size + (layer * 4 + i) * 4096, 0).unwrap())
-            .collect();
-        for size in [2 * MIB, MIB, 4 * MIB] {
-            let t = a.malloc(size, 0).unwrap();
-            a.free(t).unwrap();
-        }
-        kept.push(held);
-    }
-    for held in kept.into_iter().rev() {
-        for size in [MIB, 2 * MIB] {
-            let t = a.malloc(size, 0).unwrap();
-            a.free(t).unwrap();
-        }
-        for ptr in held {
-            a.free(ptr).unwrap();
-        }
-    }
+    wandering_step(a, layers, None, false);
 }
 
 #[test]
