@@ -410,6 +410,11 @@ impl OnlinePlanner {
         std::mem::take(&mut self.pass_ended)
     }
 
+    /// Whether a pass through the template ended that `take_pass_end` has not yet been asked about.
+    pub fn pass_ended(&self) -> bool {
+        self.pass_ended
+    }
+
     /// The advised request was served from the block parked at its address.
     pub fn took_parked(&mut self) {
         self.counters.from_parked += 1;

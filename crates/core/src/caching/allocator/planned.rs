@@ -95,15 +95,11 @@ impl CachingAllocator {
     /// changed, for `malloc_with_plan` to serve. The same as that path in this case, with a plain
     /// address for an answer.
     pub(super) fn malloc_parked(&mut self, size: usize, stream: StreamId) -> Option<usize> {
-        if size == 0
-            || self.capturing
-            || self.routing
-            || !self.pending_events.is_empty()
-            || !self.private_pools.deferred_frees.is_empty()
-        {
+        // Events and deferred frees are processed on the full path.
+        if !self.pending_events.is_empty() || !self.private_pools.deferred_frees.is_empty() {
             return None;
         }
-        let rounded = round_size(size, &self.config)?;
+        let rounded = self.plannable_size(size, stream)?;
         let address = self.planner.as_ref()?.expected_address(rounded, stream)?;
         let id = self
             .parked_at(address, stream)
@@ -111,10 +107,7 @@ impl CachingAllocator {
         let planner = self.planner.as_mut().expect("planning");
         let advice = planner.advise_expected();
         debug_assert_eq!(advice, Some(address));
-        debug_assert!(
-            !planner.take_pass_end(),
-            "no pass ends before the step's end"
-        );
+        debug_assert!(!planner.pass_ended(), "no pass ends before the step's end");
         let (id, ptr) = self.take_parked(id, rounded, size);
         self.planned_allocation(rounded, stream, ptr, id);
         self.verify("malloc");
@@ -125,13 +118,21 @@ impl CachingAllocator {
         Some(ptr)
     }
 
-    /// malloc_begin with a planner: the planned address first, then the policy.
-    pub(super) fn malloc_with_plan(&mut self, size: usize, stream: StreamId) -> Result<MallocStep> {
-        // Captures and private pools keep their own rules, unplanned and unlogged.
+    /// The rounded size of a request the planner sees; None for one it never sees: captures and
+    /// private pools keep their own rules, unplanned and unlogged, and a request of 0 bytes (or
+    /// too large to round) has no block to plan.
+    fn plannable_size(&self, size: usize, stream: StreamId) -> Option<usize> {
         let routed_away =
             self.capturing || (self.routing && self.private_pools.route(stream) != DEFAULT_POOLS);
-        let rounded = round_size(size, &self.config);
-        let (false, Some(rounded)) = (routed_away || size == 0, rounded) else {
+        if routed_away || size == 0 {
+            return None;
+        }
+        round_size(size, &self.config)
+    }
+
+    /// malloc_begin with a planner: the planned address first, then the policy.
+    pub(super) fn malloc_with_plan(&mut self, size: usize, stream: StreamId) -> Result<MallocStep> {
+        let Some(rounded) = self.plannable_size(size, stream) else {
             // A capture's requests on other streams may come to the default pools.
             self.unpark_all();
             return self.malloc_begin_unchecked(size, stream);
