@@ -124,6 +124,12 @@ impl Slab {
         self.blocks.get(id as usize)
     }
 
+    /// `get`, to change.
+    #[inline]
+    pub fn get_mut(&mut self, id: BlockId) -> Option<&mut Block> {
+        self.blocks.get_mut(id as usize)
+    }
+
     /// How many blocks are live.
     pub fn len(&self) -> usize {
         self.blocks.len() - self.vacant.len()

@@ -293,6 +293,24 @@ impl CachingAllocator {
         }
     }
 
+    /// Keep only the listed rests still unindexed, each once: most of those listed were entered
+    /// or are gone, and a slot taken again by a new rest may be listed twice. A block kept has
+    /// its `unindexed` cleared while the list is walked, so that a second listing of it is
+    /// dropped (no sort: this runs on the planned request's path), and set again after.
+    fn prune_unindexed_rests(&mut self) {
+        let blocks = &mut self.blocks;
+        self.unindexed_rests.retain(|&id| match blocks.get_mut(id) {
+            Some(block) if block.unindexed => {
+                block.unindexed = false;
+                true
+            }
+            _ => false,
+        });
+        for &id in &self.unindexed_rests {
+            self.blocks[id].unindexed = true;
+        }
+    }
+
     /// Hand out the first `rounded` bytes of parked block `id` as a planned allocation, the free
     /// blocks after it taken in first when it is shorter (`parked_serves` said it can serve); the
     /// rest, if any, stays parked. Returns the block handed out and its address. The block keeps
@@ -316,12 +334,7 @@ impl CachingAllocator {
             self.blocks[rest].unindexed = true;
             self.unindexed += 1;
             if self.unindexed_rests.len() >= 2 * self.unindexed + 64 {
-                // Most of those listed were entered or are gone: keep the list short.
-                let blocks = &self.blocks;
-                self.unindexed_rests
-                    .retain(|&id| blocks.get(id).is_some_and(|b| b.unindexed));
-                self.unindexed_rests.sort_unstable();
-                self.unindexed_rests.dedup();
+                self.prune_unindexed_rests();
             }
             self.unindexed_rests.push(rest);
             self.hint_parked(block.ptr + rounded, rest);
@@ -380,5 +393,36 @@ mod tests {
         a.blocks[parked[0]].parked = false;
         assert_eq!(a.parked_at(addresses[0], 0), None);
         assert_eq!(a.parked_at(addresses[2], 1), None);
+    }
+
+    #[test]
+    fn pruning_the_list_of_rests_keeps_each_unindexed_rest_once() {
+        let config = parse_settings("planned_placement:True", &CachingConfig::default()).unwrap();
+        let backend = Arc::new(SimulatedBackend::new(1, 1 << 30));
+        let mut a = CachingAllocator::new(backend, 0, config).unwrap();
+        let rest = |a: &mut CachingAllocator, ptr: usize, unindexed: bool| {
+            a.blocks.insert(Block {
+                parked: true,
+                unindexed,
+                ..Block::new(ptr, 512, 0, a.plan_pool)
+            })
+        };
+        let (first, second) = (rest(&mut a, 1 << 40, true), rest(&mut a, 2 << 40, true));
+        // Entered in the address index since it was listed.
+        let entered = rest(&mut a, 3 << 40, false);
+        // A slot listed, emptied, and taken again by a new rest: listed twice.
+        let gone = rest(&mut a, 4 << 40, true);
+        a.blocks[gone].unindexed = false;
+        a.blocks.remove(gone);
+        let again = rest(&mut a, 5 << 40, true);
+        assert_eq!(again, gone, "the slab gives the emptied slot again");
+        a.unindexed_rests = vec![first, gone, entered, second, first, again];
+        a.prune_unindexed_rests();
+        assert_eq!(a.unindexed_rests, vec![first, gone, second]);
+        // The rests kept are still unindexed; the one entered still is not.
+        assert!([first, second, again]
+            .iter()
+            .all(|&id| a.blocks[id].unindexed));
+        assert!(!a.blocks[entered].unindexed);
     }
 }
