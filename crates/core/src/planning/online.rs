@@ -515,14 +515,16 @@ impl OnlinePlanner {
         };
         // With no plan, any step found; with one, only a longer one (the plan in force is a
         // layer's): a plan is replaced by its like at its quiet position (above).
+        // The hash of `banned` last: while a plan is kept to, every allocation gets here with
+        // the plan's own period.
         let wanted = period <= MAX_PERIOD
             && number >= self.quiet_until
-            && !self.banned.contains(&period)
-            && candidate.from >= self.first
             && self
                 .plan
                 .as_ref()
-                .is_none_or(|plan| period > 2 * plan.keys.len());
+                .is_none_or(|plan| period > 2 * plan.keys.len())
+            && candidate.from >= self.first
+            && !self.banned.contains(&period);
         wanted.then_some(candidate)
     }
 
