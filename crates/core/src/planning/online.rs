@@ -313,6 +313,7 @@ impl OnlinePlanner {
 
     /// `advise` for the request `expected_address` just answered (the one at the cursor): the
     /// same, with no looking ahead.
+    #[inline]
     pub fn advise_expected(&mut self) -> Option<usize> {
         debug_assert!(self.plan.is_some(), "expected_address answered");
         self.advance(0)
@@ -320,10 +321,13 @@ impl OnlinePlanner {
 
     /// The request at `step` positions past the cursor came: the cursor moves past it, a pass
     /// ends at the step's last position; its address, if the plan has one.
+    #[inline]
     fn advance(&mut self, step: usize) -> Option<usize> {
         let plan = self.plan.as_mut()?;
         let length = plan.keys.len();
-        let position = (plan.cursor + step) % length;
+        // No division where the cursor does not wrap (the request path's common case).
+        let wrap = |n: usize| if n < length { n } else { n % length };
+        let position = wrap(plan.cursor + step);
         self.note_advised(if step == 0 {
             Advised::Next(position)
         } else {
@@ -358,8 +362,8 @@ impl OnlinePlanner {
                 return None;
             }
         }
-        let passed_quiet = (plan.quiet + length - plan.cursor) % length <= step;
-        plan.cursor = (position + 1) % length;
+        let passed_quiet = wrap(plan.quiet + length - plan.cursor) <= step;
+        plan.cursor = wrap(position + 1);
         let address = plan.addresses[position];
         if passed_quiet && plan.rebuild_wanted {
             self.rebuild_now = true;

@@ -241,11 +241,15 @@ impl CachingAllocator {
     /// Whether parked block `id` can serve a planned request from its address to `end`: it is long
     /// enough, or the blocks after it up to `end` are free, mapped, with no event pending, in its
     /// segment, and end inside the plan's range (`take_parked` takes them in).
+    #[inline]
     pub(super) fn parked_serves(&self, id: BlockId, end: usize) -> bool {
         let first = &self.blocks[id];
-        if first.ptr + first.size >= end {
-            return true;
-        }
+        first.ptr + first.size >= end || self.parked_serves_gathered(id, end)
+    }
+
+    /// `parked_serves` for a block shorter than the request: the blocks after it.
+    fn parked_serves_gathered(&self, id: BlockId, end: usize) -> bool {
+        let first = &self.blocks[id];
         let mut cursor = Some(id);
         let mut covered = first.ptr;
         while covered < end {
