@@ -32,9 +32,10 @@
 //!   it (the step just seen, exact once the first step's extras are gone). A pass a tenth of which
 //!   was off the plan drops it: the shapes change from step to step.
 
+use super::log::{Entry, Log, LIVE};
 use super::period::StretchMatcher;
 use super::placement::{best_of_orders, place_cyclic_pinned, Lifetime};
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 
 type StreamId = usize;
 
@@ -58,19 +59,6 @@ const CLOSE: usize = 8;
 const MIN_ON_PLAN: u32 = 32;
 /// How far above the most ever allocated a plan may reach and still be put in force.
 pub const PLAN_SLACK: f64 = 0.02;
-/// Not freed yet.
-const LIVE: usize = usize::MAX;
-
-/// One allocation as the log keeps it: its rounded size and stream, when it was made and freed
-/// (in events: allocations and frees), and its address.
-#[derive(Clone, Copy, Debug)]
-struct Entry {
-    size: usize,
-    stream: StreamId,
-    start: usize,
-    end: usize,
-    ptr: usize,
-}
 
 /// A period found: the template is the `period` allocations from number `from` on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -169,11 +157,8 @@ pub struct PlannerCounters {
 
 /// The planner of one device.
 pub struct OnlinePlanner {
-    log: VecDeque<Entry>,
-    /// The allocation number of log[0].
-    first: usize,
-    /// Allocations so far.
-    allocations: usize,
+    /// The latest allocations; its `next` is the number of allocations so far.
+    log: Log,
     /// Events (allocations and frees) so far: the planner's clock.
     time: usize,
     /// The allocation number of each live logged block, by the allocator's slot for it (its block
@@ -250,9 +235,7 @@ impl Default for OnlinePlanner {
 impl OnlinePlanner {
     pub fn new() -> Self {
         OnlinePlanner {
-            log: VecDeque::new(),
-            first: 0,
-            allocations: 0,
+            log: Log::new(LOG_KEPT, LOG_DRAINED),
             time: 0,
             live: Vec::new(),
             matcher: StretchMatcher::new(WINDOW),
@@ -358,7 +341,7 @@ impl OnlinePlanner {
                 // the program moved on), and a plan of one step's sizes holds memory the next
                 // does not use. The policy serves until a step repeats again.
                 self.abandon();
-                self.quiet_until = self.allocations + length;
+                self.quiet_until = self.log.next() + length;
                 return None;
             }
         }
@@ -461,9 +444,8 @@ impl OnlinePlanner {
         ptr: usize,
         slot: usize,
     ) -> Option<Candidate> {
-        let number = self.allocations;
-        self.allocations += 1;
-        self.log.push_back(Entry {
+        let number = self.log.next();
+        self.log.push(Entry {
             size,
             stream,
             start: self.time,
@@ -475,10 +457,6 @@ impl OnlinePlanner {
             self.live.resize((slot + 1).next_power_of_two(), LIVE);
         }
         self.live[slot] = number;
-        if self.log.len() >= LOG_KEPT {
-            self.log.drain(..LOG_DRAINED);
-            self.first += LOG_DRAINED;
-        }
         if self.matcher_base + 2 * LOG_KEPT < number {
             // The matcher remembers every distinct stretch; start it again now and then.
             self.matcher = StretchMatcher::new(WINDOW);
@@ -503,7 +481,7 @@ impl OnlinePlanner {
             // The plan in force wants replacing and its quiet position has come: the last period
             // like it, ending here.
             if let Some(period) = self.similar_period {
-                if number + 1 >= self.first + period {
+                if number + 1 >= self.log.first() + period {
                     return Some(Candidate {
                         from: number + 1 - period,
                         period,
@@ -527,7 +505,7 @@ impl OnlinePlanner {
                 .plan
                 .as_ref()
                 .is_none_or(|plan| period > 2 * plan.keys.len())
-            && candidate.from >= self.first
+            && candidate.from >= self.log.first()
             && !self.banned.contains(&period);
         wanted.then_some(candidate)
     }
@@ -570,11 +548,10 @@ impl OnlinePlanner {
             // window long, and every plan's window_back was made for its own period, so the
             // plan that was kept to is the one whose period this is: `install` ends a run).
             let owed = skipped.min(self.owed_period);
-            let (log, first) = (&self.log, self.first);
-            let keys = (number + 1 - WINDOW - owed..number).map(|n| {
-                let e = &log[n - first];
-                (e.size, e.stream)
-            });
+            let log = &self.log;
+            let keys = log
+                .range(number + 1 - WINDOW - owed, WINDOW + owed - 1)
+                .map(|e| (e.size, e.stream));
             self.matcher.catch_up(keys, owed);
             #[cfg(test)]
             {
@@ -595,8 +572,8 @@ impl OnlinePlanner {
     /// The block in `slot` was freed (logged or not).
     pub fn freed(&mut self, slot: usize) {
         if let Some(number) = self.live.get_mut(slot).map(|n| std::mem::replace(n, LIVE)) {
-            if number != LIVE && number >= self.first {
-                self.log[number - self.first].end = self.time;
+            if number != LIVE && number >= self.log.first() {
+                self.log.get_mut(number).end = self.time;
             }
         }
         self.time += 1;
@@ -608,8 +585,8 @@ impl OnlinePlanner {
         self.live
             .iter()
             .enumerate()
-            .filter(|&(_, &number)| number != LIVE && number >= self.first)
-            .map(|(slot, &number)| (slot, self.log[number - self.first].ptr))
+            .filter(|&(_, &number)| number != LIVE && number >= self.log.first())
+            .map(|(slot, &number)| (slot, self.log.get(number).ptr))
     }
 
     /// The allocator renumbered its slots: `renumbered[old]` is the new number of each (slots
@@ -642,14 +619,14 @@ impl OnlinePlanner {
     /// another tensor, whose lifetime misleads the plan), that has been freed.
     fn earlier_instance(&self, number: usize, period: usize) -> Option<Entry> {
         let key = {
-            let e = &self.log[number - self.first];
+            let e = self.log.get(number);
             (e.size, e.stream)
         };
         let center = number.checked_sub(period)?;
         let reach = period / 32;
         let found = |n: usize| {
-            (n >= self.first && n < number)
-                .then(|| self.log[n - self.first])
+            (n >= self.log.first() && n < number)
+                .then(|| *self.log.get(n))
                 .filter(|e| (e.size, e.stream) == key && e.end != LIVE)
         };
         // Nearest first: center, then center - d before center + d.
@@ -675,12 +652,11 @@ impl OnlinePlanner {
 
     /// Whether the log holds the whole of `candidate`'s stretch.
     fn logged(&self, candidate: &Candidate) -> bool {
-        candidate.from >= self.first && candidate.from + candidate.period <= self.allocations
+        candidate.from >= self.log.first() && candidate.from + candidate.period <= self.log.next()
     }
 
     fn template(&self, candidate: &Candidate) -> impl Iterator<Item = &Entry> + '_ {
-        let start = candidate.from - self.first;
-        self.log.range(start..start + candidate.period)
+        self.log.range(candidate.from, candidate.period)
     }
 
     /// Make the plan for `candidate` in `region` and put it in force (the one before is kept
@@ -750,14 +726,14 @@ impl OnlinePlanner {
 
     /// Allocations logged so far.
     pub fn allocations(&self) -> usize {
-        self.allocations
+        self.log.next()
     }
 
     /// Not now: a later step may give a better plan. Each failure in a row waits twice as long
     /// (up to 64 periods), so that a program whose plans never pay does not pay for making them.
     fn back_off(&mut self, period: usize) {
         self.failures = (self.failures + 1).min(6);
-        self.quiet_until = self.allocations + (period << self.failures);
+        self.quiet_until = self.log.next() + (period << self.failures);
         if let Some(plan) = &mut self.plan {
             plan.rebuild_wanted = false;
         }
@@ -779,7 +755,7 @@ impl OnlinePlanner {
         // log has it, and at least the template's own span (up to now).
         let now = self.time - t0;
         let cycle = match candidate.from.checked_sub(period) {
-            Some(earlier) if earlier >= self.first => t0 - self.log[earlier - self.first].start,
+            Some(earlier) if earlier >= self.log.first() => t0 - self.log.get(earlier).start,
             _ => now,
         }
         .max(now);
@@ -1073,7 +1049,10 @@ mod tests {
         planner.allocated(1024, 0, 0x1000, 5); // allocation 0, at time 0
         planner.allocated(2048, 0, 0x2000, 9); // allocation 1, at time 1
         planner.freed(3); // a block the log never saw: only the clock moves (time 2)
-        assert_eq!((planner.log[0].end, planner.log[1].end), (LIVE, LIVE));
+        assert_eq!(
+            (planner.log.get(0).end, planner.log.get(1).end),
+            (LIVE, LIVE)
+        );
         // The allocator compacts its slab: slot 9 becomes 0 and slot 5 becomes 1.
         let mut renumbered = vec![u32::MAX; 10];
         (renumbered[5], renumbered[9]) = (1, 0);
@@ -1082,13 +1061,13 @@ mod tests {
         live.sort_unstable();
         assert_eq!(live, [(0, 0x2000), (1, 0x1000)]);
         planner.freed(0); // time 3: the block at 0x2000
-        assert_eq!((planner.log[0].end, planner.log[1].end), (LIVE, 3));
+        assert_eq!((planner.log.get(0).end, planner.log.get(1).end), (LIVE, 3));
         planner.freed(1); // time 4: the block at 0x1000
-        assert_eq!(planner.log[0].end, 4);
+        assert_eq!(planner.log.get(0).end, 4);
         assert_eq!(planner.logged_live().count(), 0);
         // A slot freed again ends nothing more.
         planner.freed(1);
-        assert_eq!((planner.log[0].end, planner.log[1].end), (4, 3));
+        assert_eq!((planner.log.get(0).end, planner.log.get(1).end), (4, 3));
     }
 
     #[test]
@@ -1100,7 +1079,7 @@ mod tests {
             if n + 1 >= LOG_KEPT {
                 assert!((LOG_KEPT - LOG_DRAINED..LOG_KEPT).contains(&planner.log.len()));
             }
-            assert_eq!(planner.first + planner.log.len(), n + 1);
+            assert_eq!(planner.log.first() + planner.log.len(), n + 1);
         }
         // The entries a request writes come round in LOG_KEPT entries' room, not twice that.
         assert!(
@@ -1109,8 +1088,8 @@ mod tests {
             planner.log.capacity()
         );
         // The latest allocation's entry is where its number says, and its free ended it.
-        let last = planner.allocations - 1;
-        let entry = planner.log[last - planner.first];
+        let last = planner.allocations() - 1;
+        let entry = *planner.log.get(last);
         assert_eq!((entry.ptr, entry.end), (0x1000 + last, planner.time - 1));
     }
 }
