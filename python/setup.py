@@ -19,8 +19,22 @@ import subprocess
 import sys
 from pathlib import Path
 
+import setuptools
 from setuptools import setup
 from setuptools.command.build_py import build_py
+
+# Installs use the environment's own setuptools (--no-build-isolation), whatever its version: the
+# oldest that reads this pyproject.toml (project metadata, a dynamic license) is 61.2.
+SETUPTOOLS = tuple(int(part) for part in re.findall(r"\d+", setuptools.__version__)[:2])
+if SETUPTOOLS < (61, 2):
+    raise SystemExit(f"accalloc setup: setuptools 61.2 or later is needed (this environment has "
+                     f"{setuptools.__version__}): python3 -m pip install -U setuptools")
+
+# The license as that setuptools takes it: an SPDX expression (License-Expression) from 77 on, which
+# deprecates the older License field and is to refuse it; the License field before 77, which does
+# not know the expression.
+LICENSE = "Apache-2.0"
+LICENSE_METADATA = {"license_expression": LICENSE} if SETUPTOOLS >= (77, 0) else {"license": LICENSE}
 
 HERE = Path(__file__).resolve().parent
 CHECKOUT = HERE.parent
@@ -158,4 +172,5 @@ def torch_extensions(lib_dir: Path, soname: str):
 
 lib_dir, soname = stage_library()
 ext_modules, cmdclass = torch_extensions(lib_dir, soname)
-setup(version=workspace_version(), ext_modules=ext_modules, cmdclass={"build_py": build_py, **cmdclass})
+setup(version=workspace_version(), ext_modules=ext_modules, cmdclass={"build_py": build_py, **cmdclass},
+      **LICENSE_METADATA)

@@ -32,7 +32,19 @@ echo "== pip install -r python/requirements-test.txt"
 export PATH="$venv/bin:$PATH"
 echo "== python3 -m pip install --no-build-isolation ./python (libaccalloc and accalloc.torch's C++ extensions)"
 start=$(date +%s)
-(cd "$root" && "$python" -m pip install --quiet --no-build-isolation --no-deps --force-reinstall ./python)
+install_log=$(mktemp)
+if ! (cd "$root" && "$python" -m pip install --quiet --no-build-isolation --no-deps --force-reinstall ./python) \
+    > "$install_log" 2>&1; then
+  cat "$install_log"; rm -f "$install_log"; exit 1
+fi
+cat "$install_log"
+# A deprecation setuptools warns of today is an install it refuses on a later date (the table form
+# of project.license was one): the install must give none.
+if grep -q "SetuptoolsDeprecationWarning\|BuildBackendWarning" "$install_log"; then
+  rm -f "$install_log"
+  echo "the install of ./python warns of a deprecation (above): setuptools is to refuse it"; exit 1
+fi
+rm -f "$install_log"
 echo "installed in $(( $(date +%s) - start )) s"
 
 echo "== pytest python/tests (inside torch $("$python" -c 'import torch; print(torch.__version__)'))"

@@ -1,5 +1,6 @@
 """The accalloc package over the C ABI, and its errors: what a user sees before any registration."""
 import ctypes
+import importlib.metadata
 
 import pytest
 
@@ -204,3 +205,10 @@ def test_planner_stats_leave_out_what_an_older_library_did_not_fill(monkeypatch)
     stats = accalloc.planner_stats("host:0")
     assert stats["plans"] == 2 and stats["in_force"] is True
     assert "from_parked" not in stats and "plan_height" in stats, stats
+
+
+def test_the_installed_package_declares_its_license():
+    # What `pip show accalloc` says: the SPDX expression where the installing setuptools writes it
+    # (77 on), the License field before.
+    metadata = importlib.metadata.metadata("accalloc")
+    assert (metadata.get("License-Expression") or metadata.get("License")) == "Apache-2.0"

@@ -42,8 +42,10 @@ def test_every_committed_trace_is_whole(name):
 
 
 def test_the_recorder_records_the_committed_cnn_trace_again(tmp_path):
-    subprocess.run([sys.executable, str(RECORDER), "--out", str(tmp_path), "--only", "cnn_train"], check=True,
-                   capture_output=True, timeout=600)
+    recorded = subprocess.run([sys.executable, str(RECORDER), "--out", str(tmp_path), "--only", "cnn_train"],
+                              capture_output=True, text=True, errors="replace", timeout=600)
+    # A failed recording says why (its child's traceback is on the recorder's stderr).
+    assert recorded.returncode == 0, f"the recorder failed ({recorded.returncode}):\n{recorded.stderr[-6000:]}"
     assert summary(tmp_path / "cnn_train.jsonl") == summary(TRACES / "cnn_train.jsonl")
 
 
