@@ -180,8 +180,10 @@ pub struct OnlinePlanner {
     similar_period: Option<usize>,
     /// The plan the one in force replaced, until the allocator accepts it.
     replaced: Option<Box<Plan>>,
-    /// Plans that failed or were rejected in a row.
+    /// Plans that failed or were rejected in a row, of periods alike (`back_off`), and the period
+    /// of the latest.
     failures: u32,
+    failed_period: usize,
     /// The plan wants replacing and its quiet position has come: replace it at this allocation.
     rebuild_now: bool,
     /// A plan is being made off the request path (the allocator puts it in force when its
@@ -248,6 +250,7 @@ impl OnlinePlanner {
             similar_period: None,
             replaced: None,
             failures: 0,
+            failed_period: 0,
             rebuild_now: false,
             making: false,
             advised: Advised::Nothing,
@@ -731,7 +734,15 @@ impl OnlinePlanner {
 
     /// Not now: a later step may give a better plan. Each failure in a row waits twice as long
     /// (up to 64 periods), so that a program whose plans never pay does not pay for making them.
+    /// A row is of periods alike (within a factor of two of the one before): a period unlike the
+    /// last failed one starts the count again, so that the failed plans of a layer do not hold
+    /// back the step's (BERT's three layer plans made its step wait 16 periods, past its run).
     fn back_off(&mut self, period: usize) {
+        let alike = period <= 2 * self.failed_period && self.failed_period <= 2 * period;
+        if !alike {
+            self.failures = 0;
+        }
+        self.failed_period = period;
         self.failures = (self.failures + 1).min(6);
         self.quiet_until = self.log.next() + (period << self.failures);
         if let Some(plan) = &mut self.plan {
@@ -1091,5 +1102,30 @@ mod tests {
         let last = planner.allocations() - 1;
         let entry = *planner.log.get(last);
         assert_eq!((entry.ptr, entry.end), (0x1000 + last, planner.time - 1));
+    }
+
+    #[test]
+    fn failures_in_a_row_count_only_while_the_failing_periods_are_alike() {
+        // No allocation logged: a back-off waits from allocation 0.
+        let mut planner = OnlinePlanner::new();
+        // A layer's plans fail three times in a row: each waits twice as long as the one before.
+        for (failures, until) in [(1, 64), (2, 128), (3, 256)] {
+            planner.give_up(32);
+            assert_eq!((planner.failures, planner.quiet_until), (failures, until));
+        }
+        // A period within a factor of two of the last is one more of the row.
+        planner.give_up(48);
+        assert_eq!((planner.failures, planner.quiet_until), (4, 48 << 4));
+        // The step's, seven times as long, starts the count again: two of its periods, not 32.
+        planner.give_up(333);
+        assert_eq!((planner.failures, planner.quiet_until), (1, 666));
+        // A layer's again after it: unlike 333 too.
+        planner.give_up(40);
+        assert_eq!((planner.failures, planner.quiet_until), (1, 80));
+        // The count stops at six: 64 periods at most.
+        for _ in 0..8 {
+            planner.give_up(40);
+        }
+        assert_eq!((planner.failures, planner.quiet_until), (6, 40 << 6));
     }
 }
