@@ -2622,6 +2622,10 @@ static void section_planner(void)
     /* Some of them took the block the step before freed at their address (the fast path). */
     CHECK(stats.from_parked > from_parked);
     CHECK(stats.from_parked - from_parked <= 40);
+    /* The plan's floor: at least the step's two blocks live at once (more where long-lived blocks
+     * lie around it), and no more than what the plan spans. */
+    CHECK(stats.plan_floor >= (int64_t)(4 * MiB + 77 * 4096));
+    CHECK(stats.plan_floor <= stats.plan_height);
     /* The snapshot shows the plan's region: the segment it lies in says which part. */
     {
         size_t len = 0;

@@ -365,6 +365,12 @@ typedef struct AccallocPlannerStats {
    * by the plan's request before, kept unmerged for it): the fast path.
    */
   int64_t from_parked;
+  /**
+   * The least the latest plan could span: the most bytes its step's blocks and the long-lived
+   * blocks around them hold at once (what plan_height spans over it is what packing around
+   * those costs; 0 before the first plan).
+   */
+  int64_t plan_floor;
 } AccallocPlannerStats;
 
 /**

@@ -89,8 +89,8 @@ def device_stats(device=None):
 def planner_stats(device=None):
     """What planned_placement's planner has done on `device` (ACCALLOC_CONF=planned_placement:True): a dict
     of accalloc.h's AccallocPlannerStats (in_force a bool; plans, attempts, dropped, advised, conflicts,
-    plan_height and from_parked ints; a library older than its header leaves out what it does not know), or
-    None where the setting is off."""
+    plan_height, from_parked and plan_floor ints; a library older than its header leaves out what it does
+    not know), or None where the setting is off."""
     device_type, index = _device_type_and_index(device)
     stats = PlannerStats()
     stats.struct_size = ctypes.sizeof(PlannerStats)

@@ -77,6 +77,9 @@ def test_a_model_trains_under_planned_placement_with_the_same_losses(fresh_devic
         # Most of them took the block their tensor of the step before was freed in, parked there.
         served = after["advised"] - after["conflicts"] - (before["advised"] - before["conflicts"])
         assert 0 < after["from_parked"] - before["from_parked"] <= served, (before, after)
+        # The latest plan spans at least its floor (the most its step's blocks and the long-lived blocks
+        # around them hold at once), which is more than nothing.
+        assert 0 < after["plan_floor"] <= after["plan_height"], after
         # And the snapshot shows where the plan lies: the segments of device 0 it spans say which part.
         planned = [s for s in accalloc.memory_snapshot(DEVICE)["segments"]
                    if s["device"] == 0 and "planned_range" in s]

@@ -32,6 +32,10 @@ pub struct AccallocPlannerStats {
     /// Of the requests given an address, those served from the block parked there (freed there
     /// by the plan's request before, kept unmerged for it): the fast path.
     pub from_parked: i64,
+    /// The least the latest plan could span: the most bytes its step's blocks and the long-lived
+    /// blocks around them hold at once (what plan_height spans over it is what packing around
+    /// those costs; 0 before the first plan).
+    pub plan_floor: i64,
 }
 
 /// Fill `*out` with what planned_placement's planner has done on `device` (-1: current).
@@ -72,6 +76,7 @@ pub unsafe extern "C" fn accalloc_planner_stats_on(
                         conflicts: count(c.conflicts),
                         plan_height: count(c.height),
                         from_parked: count(c.from_parked),
+                        plan_floor: count(c.floor),
                     }),
                 )
             })

@@ -140,11 +140,21 @@ fn replay_says_what_the_planner_did() {
     assert_eq!(planner["dropped"], 0);
     // At least the last steps' requests, every one of them.
     assert!(planner["advised"].as_u64().unwrap() >= 3 * 40, "{planner}");
+    // The latest plan's floor: more than nothing, and no more than what the plan spans.
+    let (floor, height) = (
+        planner["plan_floor"].as_u64(),
+        planner["plan_height"].as_u64(),
+    );
+    assert!(
+        floor.is_some_and(|floor| floor > 0 && Some(floor) <= height),
+        "{planner}"
+    );
     let (ok, out, err) = accalloc(&args);
     assert!(ok, "{err}");
     assert!(
         out.contains("planned placement, device 0: ")
-            && out.contains("a plan in force at the end: yes"),
+            && out.contains("a plan in force at the end: yes")
+            && out.contains("latest plan, device 0: spans "),
         "{out}"
     );
     // Off: nothing said.

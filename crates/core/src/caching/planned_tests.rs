@@ -116,6 +116,11 @@ fn a_repeating_step_is_served_at_planned_addresses_at_the_floor() {
         (4 * MIB + 77 * 4096) as i64
     );
     assert_eq!(stats.reserved_bytes[ALL].peak, 6 * MIB as i64);
+    // The plan's floor is that peak, the least any placement of the step needs; its height, from
+    // the segment's start, is at least that.
+    let counters = a.planner_counters().unwrap();
+    assert_eq!(counters.floor, (4 * MIB + 77 * 4096) as u64, "{counters:?}");
+    assert!(counters.floor <= counters.height, "{counters:?}");
     assert_eq!(stats.allocated_bytes[ALL].current, 0);
     a.empty_cache().unwrap();
     assert_eq!(a.stats().reserved_bytes[ALL].current, 0);

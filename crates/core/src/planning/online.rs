@@ -34,7 +34,9 @@
 
 use super::log::{Entry, Log, LIVE};
 use super::period::StretchMatcher;
-use super::placement::{best_of_orders, place_cyclic_pinned, Lifetime};
+use super::placement::{
+    best_of_orders, cyclic_changes, cyclic_floor, place_cyclic_pinned, Lifetime,
+};
 use std::collections::{HashMap, HashSet};
 
 type StreamId = usize;
@@ -123,6 +125,9 @@ struct Plan {
     /// The address range the plan's blocks lie in, and the bytes of its pages they touch.
     range: (usize, usize),
     touched: usize,
+    /// The least any placement of its blocks needs: the most bytes they and the blocks around
+    /// them (the obstacles) hold at once.
+    floor: usize,
 
     /// The position before which the fewest planned bytes are live: a new plan is made there,
     /// where the fewest blocks are in its way.
@@ -151,6 +156,10 @@ pub struct PlannerCounters {
     pub from_parked: u64,
     /// Bytes the latest plan spans in its segment (0 before the first).
     pub height: u64,
+    /// The least the latest plan could span: the most bytes its step's blocks and the long-lived
+    /// blocks around them hold at once (`height` over it is what packing around those costs; 0
+    /// before the first).
+    pub floor: u64,
     /// Whether a plan is in force now and the program keeps to it (`planning`).
     pub in_force: bool,
 }
@@ -700,6 +709,7 @@ impl OnlinePlanner {
                 self.kept = 0;
                 self.counters.plans += 1;
                 self.counters.height = height as u64;
+                self.counters.floor = self.plan.as_ref().map_or(0, |p| p.floor as u64);
                 true
             }
             None => {
@@ -1000,6 +1010,11 @@ impl PlanJob {
             improved: false,
             range: (self.base, self.base + placement.size),
             touched,
+            floor: cyclic_floor(blocks, cycle)
+                + obstacles
+                    .iter()
+                    .map(|&(start, end)| end - start)
+                    .sum::<usize>(),
             quiet,
             window_back: window_back(&self.keys),
         };
@@ -1027,19 +1042,7 @@ fn window_back(keys: &[(usize, StreamId)]) -> Vec<u32> {
 /// The template position at which the fewest bytes of the planned `blocks` are live: the first
 /// position allocated at or after the quietest moment of the cycle.
 fn quiet_position(blocks: &[Lifetime], starts: &[usize], cycle: usize) -> usize {
-    // Live bytes change at starts (+) and ends (-); a lifetime past the cycle's end wraps.
-    let mut changes: Vec<(usize, i64)> = Vec::with_capacity(blocks.len() * 3);
-    let mut at_zero = 0i64;
-    for b in blocks {
-        changes.push((b.start, b.size as i64));
-        if b.end <= cycle {
-            changes.push((b.end, -(b.size as i64)));
-        } else {
-            at_zero += b.size as i64;
-            changes.push((b.end - cycle, -(b.size as i64)));
-        }
-    }
-    changes.sort_unstable();
+    let (at_zero, changes) = cyclic_changes(blocks, cycle);
     let (mut live, mut least, mut when) = (at_zero, at_zero, 0usize);
     for (time, change) in changes {
         live += change;

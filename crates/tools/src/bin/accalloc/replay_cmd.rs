@@ -207,6 +207,15 @@ fn print_report(path: &str, workload: &Workload, backend: &str, r: &ReplayReport
             c.from_parked,
             if c.in_force { "yes" } else { "no" }
         );
+        if c.height > 0 {
+            // How far the latest plan's placement is from the least any placement of it needs.
+            println!(
+                "latest plan, device {device}: spans {} of its segment; its floor (the most its \
+                 step's blocks and the long-lived blocks around them hold at once) is {}",
+                format_size(c.height),
+                format_size(c.floor)
+            );
+        }
     }
 }
 
@@ -251,6 +260,7 @@ fn report_json(path: &str, workload: &Workload, backend: &str, r: &ReplayReport)
                         "conflicts": c.conflicts,
                         "plan_height": c.height,
                         "from_parked": c.from_parked,
+                        "plan_floor": c.floor,
                         "in_force": c.in_force,
                     })
                 })
