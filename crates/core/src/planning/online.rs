@@ -34,9 +34,7 @@
 
 use super::log::{Entry, Log, LIVE};
 use super::period::StretchMatcher;
-use super::placement::{
-    best_of_orders, cyclic_changes, cyclic_floor, place_cyclic_pinned, Lifetime,
-};
+use super::placement::{best_of_orders, place_cyclic_pinned, Lifetime, LiveBytes};
 use std::collections::{HashMap, HashSet};
 
 type StreamId = usize;
@@ -705,11 +703,11 @@ impl OnlinePlanner {
                 // by the next step (lifetimes the log did not have yet); one that does not, is not.
                 let before = self.plan.as_ref().map_or(usize::MAX, |p| p.unplanned);
                 plan.improved = plan.unplanned < before;
+                self.counters.floor = plan.floor as u64;
                 self.replaced = self.plan.replace(*plan).map(Box::new);
                 self.kept = 0;
                 self.counters.plans += 1;
                 self.counters.height = height as u64;
-                self.counters.floor = self.plan.as_ref().map_or(0, |p| p.floor as u64);
                 true
             }
             None => {
@@ -994,7 +992,8 @@ impl PlanJob {
         for &(k, ptr) in &self.addresses_kept {
             addresses[k] = Some(ptr);
         }
-        let quiet = quiet_position(blocks, &self.starts, cycle);
+        let live = LiveBytes::cyclic(blocks, cycle);
+        let quiet = quiet_position(&live, &self.starts);
         let plan = Plan {
             keys: self.keys.clone(),
             addresses,
@@ -1010,7 +1009,7 @@ impl PlanJob {
             improved: false,
             range: (self.base, self.base + placement.size),
             touched,
-            floor: cyclic_floor(blocks, cycle)
+            floor: live.most()
                 + obstacles
                     .iter()
                     .map(|&(start, end)| end - start)
@@ -1039,12 +1038,13 @@ fn window_back(keys: &[(usize, StreamId)]) -> Vec<u32> {
     back
 }
 
-/// The template position at which the fewest bytes of the planned `blocks` are live: the first
-/// position allocated at or after the quietest moment of the cycle.
-fn quiet_position(blocks: &[Lifetime], starts: &[usize], cycle: usize) -> usize {
-    let (at_zero, changes) = cyclic_changes(blocks, cycle);
+/// The template position at which the fewest bytes of the planned blocks are live (`live_bytes`,
+/// over the cycle; `starts`, when each position is allocated): the first position allocated at or
+/// after the quietest moment of the cycle.
+fn quiet_position(live_bytes: &LiveBytes, starts: &[usize]) -> usize {
+    let at_zero = live_bytes.at_zero;
     let (mut live, mut least, mut when) = (at_zero, at_zero, 0usize);
-    for (time, change) in changes {
+    for &(time, change) in &live_bytes.changes {
         live += change;
         if live < least {
             (least, when) = (live, time);

@@ -60,54 +60,46 @@ pub struct Placement {
 
 /// The floor: the most bytes live at once (no placement needs less).
 pub fn floor(blocks: &[Lifetime]) -> usize {
-    let mut changes: Vec<(usize, bool, usize)> = Vec::with_capacity(blocks.len() * 2);
-    for b in blocks.iter().filter(|b| b.end > b.start) {
-        // At one instant the ends come before the starts: [start, end) is half open.
-        changes.push((b.start, true, b.size));
-        changes.push((b.end, false, b.size));
+    // A straight stretch of time: no lifetime runs past the end of a cycle this long.
+    let lived: Vec<Lifetime> = blocks.iter().filter(|b| b.end > b.start).copied().collect();
+    LiveBytes::cyclic(&lived, usize::MAX).most()
+}
+
+/// The bytes live over one repetition of blocks that repeat every `cycle` events: those live at
+/// time 0 (the blocks whose lifetime runs past the cycle's end wrap round to it) and the changes
+/// in time order (at one instant the ends before the starts: lifetimes are half open).
+pub struct LiveBytes {
+    pub at_zero: i64,
+    pub changes: Vec<(usize, i64)>,
+}
+
+impl LiveBytes {
+    pub fn cyclic(blocks: &[Lifetime], cycle: usize) -> LiveBytes {
+        let mut changes: Vec<(usize, i64)> = Vec::with_capacity(blocks.len() * 2);
+        let mut at_zero = 0i64;
+        for b in blocks {
+            changes.push((b.start, b.size as i64));
+            if b.end <= cycle {
+                changes.push((b.end, -(b.size as i64)));
+            } else {
+                at_zero += b.size as i64;
+                changes.push((b.end - cycle, -(b.size as i64)));
+            }
+        }
+        changes.sort_unstable();
+        LiveBytes { at_zero, changes }
     }
-    changes.sort_unstable_by_key(|&(time, starts, _)| (time, starts));
-    let (mut live, mut peak) = (0usize, 0usize);
-    for (_, starts, size) in changes {
-        if starts {
-            live += size;
+
+    /// The most bytes live at once: for a cycle, a lifetime past its end counted at the start of
+    /// the next (no cyclic placement needs less).
+    pub fn most(&self) -> usize {
+        let (mut live, mut peak) = (self.at_zero, self.at_zero);
+        for &(_, change) in &self.changes {
+            live += change;
             peak = peak.max(live);
-        } else {
-            live -= size;
         }
+        peak.max(0) as usize
     }
-    peak
-}
-
-/// How the bytes live change over one repetition of `blocks` repeating every `cycle` events: the
-/// bytes live at time 0 (the blocks whose lifetime runs past the cycle's end wrap round to it) and
-/// the changes in time order (at one instant the ends before the starts: lifetimes are half open).
-pub fn cyclic_changes(blocks: &[Lifetime], cycle: usize) -> (i64, Vec<(usize, i64)>) {
-    let mut changes: Vec<(usize, i64)> = Vec::with_capacity(blocks.len() * 2);
-    let mut at_zero = 0i64;
-    for b in blocks {
-        changes.push((b.start, b.size as i64));
-        if b.end <= cycle {
-            changes.push((b.end, -(b.size as i64)));
-        } else {
-            at_zero += b.size as i64;
-            changes.push((b.end - cycle, -(b.size as i64)));
-        }
-    }
-    changes.sort_unstable();
-    (at_zero, changes)
-}
-
-/// The floor of blocks that repeat every `cycle` events: the most bytes live at once, a lifetime
-/// past the cycle's end counted at the start of the next (no cyclic placement needs less).
-pub fn cyclic_floor(blocks: &[Lifetime], cycle: usize) -> usize {
-    let (at_zero, changes) = cyclic_changes(blocks, cycle);
-    let (mut live, mut peak) = (at_zero, at_zero);
-    for (_, change) in changes {
-        live += change;
-        peak = peak.max(live);
-    }
-    peak.max(0) as usize
 }
 
 /// Place `blocks` greedily in `order`, each at the lowest offset free over its whole lifetime.
@@ -500,12 +492,13 @@ mod tests {
         // of the next one, and the 100 starts at 2, so they meet over [2, 3): 170 there; the 50
         // and the 70 meet over [8, 9): 120; the 100 and the 50 over [5, 6): 150.
         let blocks = [block(100, 2, 6), block(50, 5, 9), block(70, 8, 13)];
-        assert_eq!(cyclic_floor(&blocks, 10), 170);
+        assert_eq!(LiveBytes::cyclic(&blocks, 10).most(), 170);
         // Without the wrap (a straight stretch of time) the 70 meets only the 50.
         assert_eq!(floor(&blocks), 150);
         // Half open across the wrap too: ending at 2 of the next repetition, it does not meet
         // the 100 that starts there.
-        assert_eq!(cyclic_floor(&[block(100, 2, 6), block(70, 8, 12)], 10), 100);
+        let ends_at_the_start = [block(100, 2, 6), block(70, 8, 12)];
+        assert_eq!(LiveBytes::cyclic(&ends_at_the_start, 10).most(), 100);
     }
 
     #[test]
