@@ -235,6 +235,105 @@ fn a_plan_in_force_keeps_to_its_line_when_a_request_leaves_it() {
     assert_eq!(a.stats().reserved_bytes[ALL].current, 0);
 }
 
+/// Four 1 MiB blocks in the small pool's segment (two 2 MiB pages), the middle two freed: a free
+/// range of 2 MiB that holds no whole page, which no trim can give back. Returns the allocator and
+/// the two blocks still held.
+fn small_pool_with_a_free_range_across_pages(config: &str) -> (CachingAllocator, [usize; 2]) {
+    let backend = Arc::new(SimulatedBackend::new(1, 1 << 30));
+    let config = settings::parse_settings(config, &CachingConfig::default()).unwrap();
+    let mut a = CachingAllocator::new(backend, 0, config).unwrap();
+    let blocks: Vec<usize> = (0..4).map(|_| a.malloc(MIB, 0).unwrap()).collect();
+    a.free(blocks[1]).unwrap();
+    a.free(blocks[2]).unwrap();
+    let stats = a.stats();
+    assert_eq!(
+        stats.reserved_bytes[StatType::SmallPool as usize].current,
+        4 * MIB as i64
+    );
+    assert_eq!(stats.allocated_bytes[ALL].peak, 4 * MIB as i64);
+    (a, [blocks[0], blocks[3]])
+}
+
+#[test]
+fn a_large_request_at_the_line_takes_a_free_range_of_the_small_pool() {
+    // The line is the most ever allocated (4 MiB, more than 2 MiB held + the request) + 2%:
+    // 4.08 MiB. A request of 1.5 MiB would map a large-pool page, 6 MiB in all; no free page can
+    // be given back (the free range covers halves of two pages). So it takes the small pool's
+    // free range, mapped already: no device call, 4 MiB reserved.
+    let (mut a, held) = small_pool_with_a_free_range_across_pages("planned_placement:True");
+    let maps = a.stats().num_device_alloc;
+    let large = a.malloc(3 * MIB / 2, 0).unwrap();
+    let stats = a.stats();
+    assert_eq!(large, held[0] + MIB, "where blocks 1 and 2 were");
+    assert_eq!(stats.reserved_bytes[ALL].current, 4 * MIB as i64);
+    assert_eq!(stats.num_device_alloc, maps);
+    // It counts in the small pool, where it lies; the large pool holds nothing.
+    let small = StatType::SmallPool as usize;
+    assert_eq!(
+        stats.allocated_bytes[small].current,
+        (2 * MIB + 3 * MIB / 2) as i64
+    );
+    assert_eq!(
+        stats.reserved_bytes[StatType::LargePool as usize].current,
+        0
+    );
+    a.check_invariants().unwrap();
+    // The rest of the range (0.5 MiB) stays a free block of the small pool, for small requests.
+    let rest = a.malloc(MIB / 2, 0).unwrap();
+    assert_eq!(rest, large + 3 * MIB / 2);
+    assert_eq!(a.stats().reserved_bytes[ALL].current, 4 * MIB as i64);
+    a.free(rest).unwrap();
+    a.free(large).unwrap();
+    for ptr in held {
+        a.free(ptr).unwrap();
+    }
+    a.empty_cache().unwrap();
+    let stats = a.stats();
+    assert_eq!(stats.allocated_bytes[ALL].current, 0);
+    assert_eq!(stats.reserved_bytes[ALL].current, 0);
+}
+
+#[test]
+fn the_trim_line_alone_keeps_the_pools_apart() {
+    // expandable_trim without planned_placement keeps PyTorch's pools: the same request maps a
+    // large-pool page past the line (no free page to give back).
+    let config = "expandable_segments:True,expandable_trim:True";
+    let (mut a, _) = small_pool_with_a_free_range_across_pages(config);
+    a.malloc(3 * MIB / 2, 0).unwrap();
+    let stats = a.stats();
+    assert_eq!(stats.reserved_bytes[ALL].current, 6 * MIB as i64);
+    assert_eq!(
+        stats.reserved_bytes[StatType::LargePool as usize].current,
+        2 * MIB as i64
+    );
+}
+
+#[test]
+fn a_free_page_goes_back_before_a_large_request_takes_the_small_pool() {
+    // Six 1 MiB blocks (three pages), the middle three freed: their range holds a whole page,
+    // which the trim gives back first (6 MiB + a new page would pass the line, 6.12 MiB); then the
+    // new page comes within the line and the large pool grows: 4 MiB small, 2 MiB large, as the
+    // trim line alone would do.
+    let mut a = planned();
+    let blocks: Vec<usize> = (0..6).map(|_| a.malloc(MIB, 0).unwrap()).collect();
+    for &ptr in &blocks[1..4] {
+        a.free(ptr).unwrap();
+    }
+    let unmaps = a.stats().num_device_free;
+    a.malloc(3 * MIB / 2, 0).unwrap();
+    let stats = a.stats();
+    assert_eq!(stats.num_device_free, unmaps + 1);
+    assert_eq!(
+        stats.reserved_bytes[StatType::SmallPool as usize].current,
+        4 * MIB as i64
+    );
+    assert_eq!(
+        stats.reserved_bytes[StatType::LargePool as usize].current,
+        2 * MIB as i64
+    );
+    a.check_invariants().unwrap();
+}
+
 #[test]
 fn requests_off_the_plan_are_served_by_the_policy_and_the_plan_is_dropped() {
     let mut a = planned_after_chain_steps();

@@ -138,12 +138,37 @@ impl CachingAllocator {
         // expandable_trim: unmap free pages elsewhere first if this growth would cross the line
         // (not during a capture, whose device may not be asked to unmap). Best effort: pages the
         // device would not unmap stay mapped and counted, and the request is served all the same
-        // (without mapping ahead, as after a trim).
-        let trimmed = self.trimming()
-            && !self.capturing
-            && self
-                .trim_before_growth(private, pool, stream, size)
+        // (without mapping ahead, as after a trim). planned_placement takes a free range of the
+        // small pool for a large request there instead (`borrow_from_small_pool`): one that no
+        // trim could give back before trimming, any after it if the trim fell short.
+        let mut trimmed = false;
+        if self.trimming() && !self.capturing {
+            let (taken, new_bytes) = self.growth_need(private, pool, stream, size);
+            let borrows = self.planner.is_some()
+                && private == DEFAULT_POOLS
+                && pool == PoolKind::Large
+                && self.reserved_total + new_bytes > self.trim_limit(size);
+            if borrows {
+                if let Some(id) = self.borrow_from_small_pool(stream, size, Borrow::NoWholePage) {
+                    return Ok(Some(id));
+                }
+            }
+            trimmed = self
+                .give_back_over_line(size, new_bytes, &taken)
                 .unwrap_or(true);
+            // What a trim gave back may have brought the growth within the line.
+            let still_over = || {
+                let (_, new_bytes) = self.growth_need(private, pool, stream, size);
+                self.reserved_total + new_bytes > self.trim_limit(size)
+            };
+            if borrows && (!trimmed || still_over()) {
+                {
+                    if let Some(id) = self.borrow_from_small_pool(stream, size, Borrow::Any) {
+                        return Ok(Some(id));
+                    }
+                }
+            }
+        }
         // A chain of blocks with room for `size`: unmapped; unmapped then free; or free then unmapped.
         let mut candidate = self.find_expandable_block(private, pool, stream, size)?;
         let mut target = if trimmed {
@@ -187,6 +212,47 @@ impl CachingAllocator {
         let block = self.blocks[candidate];
         self.pool_mut(private, pool).remove(&block);
         Ok(Some(candidate))
+    }
+
+    /// planned_placement: a large request whose growth would cross the line takes the smallest free
+    /// block of the small pool (of its stream) that holds it, `which` allows, mapped already,
+    /// instead of mapping new pages. A plan in the small pool's segment leaves free ranges of
+    /// every size there when the steps' shapes move on, which the large pool could not use
+    /// otherwise. The block counts in the small pool, where it lies, as a large planned block
+    /// there does. Out of the pool, as `try_allocate_expandable_block` returns its block; None:
+    /// nothing changed. expandable_trim alone keeps PyTorch's pools apart.
+    fn borrow_from_small_pool(
+        &mut self,
+        stream: StreamId,
+        size: usize,
+        which: Borrow,
+    ) -> Option<BlockId> {
+        if which == Borrow::Any {
+            return self
+                .small
+                .take_lower_bound(stream, size, |(block_stream, _, _)| block_stream == stream);
+        }
+        // A block of two pages or more holds a whole page: the smallest blocks are looked at only.
+        let blocks = &self.blocks;
+        let expandable = &self.expandable;
+        let (_, &id) = self
+            .small
+            .ordered()
+            .range((stream, size, 0)..)
+            .take_while(|((block_stream, block_size, _), _)| {
+                *block_stream == stream && *block_size < 2 * SMALL_PAGE
+            })
+            .find(|(_, &id)| {
+                let block = &blocks[id];
+                block.expandable.is_some_and(|index| {
+                    let (first, last) =
+                        expandable[index as usize].pages_inside(block.ptr, block.size);
+                    first >= last
+                })
+            })?;
+        let block = self.blocks[id];
+        self.small.remove(&block);
+        Some(id)
     }
 
     /// The start of a chain of free or unmapped blocks with at least `size` bytes of address space,
@@ -277,29 +343,41 @@ impl CachingAllocator {
                 // There may be a free block right before the lowest unmapped one to use as well.
                 self.allocatable(self.blocks[id].prev).unwrap_or(id)
             })
-            .filter(|&start| self.chain(start, size).1 >= size);
+            .map(|start| (start, self.chain_extent(start, size)))
+            .filter(|&(_, (room, _))| room >= size);
         if !self.trimming() {
-            return chains.next();
+            return chains.next().map(|(start, _)| start);
         }
         // min_by_key keeps the first of equal keys: the lowest address.
-        chains.min_by_key(|&start| self.unmapped_in_growth(start, size))
+        chains
+            .min_by_key(|&(_, (_, unmapped))| unmapped)
+            .map(|(start, _)| start)
     }
 
     /// The bytes a growth by `size` from `start` must map: the unmapped ones among the first
     /// `size` bytes of its chain.
     fn unmapped_in_growth(&self, start: BlockId, size: usize) -> usize {
-        let (blocks, _, _) = self.chain(start, size);
-        let mut covered = 0;
-        let mut unmapped = 0;
-        for id in blocks {
-            let block = &self.blocks[id];
-            let part = block.size.min(size - covered);
+        self.chain_extent(start, size).1
+    }
+
+    /// A growth by `size` from `start`, walked without a list: the address space its chain
+    /// covers (less than `size` when the chain is too short, no more than its blocks past it)
+    /// and the unmapped bytes among the first `size` of it.
+    fn chain_extent(&self, start: BlockId, size: usize) -> (usize, usize) {
+        let (mut room, mut unmapped) = (0, 0);
+        let mut cursor = Some(start);
+        while room < size {
+            let Some(current) = self.allocatable(cursor) else {
+                break;
+            };
+            let block = &self.blocks[current];
             if !block.mapped {
-                unmapped += part;
+                unmapped += block.size.min(size - room);
             }
-            covered += part;
+            room += block.size;
+            cursor = block.next;
         }
-        unmapped
+        (room, unmapped)
     }
 
     /// A block that a growing segment may take in: free, with no events pending.
@@ -307,24 +385,19 @@ impl CachingAllocator {
         id.filter(|&id| !self.blocks[id].allocated && self.blocks[id].event_count == 0)
     }
 
-    /// The blocks from `start` on that a growth by `size` would take, the address space they cover
-    /// (less than `size` when the chain is too short) and how much of it is mapped already.
-    fn chain(&self, start: BlockId, size: usize) -> (Vec<BlockId>, usize, usize) {
-        let (mut blocks, mut room, mut mapped) = (Vec::new(), 0, 0);
+    /// The blocks from `start` on that a growth by `size` would take.
+    fn chain(&self, start: BlockId, size: usize) -> Vec<BlockId> {
+        let (mut blocks, mut room) = (Vec::new(), 0);
         let mut cursor = Some(start);
         while room < size {
             let Some(current) = self.allocatable(cursor) else {
                 break;
             };
-            let block = &self.blocks[current];
             blocks.push(current);
-            room += block.size;
-            if block.mapped {
-                mapped += block.size;
-            }
-            cursor = block.next;
+            room += self.blocks[current].size;
+            cursor = self.blocks[current].next;
         }
-        (blocks, room, mapped)
+        blocks
     }
 
     /// Reserved memory may grow to this (expandable_trim): the most ever allocated, counting a
@@ -352,7 +425,7 @@ impl CachingAllocator {
         if !self.trimming() || pool == PoolKind::Small {
             return size;
         }
-        let (_, room, _) = self.chain(start, usize::MAX);
+        let (room, _) = self.chain_extent(start, usize::MAX);
         let new = self
             .unmapped_in_growth(start, size)
             .next_multiple_of(SMALL_PAGE);
@@ -363,37 +436,35 @@ impl CachingAllocator {
         (size + ahead).min(room).max(size)
     }
 
-    /// expandable_trim: before an expandable segment grows for a request of `size` bytes, unmap
-    /// free pages elsewhere, but only when the growth would take reserved memory past the line (see
-    /// trim_limit: the most ever allocated, this request included, plus expandable_trim_slack of
-    /// it, and at least expandable_trim_floor). Below the line growth
-    /// maps as plain expandable segments do, so cached pages are reused rather than unmapped and
-    /// mapped again. Above it, whole free stretches go: the smallest that covers the excess (one
-    /// call), else the largest ones first (one call each), never the free blocks the growth itself
-    /// takes in. Giving back the whole stretch rather than just the excess leaves room under the line
-    /// for the next growths, which then need no unmap of their own. Returns whether anything was
-    /// unmapped.
-    fn trim_before_growth(
-        &mut self,
+    /// What a growth by `size` would take: the free blocks of its chain (which a trim must leave
+    /// be) and the bytes it must map, in whole pages.
+    fn growth_need(
+        &self,
         private: PoolIndex,
         pool: PoolKind,
         stream: StreamId,
         size: usize,
-    ) -> Result<bool> {
-        let page = SMALL_PAGE;
-        let (taken, new_bytes) = match self.growth_chain(private, pool, stream, size) {
+    ) -> (Vec<BlockId>, usize) {
+        match self.growth_chain(private, pool, stream, size) {
             Some(start) => (
-                self.chain(start, size).0,
-                self.unmapped_in_growth(start, size).next_multiple_of(page),
+                self.chain(start, size),
+                self.unmapped_in_growth(start, size)
+                    .next_multiple_of(SMALL_PAGE),
             ),
-            None => (Vec::new(), size.next_multiple_of(page)),
-        };
-        self.give_back_over_line(size, new_bytes, &taken)
+            None => (Vec::new(), size.next_multiple_of(SMALL_PAGE)),
+        }
     }
 
-    /// Before `new_bytes` are mapped for a request of `size` bytes: unmap free pages (not those of
-    /// the blocks in `taken`, which the request is to use) until reserved memory with the new bytes
-    /// comes under the trim limit, or no free page is left. Whether anything was unmapped.
+    /// expandable_trim: before `new_bytes` are mapped for a request of `size` bytes, unmap free
+    /// pages (not those of the blocks in `taken`, which the request is to use) until reserved
+    /// memory with the new bytes comes under the line (see trim_limit: the most ever allocated,
+    /// this request included, plus expandable_trim_slack of it, and at least
+    /// expandable_trim_floor), or no free page is left. Below the line growth maps as plain
+    /// expandable segments do, so cached pages are reused rather than unmapped and mapped again.
+    /// Above it, whole free stretches go: the smallest that covers the excess (one call), else the
+    /// largest ones first (one call each). Giving back the whole stretch rather than just the
+    /// excess leaves room under the line for the next growths, which then need no unmap of their
+    /// own. Whether anything was unmapped.
     pub(super) fn give_back_over_line(
         &mut self,
         size: usize,
@@ -691,6 +762,17 @@ impl CachingAllocator {
 }
 
 /// Whether a backend's mapping granularity (None: no virtual memory) divides both page sizes.
+/// Which free blocks of the small pool a large request at the line may take.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Borrow {
+    /// Those that hold no whole page: no trim could give their memory back, so using them costs
+    /// nothing. Taking a block with whole free pages keeps pages the trim would give back (and
+    /// small blocks then spread over them: a CNN's small pool held two pages at its peak for one).
+    NoWholePage,
+    /// Any: the trim has given back what it could and the growth is still past the line.
+    Any,
+}
+
 pub(super) fn pages_fit(granularity: Option<usize>) -> bool {
     granularity
         .is_some_and(|g| g > 0 && SMALL_PAGE.is_multiple_of(g) && LARGE_PAGE.is_multiple_of(g))
