@@ -5,7 +5,8 @@
 //! blocks are ordinary blocks of the segment the plan lies in: they split, merge, free, show in
 //! snapshots and count in every statistic as any block there does (a request of over 1 MiB planned
 //! in the small pool's segment counts in the small pool, where it lies, and one under 1 MiB in the
-//! large pool's, in the large).
+//! large pool's, in the large). At the line, the policy may serve a large request from the small
+//! pool's free range as well (`borrow_from_small_pool`, allocator/expandable.rs).
 
 use super::*;
 use crate::planning::online::{
