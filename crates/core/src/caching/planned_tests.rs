@@ -282,15 +282,7 @@ fn a_large_request_at_the_line_takes_a_free_range_of_the_small_pool() {
     let rest = a.malloc(MIB / 2, 0).unwrap();
     assert_eq!(rest, large + 3 * MIB / 2);
     assert_eq!(a.stats().reserved_bytes[ALL].current, 4 * MIB as i64);
-    a.free(rest).unwrap();
-    a.free(large).unwrap();
-    for ptr in held {
-        a.free(ptr).unwrap();
-    }
-    a.empty_cache().unwrap();
-    let stats = a.stats();
-    assert_eq!(stats.allocated_bytes[ALL].current, 0);
-    assert_eq!(stats.reserved_bytes[ALL].current, 0);
+    free_all_and_empty(&mut a, [rest, large].into_iter().chain(held));
 }
 
 #[test]
@@ -349,13 +341,7 @@ fn requests_off_the_plan_are_served_by_the_policy_and_the_plan_is_dropped() {
     a.check_invariants().unwrap();
     let counters = a.planner_counters().unwrap();
     assert!(counters.dropped >= 1, "{counters:?}");
-    for ptr in held {
-        a.free(ptr).unwrap();
-    }
-    a.empty_cache().unwrap();
-    let stats = a.stats();
-    assert_eq!(stats.allocated_bytes[ALL].current, 0);
-    assert_eq!(stats.reserved_bytes[ALL].current, 0);
+    free_all_and_empty(&mut a, held);
 }
 
 #[test]
@@ -391,8 +377,8 @@ fn free_due(a: &mut CachingAllocator, list: &mut Vec<(usize, usize)>, count: usi
 }
 
 /// Free every block still held, empty the cache: nothing allocated, active or reserved is left.
-fn free_all_and_empty(a: &mut CachingAllocator, held: impl IntoIterator<Item = (usize, usize)>) {
-    for (ptr, _) in held {
+fn free_all_and_empty(a: &mut CachingAllocator, held: impl IntoIterator<Item = usize>) {
+    for ptr in held {
         a.free(ptr).unwrap();
     }
     a.empty_cache().unwrap();
@@ -427,7 +413,7 @@ fn run_with_deviations(
             free_due(&mut a, &mut extra, count);
         }
     }
-    free_all_and_empty(&mut a, live.into_iter().chain(extra));
+    free_all_and_empty(&mut a, live.into_iter().chain(extra).map(|(ptr, _)| ptr));
 }
 
 /// `steps` steps of `sizes` (block i freed `lives[i]` allocations after it is made), and after the
@@ -461,7 +447,7 @@ fn run_with_bursts(
             free_due(&mut a, &mut live, count);
         }
     }
-    free_all_and_empty(&mut a, live);
+    free_all_and_empty(&mut a, live.into_iter().map(|(ptr, _)| ptr));
 }
 
 proptest! {
@@ -591,7 +577,7 @@ fn run_seeded(seed: u64, failing_unmaps: Option<usize>) {
     }
     // The device unmaps again: every page goes back.
     backend.fail_calls_after("vm_unmap", 0, 0);
-    free_all_and_empty(&mut a, live.into_iter().chain(extra));
+    free_all_and_empty(&mut a, live.into_iter().chain(extra).map(|(ptr, _)| ptr));
 }
 
 /// A pass's end cuts a free block that runs past the plan and unmaps the part above; where that
