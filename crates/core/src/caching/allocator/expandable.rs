@@ -162,10 +162,8 @@ impl CachingAllocator {
                 self.reserved_total + new_bytes > self.trim_limit(size)
             };
             if borrows && (!trimmed || still_over()) {
-                {
-                    if let Some(id) = self.borrow_from_small_pool(stream, size, Borrow::Any) {
-                        return Ok(Some(id));
-                    }
+                if let Some(id) = self.borrow_from_small_pool(stream, size, Borrow::Any) {
+                    return Ok(Some(id));
                 }
             }
         }
@@ -360,9 +358,9 @@ impl CachingAllocator {
         self.chain_extent(start, size).1
     }
 
-    /// A growth by `size` from `start`, walked without a list: the address space its chain
-    /// covers (less than `size` when the chain is too short, no more than its blocks past it)
-    /// and the unmapped bytes among the first `size` of it.
+    /// A growth by `size` from `start`, walked without a list: the address space of the blocks it
+    /// would take (less than `size` when the chain is too short; more when its last block runs
+    /// past `size`) and the unmapped bytes among the first `size` of it.
     fn chain_extent(&self, start: BlockId, size: usize) -> (usize, usize) {
         let (mut room, mut unmapped) = (0, 0);
         let mut cursor = Some(start);
