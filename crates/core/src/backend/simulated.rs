@@ -106,7 +106,7 @@ impl SimulatedBackend {
 
     /// Make the next `times` calls of `call` fail with an error: "create_event", "record_event",
     /// "query_event", "synchronize_event", "destroy_event", "stream_synchronize", "raw_free",
-    /// "vm_unmap", "vm_release", "pinned_host_alloc" (which then fails as out of memory) or
+    /// "vm_map", "vm_unmap", "vm_release", "pinned_host_alloc" (which then fails as out of memory) or
     /// "pinned_host_free".
     pub fn fail_calls(&self, call: &'static str, times: usize) {
         self.fail_calls_after(call, 0, times);
@@ -306,6 +306,7 @@ impl Backend for SimulatedBackend {
     }
 
     fn vm_map(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError> {
+        self.injected("vm_map")?;
         let mut states = self.state.lock().unwrap();
         let state = &mut states[device];
         state.check_room(size, self.capacity)?;

@@ -871,6 +871,31 @@ fn expandable_trim_unmaps_free_pages_before_growing() {
 }
 
 #[test]
+fn a_map_that_fails_half_way_and_cannot_be_undone_keeps_its_pages_counted() {
+    // A 6 MiB request maps its 2 MiB pages one call each: the second fails, and the device refuses
+    // to unmap the first again. The request fails; the page the device kept is counted (reserved,
+    // a free block the next request uses) and empty_cache gives it back.
+    let (mut a, backend) = allocator_with(1 << 30, trim());
+    backend.fail_calls_after("vm_map", 1, 1);
+    backend.fail_calls("vm_unmap", 1);
+    let error = a.malloc(6 << 20, 0).unwrap_err();
+    assert!(error.to_string().contains("vm_unmap"), "{error}");
+    assert_eq!(backend.mapped_bytes(0), 2 << 20);
+    assert_eq!(a.stats().reserved_bytes[ALL].current, 2 * MIB);
+    a.check_invariants().unwrap();
+    let p = a.malloc(6 << 20, 0).unwrap();
+    assert_eq!(
+        backend.mapped_bytes(0) as i64,
+        a.stats().reserved_bytes[ALL].current
+    );
+    a.check_invariants().unwrap();
+    a.free(p).unwrap();
+    a.empty_cache().unwrap();
+    assert_eq!(a.stats().reserved_bytes[ALL].current, 0);
+    assert_eq!(backend.mapped_bytes(0), 0);
+}
+
+#[test]
 fn a_trim_the_device_refuses_does_not_fail_the_request() {
     // expandable_trim_unmaps_free_pages_before_growing, with the device refusing the unmap of p's
     // 28 MiB: they stay mapped and counted, and r is served all the same, 30 MiB after q.

@@ -514,10 +514,12 @@ impl CachingAllocator {
         Ok(unmapped)
     }
 
-    /// Map the pages under the first `size` bytes of unmapped block `id`, in one call; the mapped part
-    /// becomes a free block (merged with free neighbours), the rest stays unmapped. Returns the bytes
-    /// mapped: where the device runs out once the first `required` bytes are mapped, what was mapped
-    /// is kept; Ok(0) when it runs out before (nothing is left mapped then).
+    /// Map the pages under the first `size` bytes of unmapped block `id`, a call per page; the
+    /// mapped part becomes a free block (merged with free neighbours), the rest stays unmapped.
+    /// Returns the bytes mapped: where the device runs out once the first `required` bytes are
+    /// mapped, what was mapped is kept; Ok(0) when it runs out before (nothing is left mapped
+    /// then). On a failing map, the pages this call mapped are unmapped again; those the device
+    /// will not unmap stay mapped and counted (a free block) and the unmap's error is returned.
     pub(super) fn map_block(&mut self, id: BlockId, size: usize, required: usize) -> Result<usize> {
         let block = self.blocks[id];
         let segment_index = block.expandable.expect("only expandable blocks are mapped") as usize;
@@ -526,6 +528,8 @@ impl CachingAllocator {
         let required_pages = required.div_ceil(segment.page);
         let page = segment.page;
         let source = self.segment_backend(block.private);
+        // An error to report once the pages the device kept are in the books.
+        let mut failure = None;
         for p in first..last {
             let address = self.expandable[segment_index].page_address(p);
             match source.vm_map(self.device, address, page) {
@@ -536,18 +540,27 @@ impl CachingAllocator {
                     break;
                 }
                 Err(error) => {
-                    // Give back what this call mapped, then report.
-                    for q in first..p {
-                        let address = self.expandable[segment_index].page_address(q);
-                        source
-                            .vm_unmap(self.device, address, page)
-                            .map_err(|e| backend_error(&*source, self.device, "vm_unmap", e))?;
-                        self.expandable[segment_index].mapped[q] = false;
+                    // Give back what this call mapped, the last page first, then report. Pages the
+                    // device will not unmap stay mapped: a prefix of the block, counted below as
+                    // any mapped page is, so that the books keep what the device holds.
+                    let mut kept = p;
+                    while kept > first {
+                        let address = self.expandable[segment_index].page_address(kept - 1);
+                        if let Err(e) = source.vm_unmap(self.device, address, page) {
+                            failure = Some(backend_error(&*source, self.device, "vm_unmap", e));
+                            break;
+                        }
+                        kept -= 1;
+                        self.expandable[segment_index].mapped[kept] = false;
                     }
-                    return match error {
-                        BackendError::OutOfMemory => Ok(0),
-                        e => Err(backend_error(&*source, self.device, "vm_map", e)),
-                    };
+                    if failure.is_none() {
+                        return match error {
+                            BackendError::OutOfMemory => Ok(0),
+                            e => Err(backend_error(&*source, self.device, "vm_map", e)),
+                        };
+                    }
+                    last = kept;
+                    break;
                 }
             }
         }
@@ -591,7 +604,10 @@ impl CachingAllocator {
             mapped_size,
             block.stream,
         );
-        Ok(mapped_size)
+        match failure {
+            Some(error) => Err(error),
+            None => Ok(mapped_size),
+        }
     }
 
     /// Unmap the whole pages inside cached block `id` of an expandable segment; the pieces before and

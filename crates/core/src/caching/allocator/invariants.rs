@@ -347,6 +347,20 @@ impl CachingAllocator {
                     recount.inactive_split[slot].current += 1;
                     recount.inactive_split_bytes[slot].current += block.size as i64;
                 }
+                if let Some(index) = block.expandable {
+                    // The segment's pages are mapped where its blocks say: a page the device holds
+                    // that no mapped block counts is memory lost to the books.
+                    let segment = &self.expandable[index as usize];
+                    let (first, last) = segment.pages_covering(block.ptr, block.size);
+                    if segment.mapped[first..last].contains(&!block.mapped) {
+                        return Err(format!(
+                            "block {:#x}+{} is {} but a page under it is not",
+                            block.ptr,
+                            block.size,
+                            if block.mapped { "mapped" } else { "unmapped" }
+                        ));
+                    }
+                }
                 if block.expandable.is_some() && block.mapped {
                     recount.reserved_bytes[slot].current += block.size as i64;
                     reserved += block.size;

@@ -411,7 +411,9 @@ impl CachingAllocator {
             .count()
             * segment.page;
         let touched = planner.touched().expect("a plan in force");
-        let needed = touched + (self.reserved_total - inside);
+        // The plan's mapped pages are reserved: the books count every page the device holds.
+        debug_assert!(inside <= self.reserved_total);
+        let needed = touched + self.reserved_total.saturating_sub(inside);
         // Pages are the unit: the line is the most ever allocated and the slack, in pages.
         let peak = self.stats.allocated_bytes.peak_all() as f64;
         let line = ((peak * (1.0 + PLAN_SLACK)) as usize).next_multiple_of(segment.page);
