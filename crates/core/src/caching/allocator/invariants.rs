@@ -349,10 +349,18 @@ impl CachingAllocator {
                 }
                 if let Some(index) = block.expandable {
                     // The segment's pages are mapped where its blocks say: a page the device holds
-                    // that no mapped block counts is memory lost to the books.
+                    // that no mapped block counts is memory lost to the books. Every page under a
+                    // mapped block (as many as are reserved); an unmapped block's first and last
+                    // (it may span a whole reservation, and a map undone half way leaves pages at
+                    // its start).
                     let segment = &self.expandable[index as usize];
                     let (first, last) = segment.pages_covering(block.ptr, block.size);
-                    if segment.mapped[first..last].contains(&!block.mapped) {
+                    let wrong = if block.mapped {
+                        segment.mapped[first..last].contains(&false)
+                    } else {
+                        segment.mapped[first] || segment.mapped[last - 1]
+                    };
+                    if wrong {
                         return Err(format!(
                             "block {:#x}+{} is {} but a page under it is not",
                             block.ptr,
