@@ -9,7 +9,7 @@
 //!   before, in the same order: an allocation `q` back. The `period` allocations since `q` are a
 //!   template of what comes next. The layers of a model repeat too, and are found first; a plan for
 //!   a layer stops matching where the layer stack ends and is dropped, its length never tried again,
-//!   and a longer period always replaces a shorter one.
+//!   and a longer period replaces a shorter one while the program leaves the shorter's plan.
 //! - **Lifetimes.** A block of the template lives as long as it did, or, still live, as its instance
 //!   one period before did (the nearest allocation of its size then: the first step may have asked
 //!   for more). Blocks that live a period or longer (weights, optimizer states) are not planned:
@@ -31,6 +31,14 @@
 //!   the fewest planned bytes are live, so that the fewest are pinned) from the last period like
 //!   it (the step just seen, exact once the first step's extras are gone). A pass a tenth of which
 //!   was off the plan drops it: the shapes change from step to step.
+//! - **Shapes.** A step of another shape (batch and sequence length that change what its tensors
+//!   weigh, not the order it asks for them in) keeps to the plan's positions: a request at the
+//!   cursor unlike the position's size (within a factor of 16, the same stream) is taken for it
+//!   once the request after it keeps to the plan (until then it is tentative, and undone, off the
+//!   plan, when that one does not). It is served at the planned address when it fits the bytes
+//!   placed there; a larger one goes to the policy, and the pass asks for a new plan in which
+//!   each position has the most it has been asked for (`asked_at`): one layout serves every shape
+//!   seen, its pages mapped once.
 
 use super::log::{Entry, Log, LIVE};
 use super::period::StretchMatcher;
@@ -101,8 +109,29 @@ pub struct Region {
 struct Plan {
     /// (rounded size, stream) of each position of the template.
     keys: Vec<(usize, StreamId)>,
+    /// The bytes placed at each position: its key's size, or more where a step of another shape
+    /// asked for more there before; a request at a position that fits them is served there.
+    sizes: Vec<usize>,
+    /// The most asked for at each position so far (`advise`): what the next plan places.
+    asked: Vec<usize>,
+    /// The requests just taken for their positions in a step of another shape, (position,
+    /// size), until the request after them keeps to the plan or does not (`advise`).
+    resized: Vec<(usize, usize)>,
+    /// A position was asked for more than its bytes this pass (`advance`): the first pass too
+    /// asks for a new plan.
+    grown: bool,
+    /// The plan, or the one it replaced (of a period within a 32nd of its own), went once through
+    /// its step: requests of another shape are looked for at their positions (before, a request
+    /// unlike the position's is more often one of the first step's, which the template lacks).
+    steady: bool,
+    /// Requests were taken for positions of another shape and undone since the last request at
+    /// the cursor kept to the plan: none is taken so until one does.
+    undone: bool,
     /// The planned address of each position; None: served by the policy.
     addresses: Vec<Option<usize>>,
+    /// The latest allocation logged at the plan's next position, and that position: how a
+    /// replacement's template lines up with this plan's positions (`job_for`).
+    latest: Option<(usize, usize)>,
     /// The next position expected.
     cursor: usize,
     /// The last 64 requests, 1 where on the plan; `seen` of them so far.
@@ -231,8 +260,21 @@ enum Advised {
     Nothing,
     /// The request is the plan's next position, this one.
     Next(usize),
+    /// The position at the cursor, in a step of another shape (`advise`).
+    Resized(usize),
     /// Another position, or none.
     Elsewhere,
+}
+
+/// How a request comes to a plan position (`OnlinePlanner::advance`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fit {
+    /// Its size and stream are the position's.
+    Exact,
+    /// Of another shape, no larger than the bytes placed there: served there.
+    Smaller,
+    /// Of another shape, larger: served by the policy.
+    Larger,
 }
 
 impl Default for OnlinePlanner {
@@ -288,6 +330,17 @@ impl OnlinePlanner {
     /// The address planned for the next request, of `size` bytes (rounded) on `stream`, if the plan
     /// has one; moves the cursor past the request's position.
     pub fn advise(&mut self, size: usize, stream: StreamId) -> Option<usize> {
+        self.advise_from_cursor(size, stream, true)
+    }
+
+    /// `advise`; `may_resize`: the request may be taken for the position at the cursor in a step
+    /// of another shape.
+    fn advise_from_cursor(
+        &mut self,
+        size: usize,
+        stream: StreamId,
+        may_resize: bool,
+    ) -> Option<usize> {
         let Some(plan) = self.plan.as_mut() else {
             self.note_advised(Advised::Elsewhere);
             return None;
@@ -295,13 +348,67 @@ impl OnlinePlanner {
         let length = plan.keys.len();
         let found = (0..LOOKAHEAD.min(length))
             .find(|&step| plan.keys[(plan.cursor + step) % length] == (size, stream));
-        let Some(step) = found else {
-            plan.missed += 1;
-            self.note(false);
-            self.note_advised(Advised::Elsewhere);
-            return None;
-        };
-        self.advance(step)
+        let (at_cursor, stream_at_cursor) = plan.keys[plan.cursor];
+        // The request is one a position taken just now expected: the run of positions taken for
+        // another shape began with a request that was none of theirs.
+        let in_run = plan
+            .resized
+            .iter()
+            .any(|&(position, _)| plan.keys[position] == (size, stream));
+        match found {
+            // The request the plan expects next.
+            Some(0) => self.advance(0, Fit::Exact),
+            _ if in_run => self.undo_resized(size, stream),
+            // The position the plan expects, in a step of another shape: batch and sequence
+            // length change what a tensor weighs, not the order the step asks for them in. Taken
+            // so until the request after such a run keeps to the plan (`advance`), or does not
+            // (below); never for a step's last position, so that no such run ends a pass.
+            _ if may_resize
+                && plan.steady
+                && !plan.undone
+                && stream_at_cursor == stream
+                && another_shape(at_cursor, size)
+                && plan.resized.len() < CLOSE
+                && plan.cursor + 1 < length =>
+            {
+                let position = plan.cursor;
+                plan.resized.push((position, size));
+                let fit = if size <= plan.sizes[position] {
+                    Fit::Smaller
+                } else {
+                    Fit::Larger
+                };
+                self.advance(0, fit)
+            }
+            // The requests taken for positions of another shape were not theirs: the one after
+            // them is not the next position's. They were off the plan, and this one is looked for
+            // again from the first one's position.
+            _ if !plan.resized.is_empty() => self.undo_resized(size, stream),
+            // A few positions on (the step left out a few of the template's: the first step's
+            // extras), or further.
+            Some(step) => self.advance(step, Fit::Exact),
+            None => {
+                plan.missed += 1;
+                self.note(false);
+                self.note_advised(Advised::Elsewhere);
+                None
+            }
+        }
+    }
+
+    /// The requests taken for positions of another shape (`Plan::resized`) were not theirs: they
+    /// were off the plan, and none is taken so again before a request keeps to the plan (a program
+    /// that left the plan, its sizes like the plan's, is off it, and drops it), and the request of
+    /// `size` on `stream` is looked for again from the first one's position.
+    fn undo_resized(&mut self, size: usize, stream: StreamId) -> Option<usize> {
+        let plan = self.plan.as_mut().expect("a plan with taken positions");
+        let run = plan.resized.len();
+        plan.cursor = plan.resized[0].0;
+        plan.missed += run;
+        plan.undone = true;
+        plan.resized.clear();
+        plan.latest = None;
+        self.advise_from_cursor(size, stream, false)
     }
 
     /// `advise` for the request `expected_address` just answered (the one at the cursor): the
@@ -309,22 +416,39 @@ impl OnlinePlanner {
     #[inline]
     pub fn advise_expected(&mut self) -> Option<usize> {
         debug_assert!(self.plan.is_some(), "expected_address answered");
-        self.advance(0)
+        self.advance(0, Fit::Exact)
     }
 
     /// The request at `step` positions past the cursor came: the cursor moves past it, a pass
-    /// ends at the step's last position; its address, if the plan has one.
+    /// ends at the step's last position; its address, if the plan has one and the request `fit`s
+    /// there.
     #[inline]
-    fn advance(&mut self, step: usize) -> Option<usize> {
+    fn advance(&mut self, step: usize, fit: Fit) -> Option<usize> {
         let plan = self.plan.as_mut()?;
+        if fit == Fit::Exact && step == 0 {
+            plan.undone = false;
+        }
+        if fit == Fit::Exact && !plan.resized.is_empty() {
+            // The requests before this one were their positions' in a step of another shape: a
+            // position asked for more than its bytes is off the plan this pass (a pass with any
+            // asks for a new plan, in which the position has the most it was asked for; a pass
+            // with a tenth drops the plan, as a pass of requests it never saw does).
+            for (position, size) in std::mem::take(&mut plan.resized) {
+                if size > plan.sizes[position] {
+                    plan.asked[position] = plan.asked[position].max(size);
+                    plan.missed += 1;
+                    plan.grown = true;
+                }
+            }
+        }
         let length = plan.keys.len();
         // No division where the cursor does not wrap (the request path's common case).
         let wrap = |n: usize| if n < length { n } else { n % length };
         let position = wrap(plan.cursor + step);
-        self.note_advised(if step == 0 {
-            Advised::Next(position)
-        } else {
-            Advised::Elsewhere
+        self.note_advised(match fit {
+            Fit::Exact if step == 0 => Advised::Next(position),
+            Fit::Exact => Advised::Elsewhere,
+            Fit::Smaller | Fit::Larger => Advised::Resized(position),
         });
         let plan = self.plan.as_mut().expect("the plan just read");
         plan.skipped += step;
@@ -334,10 +458,12 @@ impl OnlinePlanner {
             // The first pass may meet what the policy placed before the plan: not a reason.
             if (plan.passes > 0 && plan.skipped + plan.missed + plan.conflicts > 0)
                 || (plan.unplanned > 0 && plan.improved)
+                || std::mem::take(&mut plan.grown)
             {
                 plan.rebuild_wanted = true;
             }
             plan.passes += 1;
+            plan.steady = true;
             if plan.passes == 1 {
                 // A new plan went once through its step: it stands.
                 self.failures = 0;
@@ -357,7 +483,7 @@ impl OnlinePlanner {
         }
         let passed_quiet = wrap(plan.quiet + length - plan.cursor) <= step;
         plan.cursor = wrap(position + 1);
-        let address = plan.addresses[position];
+        let address = plan.addresses[position].filter(|_| fit != Fit::Larger);
         if passed_quiet && plan.rebuild_wanted {
             self.rebuild_now = true;
         }
@@ -467,6 +593,11 @@ impl OnlinePlanner {
             self.live.resize((slot + 1).next_power_of_two(), LIVE);
         }
         self.live[slot] = number;
+        if let (Advised::Next(position) | Advised::Resized(position), Some(plan)) =
+            (self.advised, self.plan.as_mut())
+        {
+            plan.latest = Some((number, position));
+        }
         if self.matcher_base + 2 * LOG_KEPT < number {
             // The matcher remembers every distinct stretch; start it again now and then.
             self.matcher = StretchMatcher::new(WINDOW);
@@ -505,16 +636,18 @@ impl OnlinePlanner {
             from: q + 1,
             period,
         };
-        // With no plan, any step found; with one, only a longer one (the plan in force is a
-        // layer's): a plan is replaced by its like at its quiet position (above).
+        // With no plan, any step found; with one, only a longer one while the program leaves
+        // the plan (the plan in force is a layer's, and the step goes on past the layers): one
+        // found while every recent request keeps to the plan is a run of its steps (steps of
+        // several shapes repeat as a run only). A plan is replaced by its like at its quiet
+        // position (above).
         // The hash of `banned` last: while a plan is kept to, every allocation gets here with
         // the plan's own period.
         let wanted = period <= MAX_PERIOD
             && number >= self.quiet_until
-            && self
-                .plan
-                .as_ref()
-                .is_none_or(|plan| period > 2 * plan.keys.len())
+            && self.plan.as_ref().is_none_or(|plan| {
+                period > 2 * plan.keys.len() && plan.seen == 64 && plan.recent.count_ones() < 64
+            })
             && candidate.from >= self.log.first()
             && !self.banned.contains(&period);
         wanted.then_some(candidate)
@@ -703,6 +836,9 @@ impl OnlinePlanner {
                 // by the next step (lifetimes the log did not have yet); one that does not, is not.
                 let before = self.plan.as_ref().map_or(usize::MAX, |p| p.unplanned);
                 plan.improved = plan.unplanned < before;
+                plan.steady = self.plan.as_ref().is_some_and(|p| {
+                    p.steady && p.keys.len().abs_diff(plan.keys.len()) * 32 <= plan.keys.len()
+                });
                 self.counters.floor = plan.floor as u64;
                 self.replaced = self.plan.replace(*plan).map(Box::new);
                 self.kept = 0;
@@ -779,6 +915,7 @@ impl OnlinePlanner {
         }
         .max(now);
         let in_region = |ptr: usize| ptr >= region.base && ptr < region.base + region.size;
+        let asked = self.asked_at(&candidate, &template);
         let mut blocks = Vec::new();
         let mut positions = Vec::new();
         let mut transient_live = HashSet::new();
@@ -806,7 +943,9 @@ impl OnlinePlanner {
             let Some(lifetime) = lifetime.filter(|&d| d > 0 && d < cycle) else {
                 continue;
             };
-            if entry.stream != region.stream || entry.size > region.size {
+            // Where a step of another shape asked for more at this position, the most asked for.
+            let mut size = asked[k];
+            if entry.stream != region.stream || size > region.size {
                 continue;
             }
             let mut lifetime = lifetime;
@@ -821,9 +960,12 @@ impl OnlinePlanner {
                 }
                 at = Some(entry.ptr - region.base);
                 transient_live.insert(entry.ptr);
+                // Its own size where it lies (the next instance may ask more, and be planned
+                // anew).
+                size = entry.size;
             }
             blocks.push(Lifetime {
-                size: entry.size,
+                size,
                 start,
                 end: start + lifetime,
             });
@@ -865,6 +1007,7 @@ impl OnlinePlanner {
             obstacles,
             addresses_kept,
             keys: template.iter().map(|e| (e.size, e.stream)).collect(),
+            asked,
             starts: template.iter().map(|e| e.start - t0).collect(),
             cycle,
             low,
@@ -881,6 +1024,36 @@ impl OnlinePlanner {
     pub fn give_up(&mut self, period: usize) {
         self.making = false;
         self.back_off(period);
+    }
+
+    /// The bytes each position of `candidate`'s `template` is to be planned with: its own size, or,
+    /// where the template replaces the plan in force (the same period, lined up with its
+    /// positions by the latest allocation logged at one), the most the plan's position was asked
+    /// for when that is more (a step of another shape asked it: the next plan holds every shape).
+    fn asked_at(&self, candidate: &Candidate, template: &[Entry]) -> Vec<usize> {
+        let period = candidate.period;
+        let mut asked: Vec<usize> = template.iter().map(|e| e.size).collect();
+        let Some(plan) = self.plan.as_ref().filter(|p| p.keys.len() == period) else {
+            return asked;
+        };
+        let Some((number, position)) = plan.latest else {
+            return asked;
+        };
+        // The plan position of the template's last allocation.
+        let last = candidate.from + period - 1;
+        let last_position = if last >= number {
+            (position + (last - number)) % period
+        } else {
+            (position + period - (number - last) % period) % period
+        };
+        for (k, entry) in template.iter().enumerate() {
+            let p = (last_position + 1 + k) % period;
+            let (key, stream) = plan.keys[p];
+            if stream == entry.stream && (key == entry.size || another_shape(key, entry.size)) {
+                asked[k] = asked[k].max(plan.asked[p]);
+            }
+        }
+        asked
     }
 
     /// The plan just made would hold more than it saves (the allocator's judgement, from what is
@@ -910,8 +1083,10 @@ pub struct PlanJob {
     obstacles: Vec<(usize, usize)>,
     /// Positions planned where their live instance is (template position, address).
     addresses_kept: Vec<(usize, usize)>,
-    /// (rounded size, stream) of each template position, and its start (events from the first).
+    /// (rounded size, stream) of each template position, the bytes it is planned with (`asked_at`),
+    /// and its start (events from the first).
     keys: Vec<(usize, StreamId)>,
+    asked: Vec<usize>,
     starts: Vec<usize>,
     cycle: usize,
     /// The page the offsets count from, the region's range and page, and the most ever allocated.
@@ -994,9 +1169,21 @@ impl PlanJob {
         }
         let live = LiveBytes::cyclic(blocks, cycle);
         let quiet = quiet_position(&live, &self.starts);
+        // Placed: a pinned block's own size, else the bytes asked.
+        let mut sizes: Vec<usize> = self.keys.iter().map(|&(size, _)| size).collect();
+        for (block, &k) in blocks.iter().zip(&self.positions) {
+            sizes[k] = block.size;
+        }
         let plan = Plan {
             keys: self.keys.clone(),
+            sizes,
+            asked: self.asked.clone(),
             addresses,
+            latest: None,
+            resized: Vec::new(),
+            grown: false,
+            steady: false,
+            undone: false,
             cursor: 0,
             recent: 0,
             seen: 0,
@@ -1019,6 +1206,13 @@ impl PlanJob {
         };
         Some((plan, placement.size))
     }
+}
+
+/// Whether a request of `asked` bytes at a position planned for `planned` is that position's in a
+/// step of another shape: the two differ, by no more than a factor of 16 (a batch or sequence
+/// length that changed; further apart, it is another tensor).
+fn another_shape(planned: usize, asked: usize) -> bool {
+    planned != asked && asked <= planned.saturating_mul(16) && planned <= asked.saturating_mul(16)
 }
 
 /// For each position of a template, what the stretch matcher answers there in a program that has
@@ -1105,6 +1299,102 @@ mod tests {
         let last = planner.allocations() - 1;
         let entry = *planner.log.get(last);
         assert_eq!((entry.ptr, entry.end), (0x1000 + last, planner.time - 1));
+    }
+
+    /// Block i of the test's step: 1 MiB + i x 64 KiB, each freed once the next is made.
+    fn step_size(i: usize) -> usize {
+        MIB + i * 64 * 1024
+    }
+    const MIB: usize = 1 << 20;
+
+    /// A planner that has seen steps of 40 blocks (`step_size`) until a plan of the step is in
+    /// force, in a region of 1 GiB at 1 GiB, at a step's start; and the step's sizes and planned
+    /// addresses from there, in the order the step asks for them.
+    fn planner_of_a_step() -> (OnlinePlanner, Vec<usize>, Vec<Option<usize>>) {
+        let region = Region {
+            stream: 0,
+            base: 1 << 30,
+            size: 1 << 30,
+            live: Vec::new(),
+            peak_allocated: 1 << 30,
+            page: 2 * MIB,
+        };
+        let mut planner = OnlinePlanner::new();
+        for _ in 0..6 {
+            for i in 0..40 {
+                let size = step_size(i);
+                let ptr = planner.advise(size, 0).unwrap_or(region.base + i * 4 * MIB);
+                if let Some(candidate) = planner.allocated(size, 0, ptr, i % 2) {
+                    planner.build(candidate, &region);
+                }
+                planner.freed((i + 1) % 2);
+            }
+            planner.freed(1);
+        }
+        let plan = planner.plan.as_ref().expect("a plan of the step");
+        assert_eq!(plan.keys.len(), 40);
+        assert!(plan.steady && planner.planning());
+        // The template starts where the matcher found the step: the cursor is at the step's
+        // start, wherever that is in the template.
+        let at = |k: usize| (plan.cursor + k) % 40;
+        let sizes: Vec<usize> = (0..40).map(|k| plan.keys[at(k)].0).collect();
+        assert_eq!(sizes, (0..40).map(step_size).collect::<Vec<_>>());
+        let addresses = (0..40).map(|k| plan.addresses[at(k)]).collect();
+        (planner, sizes, addresses)
+    }
+
+    /// advise and log one request of `size` on stream 0 at slot 0.
+    fn request(planner: &mut OnlinePlanner, size: usize) -> Option<usize> {
+        let advice = planner.advise(size, 0);
+        planner.allocated(size, 0, advice.unwrap_or(0x1000), 0);
+        planner.freed(0);
+        advice
+    }
+
+    #[test]
+    fn a_request_of_another_shape_is_taken_for_its_position_once_the_next_keeps_to_the_plan() {
+        let (mut planner, sizes, addresses) = planner_of_a_step();
+        let start = planner.plan.as_ref().unwrap().cursor;
+        assert!(addresses.iter().all(Option::is_some));
+        assert_eq!(request(&mut planner, sizes[0]), addresses[0]);
+        // Position 1 in a smaller shape: served at its planned address, and position 2 then
+        // keeps to the plan: nothing was off it.
+        assert_eq!(request(&mut planner, sizes[1] / 2), addresses[1]);
+        assert_eq!(request(&mut planner, sizes[2]), addresses[2]);
+        // Position 3 in a larger shape: the policy serves it (no address); position 4 keeps to
+        // the plan, so the request counts as position 3's, off the plan this pass, and the next
+        // plan places the most it asked.
+        assert_eq!(request(&mut planner, 3 * sizes[3]), None);
+        assert_eq!(request(&mut planner, sizes[4]), addresses[4]);
+        let plan = planner.plan.as_ref().unwrap();
+        assert_eq!(
+            (plan.cursor, plan.missed, plan.skipped),
+            ((start + 5) % 40, 1, 0)
+        );
+        assert_eq!(plan.asked[(start + 3) % 40], 3 * sizes[3]);
+        assert_eq!(plan.asked[(start + 1) % 40], sizes[1]);
+        assert!(plan.grown);
+    }
+
+    #[test]
+    fn a_request_taken_for_a_position_of_another_shape_is_undone_when_the_next_keeps_to_none() {
+        let (mut planner, sizes, addresses) = planner_of_a_step();
+        let start = planner.plan.as_ref().unwrap().cursor;
+        request(&mut planner, sizes[0]);
+        // A request like position 1's, then one like nothing in the step (a 256th of any): the
+        // first was not position 1's after all. Both are off the plan, the cursor is back at
+        // position 1, and nothing was asked of it.
+        request(&mut planner, sizes[1] / 2);
+        assert_eq!(request(&mut planner, 4096), None);
+        let plan = planner.plan.as_ref().unwrap();
+        assert_eq!(
+            (plan.cursor, plan.missed, plan.skipped),
+            ((start + 1) % 40, 2, 0)
+        );
+        assert!(plan.resized.is_empty() && !plan.grown);
+        assert_eq!(plan.asked[(start + 1) % 40], sizes[1]);
+        // Position 1's own request comes next, served where the plan has it.
+        assert_eq!(request(&mut planner, sizes[1]), addresses[1]);
     }
 
     #[test]
