@@ -646,7 +646,7 @@ impl OnlinePlanner {
         let wanted = period <= MAX_PERIOD
             && number >= self.quiet_until
             && self.plan.as_ref().is_none_or(|plan| {
-                period > 2 * plan.keys.len() && plan.seen == 64 && plan.recent.count_ones() < 64
+                period > 2 * plan.keys.len() && plan.recent.count_ones() < plan.seen
             })
             && candidate.from >= self.log.first()
             && !self.banned.contains(&period);
@@ -818,6 +818,16 @@ impl OnlinePlanner {
     /// large step's on a thread of its own and puts it in force (`install`) one step later.
     pub fn prepare(&mut self, candidate: Candidate, region: &Region) -> Option<PlanJob> {
         self.counters.attempts += 1;
+        if std::env::var("DBG_P").is_ok() {
+            eprintln!(
+                "ATTEMPT n={} cand={:?} plan={:?}",
+                self.log.next(),
+                candidate,
+                self.plan
+                    .as_ref()
+                    .map(|p| (p.keys.len(), p.seen, p.recent.count_ones()))
+            );
+        }
         let job = self.job_for(candidate, region);
         if job.is_none() {
             self.back_off(candidate.period);
