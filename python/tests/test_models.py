@@ -102,6 +102,73 @@ def test_a_model_trains_under_planned_placement_with_the_same_losses(fresh_devic
     assert accalloc.planner_stats(0) is None
 
 
+def test_one_plan_serves_the_bucketed_shapes_of_a_training_loop(fresh_device):
+    # A data loader that groups sequences by length gives a few shapes in no fixed order (batch x
+    # tokens 8x64, 4x128 and 2x256 here, the order of examples/traces/real/gpt2_train_buckets.jsonl).
+    # Planned placement keeps a step of another shape to the plan's positions and plans the most each
+    # position was asked for: once every shape has come, one layout serves them all with no call to the
+    # device, and the losses are those of the same device without it, bit for bit.
+    import accalloc
+
+    shapes = [(8, 64), (4, 128), (8, 64), (8, 64), (2, 256), (4, 128),
+              (8, 64), (2, 256), (4, 128), (4, 128), (8, 64), (2, 256)]
+    last = 4  # the last four steps: all three shapes
+
+    def train():
+        model = model_zoo.build("gpt2", DEVICE)
+        model.train()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        losses, calls, planner = [], [], []
+        for seed, (batch_size, sequence) in enumerate(shapes):
+            if seed == len(shapes) - last:
+                torch.accelerator.reset_peak_memory_stats(0)
+            inputs = model_zoo.batch("gpt2", DEVICE, batch_size, sequence, seed=seed)
+            loss = model_zoo.loss_of("gpt2", model, inputs)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+            del inputs, loss
+            stats = torch.accelerator.memory_stats(0)
+            calls.append(stats["num_device_alloc"] + stats["num_device_free"])
+            planner.append(accalloc.planner_stats(0))
+        peaks = (torch.accelerator.max_memory_allocated(0), torch.accelerator.max_memory_reserved(0))
+        del model, optimizer
+        gc.collect()
+        return losses, calls, planner, peaks
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the recorded trace's kernels
+    try:
+        expected, _, _, _ = train()
+        torch.accelerator.empty_cache()
+        accalloc.set_allocator_settings("planned_placement:True")
+        try:
+            got, calls, planner, (allocated, reserved) = train()
+            assert torch.accelerator.memory_allocated(0) == 0
+        finally:
+            accalloc.set_allocator_settings("planned_placement:False,expandable_segments:False")
+            torch.accelerator.empty_cache()
+    finally:
+        torch.set_num_threads(threads)
+    assert got == expected
+    # The last four steps, of all three shapes: no device call, and a plan in force throughout, not
+    # replaced or dropped.
+    before, after = planner[-last - 1], planner[-1]
+    assert calls[-1] == calls[-last - 1], calls
+    assert all(p["in_force"] for p in planner[-last - 1:]), planner[-last - 1:]
+    assert (after["plans"], after["dropped"]) == (before["plans"], before["dropped"]), (before, after)
+    # Every shape's step was given as many planned addresses as the others (its every request: a
+    # step of 2x256 asks for as many tensors as one of 8x64), and none of them was taken.
+    given = [planner[i]["advised"] - planner[i - 1]["advised"] for i in range(len(shapes) - last, len(shapes))]
+    assert given[0] > 0 and given == [given[0]] * last, given
+    assert after["conflicts"] == before["conflicts"], (before, after)
+    # Within a page of the most allocated rounded up to 2 MiB pages (118.1 MiB in 122 here; the
+    # trim line holds 124).
+    page = 2 << 20
+    assert reserved <= -(-allocated // page) * page + page, (allocated, reserved)
+
+
 def test_a_model_with_dropout_trains_on_the_device(fresh_device):
     # The masks are the device's own (PyTorch's fused dropout on an accelerator), so the losses are not
     # the CPU's; the model still learns and frees its memory.
