@@ -187,6 +187,40 @@ fn steps_of_two_shapes_are_served_by_one_plan_of_the_most_each_position_asked() 
     free_all_and_empty(&mut a, []);
 }
 
+#[test]
+fn a_plan_that_replaces_its_steps_plan_maps_its_pages_at_once() {
+    let mut a = planned_after_chain_steps();
+    // Another shape doubles blocks 10 to 13 (a tenth of the step: the plan stays): the policy
+    // serves them, and the plan made again at the next step's quiet position places them doubled.
+    let wide = |i: usize| {
+        if (10..14).contains(&i) {
+            4 * MIB + i * 4096
+        } else {
+            chain_size(i)
+        }
+    };
+    chain_of(&mut a, wide, |_| {});
+    let (plans, maps) = (
+        a.planner_counters().unwrap().plans,
+        a.stats().num_device_alloc,
+    );
+    chain_step(&mut a);
+    // The new plan's pages are mapped when it is put in force, in one call: the wide step's floor,
+    // blocks 12 and 13 (8 MiB + 100 KiB), in 2 MiB pages, five. Its first pass, the wide step that
+    // follows, then maps nothing (mapping its pages as its blocks came took a call there too).
+    let stats = a.stats();
+    assert_eq!(a.planner_counters().unwrap().plans, plans + 1);
+    assert_eq!(stats.num_device_alloc, maps + 1);
+    assert_eq!(stats.reserved_bytes[ALL].current, 10 * MIB as i64);
+    let calls = (stats.num_device_alloc, stats.num_device_free);
+    chain_of(&mut a, wide, |_| {});
+    chain_step(&mut a);
+    let stats = a.stats();
+    assert_eq!((stats.num_device_alloc, stats.num_device_free), calls);
+    assert_eq!(stats.reserved_bytes[ALL].peak, 10 * MIB as i64);
+    free_all_and_empty(&mut a, []);
+}
+
 /// A step of the chain after 40 MiB mapped once, on a device whose reservations start `offset`
 /// bytes past the 2 MiB grid (a host reservation need not be aligned to the page size).
 fn pages_past_the_plan_go_back(offset: usize) {

@@ -152,6 +152,8 @@ struct Plan {
     /// The address range the plan's blocks lie in, and the bytes of its pages they touch.
     range: (usize, usize),
     touched: usize,
+    /// Those pages, as runs of adjacent pages: [start, end) addresses.
+    touched_runs: Vec<(usize, usize)>,
     /// The least any placement of its blocks needs: the most bytes they and the blocks around
     /// them (the obstacles) hold at once.
     floor: usize,
@@ -525,6 +527,18 @@ impl OnlinePlanner {
     /// The bytes of the pages the plan in force touches (its blocks' and its obstacles').
     pub fn touched(&self) -> Option<usize> {
         self.plan.as_ref().map(|p| p.touched)
+    }
+
+    /// Whether the plan in force replaced one of its step that went through a pass (`Plan::steady`
+    /// before its own first pass ends).
+    pub fn replaces_a_steady_plan(&self) -> bool {
+        self.plan.as_ref().is_some_and(|p| p.steady)
+    }
+
+    /// The address ranges of the pages the plan in force touches, runs of adjacent pages in
+    /// address order (empty without a plan).
+    pub fn touched_runs(&self) -> &[(usize, usize)] {
+        self.plan.as_ref().map_or(&[], |p| &p.touched_runs)
     }
 
     /// Whether a pass through the template ended since the last call (the allocator then gives
@@ -1170,6 +1184,17 @@ impl PlanJob {
         if touched as f64 > self.peak_allocated as f64 * (1.0 + PLAN_SLACK) + self.page as f64 {
             return None;
         }
+        let mut touched_runs: Vec<(usize, usize)> = Vec::new();
+        for &page in &pages {
+            let (start, end) = (
+                self.base + page * self.page,
+                self.base + (page + 1) * self.page,
+            );
+            match touched_runs.last_mut() {
+                Some(run) if run.1 == start => run.1 = end,
+                _ => touched_runs.push((start, end)),
+            }
+        }
         let mut addresses = vec![None; period];
         for (i, &k) in self.positions.iter().enumerate() {
             addresses[k] = Some(self.base + placement.offsets[i]);
@@ -1206,6 +1231,7 @@ impl PlanJob {
             improved: false,
             range: (self.base, self.base + placement.size),
             touched,
+            touched_runs,
             floor: live.most()
                 + obstacles
                     .iter()

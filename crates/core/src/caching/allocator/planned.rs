@@ -6,7 +6,9 @@
 //! snapshots and count in every statistic as any block there does (a request of over 1 MiB planned
 //! in the small pool's segment counts in the small pool, where it lies, and one under 1 MiB in the
 //! large pool's, in the large). At the line, the policy may serve a large request from the small
-//! pool's free range as well (`borrow_from_small_pool`, allocator/expandable.rs).
+//! pool's free range as well (`borrow_from_small_pool`, allocator/expandable.rs). A plan that
+//! replaces its step's plan has the pages it touches mapped when it is put in force, a call per
+//! run (`map_plan_pages`); any other maps them as its first pass comes to each.
 
 use super::*;
 use crate::planning::online::{
@@ -420,7 +422,68 @@ impl CachingAllocator {
         if needed > line {
             planner.reject_plan();
             self.plan_pool = previous_pool;
+            return;
         }
+        // Its pages are mapped now, a call per run of them, rather than one by one as its first
+        // pass comes to each, as far as the device stays within the most it has held (the first
+        // pass would map them all by the step's peak, but gives back pages elsewhere first where
+        // it must). Best effort: the pages not mapped now are mapped where a request comes to
+        // them, as before.
+        if planner.replaces_a_steady_plan() {
+            let runs = planner.touched_runs().to_vec();
+            let _ = self.map_plan_pages(index, &runs);
+        }
+    }
+
+    /// Map what is unmapped of `runs` (address ranges of pages) in expandable segment `index`, a
+    /// call per unmapped block under a run, while reserved stays within its peak.
+    fn map_plan_pages(&mut self, index: usize, runs: &[(usize, usize)]) -> Result<()> {
+        let segment = &self.expandable[index];
+        let (stream, pool, (base, size)) = (segment.stream, segment.pool, segment.range());
+        let (page, peak) = (segment.page, self.stats.reserved_bytes.peak_all() as usize);
+        for &(start, end) in runs {
+            let (start, end) = (start.max(base), end.min(base + size));
+            loop {
+                // The first unmapped block of the segment under [start, end).
+                let blocks = &self.blocks;
+                let found = self
+                    .block_pool(DEFAULT_POOLS, pool)
+                    .unmapped
+                    .range((stream, base)..(stream, end))
+                    .map(|(_, &id)| id)
+                    .find(|&id| {
+                        let block = &blocks[id];
+                        block.expandable == Some(index as u32) && block.ptr + block.size > start
+                    });
+                let Some(id) = found else { break };
+                let block = self.blocks[id];
+                let from = block.ptr.max(start);
+                let split = from > block.ptr;
+                let id = if split {
+                    self.split_unmapped(id, from)
+                } else {
+                    id
+                };
+                let bytes = end.min(block.ptr + block.size) - from;
+                if self.reserved_total + bytes.next_multiple_of(page) > peak {
+                    if split {
+                        let front = self.blocks[id].prev.expect("the front just cut");
+                        self.try_merge(front, Some(id));
+                    }
+                    return Ok(());
+                }
+                let mapped = self.map_block(id, bytes, bytes);
+                if !matches!(mapped, Ok(bytes) if bytes > 0) {
+                    // Nothing was mapped: the unmapped block is made whole again.
+                    if split {
+                        let front = self.blocks[id].prev.expect("the front just cut");
+                        self.try_merge(front, Some(id));
+                    }
+                    return mapped.map(|_| ());
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Place the plans of steps of `blocks` blocks or more off the request path (the default is
