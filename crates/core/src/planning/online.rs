@@ -1433,6 +1433,39 @@ mod tests {
         assert_eq!(request(&mut planner, sizes[1]), addresses[1]);
     }
 
+    proptest::proptest! {
+        /// Whatever follows a plan of the step (requests of its sizes, of other shapes, of sizes
+        /// it never saw, in any order), the planner gives only the plan's own addresses, the
+        /// requests it holds as positions of another shape are the run just before the cursor,
+        /// and a run is never longer than CLOSE.
+        #[test]
+        fn a_plan_keeps_its_cursor_and_its_runs_whatever_follows(
+            requests in proptest::collection::vec((0usize..40, 0usize..4), 1..400),
+        ) {
+            let (mut planner, sizes, addresses) = planner_of_a_step();
+            for (position, kind) in requests {
+                // The step's own size, a smaller shape, a larger one, or one like nothing.
+                let size = match kind {
+                    0 => sizes[position],
+                    1 => sizes[position] / 2,
+                    2 => sizes[position] * 3,
+                    _ => 4096,
+                };
+                let advice = request(&mut planner, size);
+                proptest::prop_assert!(advice.is_none_or(|a| addresses.contains(&Some(a))));
+                let Some(plan) = planner.plan.as_ref() else { continue };
+                let length = plan.keys.len();
+                proptest::prop_assert!(plan.cursor < length && plan.resized.len() <= CLOSE);
+                for (k, &(taken, _)) in plan.resized.iter().enumerate() {
+                    proptest::prop_assert_eq!(
+                        (taken + plan.resized.len() - k) % length,
+                        plan.cursor
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn failures_in_a_row_count_only_while_the_failing_periods_are_alike() {
         // No allocation logged: a back-off waits from allocation 0.
