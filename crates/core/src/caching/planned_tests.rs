@@ -305,11 +305,11 @@ fn a_plan_in_force_keeps_to_its_line_when_a_request_leaves_it() {
     assert_eq!(a.stats().reserved_bytes[ALL].current, 6 * MIB as i64);
     let floor = 4 * MIB + 77 * 4096;
     assert_eq!(a.stats().allocated_bytes[ALL].peak, floor as i64);
-    // A request off the plan (a small block, a 32nd of the step's: the small pool's first page).
+    // A request off the plan (a small block, a 64th of the step's: the small pool's first page).
     // The line is the most ever allocated + 2%, 4.39 MiB; 6 MiB + the new page would pass it by
     // 3.6 MiB, so the plan's free pages go back first, in one call: only the new page stays.
     let unmaps = a.stats().num_device_free;
-    let small = a.malloc(64 * 1024, 0).unwrap();
+    let small = a.malloc(32 * 1024, 0).unwrap();
     let stats = a.stats();
     assert_eq!(stats.reserved_bytes[ALL].current, 2 * MIB as i64);
     assert_eq!(stats.num_device_free, unmaps + 1);

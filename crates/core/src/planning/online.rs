@@ -33,7 +33,7 @@
 //!   was off the plan drops it: the shapes change from step to step.
 //! - **Shapes.** A step of another shape (batch and sequence length that change what its tensors
 //!   weigh, not the order it asks for them in) keeps to the plan's positions: a request at the
-//!   cursor unlike the position's size (within a factor of 16, the same stream) is taken for it
+//!   cursor unlike the position's size (within `SHAPE_FACTOR`, the same stream) is taken for it
 //!   once the request after it keeps to the plan (until then it is tentative, and undone, off the
 //!   plan, when that one does not). It is served at the planned address when it fits the bytes
 //!   placed there; a larger one goes to the policy, and the pass asks for a new plan in which
@@ -65,6 +65,13 @@ const LOOKAHEAD: usize = 1024;
 const CLOSE: usize = 8;
 /// Of the last 64 requests, fewer than this on the plan drops it.
 const MIN_ON_PLAN: u32 = 32;
+/// How far apart a request's size and its position's may be for the request to be taken for the
+/// position in a step of another shape: attention scores grow with the square of the sequence
+/// length, so a bucket four times as long asks 16 times the bytes there (and the batch moves
+/// too). On the recorded traces 32 is the best of 8 to 256: 16 leaves the bucketed GPT-2's
+/// 2x256 steps off the plan at a few positions, 64 takes a Llama request of the first steps for
+/// one (docs/PERFORMANCE.md).
+const SHAPE_FACTOR: usize = 32;
 /// How far above the most ever allocated a plan may reach and still be put in force.
 pub const PLAN_SLACK: f64 = 0.02;
 
@@ -1245,10 +1252,12 @@ impl PlanJob {
 }
 
 /// Whether a request of `asked` bytes at a position planned for `planned` is that position's in a
-/// step of another shape: the two differ, by no more than a factor of 16 (a batch or sequence
+/// step of another shape: the two differ, by no more than `SHAPE_FACTOR` (a batch or sequence
 /// length that changed; further apart, it is another tensor).
 fn another_shape(planned: usize, asked: usize) -> bool {
-    planned != asked && asked <= planned.saturating_mul(16) && planned <= asked.saturating_mul(16)
+    planned != asked
+        && asked <= planned.saturating_mul(SHAPE_FACTOR)
+        && planned <= asked.saturating_mul(SHAPE_FACTOR)
 }
 
 /// For each position of a template, what the stretch matcher answers there in a program that has
