@@ -839,16 +839,6 @@ impl OnlinePlanner {
     /// large step's on a thread of its own and puts it in force (`install`) one step later.
     pub fn prepare(&mut self, candidate: Candidate, region: &Region) -> Option<PlanJob> {
         self.counters.attempts += 1;
-        if std::env::var("DBG_P").is_ok() {
-            eprintln!(
-                "ATTEMPT n={} cand={:?} plan={:?}",
-                self.log.next(),
-                candidate,
-                self.plan
-                    .as_ref()
-                    .map(|p| (p.keys.len(), p.seen, p.recent.count_ones()))
-            );
-        }
         let job = self.job_for(candidate, region);
         if job.is_none() {
             self.back_off(candidate.period);
