@@ -137,7 +137,7 @@ struct Plan {
     /// The planned address of each position; None: served by the policy.
     addresses: Vec<Option<usize>>,
     /// The latest allocation logged at the plan's next position, and that position: how a
-    /// replacement's template lines up with this plan's positions (`job_for`).
+    /// replacement's template lines up with this plan's positions (`asked_at`).
     latest: Option<(usize, usize)>,
     /// The next position expected.
     cursor: usize,
