@@ -156,10 +156,9 @@ struct Plan {
     /// Positions with no address, and whether there are fewer than in the plan it replaced.
     unplanned: usize,
     improved: bool,
-    /// The address range the plan's blocks lie in, and the bytes of its pages they touch.
+    /// The address range the plan's blocks lie in, and the pages they touch, as runs of adjacent
+    /// pages: [start, end) addresses.
     range: (usize, usize),
-    touched: usize,
-    /// Those pages, as runs of adjacent pages: [start, end) addresses.
     touched_runs: Vec<(usize, usize)>,
     /// The least any placement of its blocks needs: the most bytes they and the blocks around
     /// them (the obstacles) hold at once.
@@ -533,7 +532,9 @@ impl OnlinePlanner {
 
     /// The bytes of the pages the plan in force touches (its blocks' and its obstacles').
     pub fn touched(&self) -> Option<usize> {
-        self.plan.as_ref().map(|p| p.touched)
+        self.plan
+            .as_ref()
+            .map(|p| p.touched_runs.iter().map(|(start, end)| end - start).sum())
     }
 
     /// Whether the plan in force replaced one of its step that went through a pass (`Plan::steady`
@@ -1227,7 +1228,6 @@ impl PlanJob {
             unplanned: period - self.positions.len() - self.addresses_kept.len(),
             improved: false,
             range: (self.base, self.base + placement.size),
-            touched,
             touched_runs,
             floor: live.most()
                 + obstacles

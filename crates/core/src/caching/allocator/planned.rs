@@ -457,33 +457,35 @@ impl CachingAllocator {
                     });
                 let Some(id) = found else { break };
                 let block = self.blocks[id];
-                let from = block.ptr.max(start);
-                let split = from > block.ptr;
-                let id = if split {
-                    self.split_unmapped(id, from)
-                } else {
-                    id
-                };
-                let bytes = end.min(block.ptr + block.size) - from;
-                if self.reserved_total + bytes.next_multiple_of(page) > peak {
-                    if split {
-                        let front = self.blocks[id].prev.expect("the front just cut");
-                        self.try_merge(front, Some(id));
-                    }
+                let (from, to) = (block.ptr.max(start), end.min(block.ptr + block.size));
+                if self.reserved_total + (to - from).next_multiple_of(page) > peak {
                     return Ok(());
                 }
-                let mapped = self.map_block(id, bytes, bytes);
+                let mapped = self.map_part(id, from, to);
                 if !matches!(mapped, Ok(bytes) if bytes > 0) {
-                    // Nothing was mapped: the unmapped block is made whole again.
-                    if split {
-                        let front = self.blocks[id].prev.expect("the front just cut");
-                        self.try_merge(front, Some(id));
-                    }
                     return mapped.map(|_| ());
                 }
             }
         }
         Ok(())
+    }
+
+    /// Map [from, to) of unmapped block `id` (`from` a page boundary inside it: the part before it
+    /// is cut off and stays unmapped), as `map_block` does; when nothing was mapped, the block is
+    /// made whole again.
+    fn map_part(&mut self, id: BlockId, from: usize, to: usize) -> Result<usize> {
+        let split = from > self.blocks[id].ptr;
+        let id = if split {
+            self.split_unmapped(id, from)
+        } else {
+            id
+        };
+        let mapped = self.map_block(id, to - from, to - from);
+        if split && !matches!(mapped, Ok(bytes) if bytes > 0) {
+            let front = self.blocks[id].prev.expect("the front just cut");
+            self.try_merge(front, Some(id));
+        }
+        mapped
     }
 
     /// Place the plans of steps of `blocks` blocks or more off the request path (the default is
@@ -751,19 +753,8 @@ impl CachingAllocator {
             let block = self.blocks[id];
             let from = base + (address.max(block.ptr) - base) / page * page;
             let to = end.min(block.ptr + block.size);
-            let split = from > block.ptr;
-            let id = if split {
-                self.split_unmapped(id, from)
-            } else {
-                id
-            };
-            let mapped = self.map_block(id, to - from, to - from);
+            let mapped = self.map_part(id, from, to);
             if !matches!(mapped, Ok(bytes) if bytes > 0) {
-                // Nothing was mapped: the unmapped block is made whole again.
-                if split {
-                    let front = self.blocks[id].prev.expect("the front just cut");
-                    self.try_merge(front, Some(id));
-                }
                 return mapped.map(|_| None);
             }
         }
