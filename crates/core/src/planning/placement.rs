@@ -2,8 +2,9 @@
 //! is greedy: it takes the blocks in an order of its own and puts each at the lowest offset where it
 //! overlaps no block already placed that lives at the same time (first fit over the block's
 //! lifetime). The size a placement needs is at least the floor, the most bytes live at once; on
-//! training traces the largest-first order reaches it or comes close, and `best` keeps the
-//! smallest of the orders.
+//! training traces the largest-first order reaches it or comes close. A placement above the floor
+//! is refined (`refine`): the blocks that ended above it go first in another round. `best` keeps
+//! the smallest of the orders, each refined.
 
 /// A block to place: `size` bytes live over events [start, end).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,6 +41,39 @@ impl Order {
         Order::LargestAreaFirst,
         Order::EarliestFirst,
     ];
+
+    /// The blocks' indices in this order.
+    pub fn sorted(self, blocks: &[Lifetime]) -> Vec<usize> {
+        let mut by: Vec<usize> = (0..blocks.len()).collect();
+        let length = |b: &Lifetime| b.end.saturating_sub(b.start);
+        match self {
+            Order::LargestFirst => by.sort_by_key(|&i| {
+                let b = &blocks[i];
+                (
+                    std::cmp::Reverse(b.size),
+                    std::cmp::Reverse(length(b)),
+                    b.start,
+                )
+            }),
+            Order::LongestFirst => by.sort_by_key(|&i| {
+                let b = &blocks[i];
+                (
+                    std::cmp::Reverse(length(b)),
+                    std::cmp::Reverse(b.size),
+                    b.start,
+                )
+            }),
+            Order::LargestAreaFirst => by.sort_by_key(|&i| {
+                let b = &blocks[i];
+                (
+                    std::cmp::Reverse(b.size as u128 * length(b) as u128),
+                    b.start,
+                )
+            }),
+            Order::EarliestFirst => by.sort_by_key(|&i| (blocks[i].start, i)),
+        }
+        by
+    }
 
     pub fn name(self) -> &'static str {
         match self {
@@ -104,14 +138,7 @@ impl LiveBytes {
 
 /// Place `blocks` greedily in `order`, each at the lowest offset free over its whole lifetime.
 pub fn place(blocks: &[Lifetime], order: Order) -> Placement {
-    let pieces: Vec<Pieces> = blocks
-        .iter()
-        .map(|b| Pieces {
-            first: (b.start, b.end),
-            second: NO_PIECE,
-        })
-        .collect();
-    place_pieces(blocks, &pieces, order, &[], &[])
+    place_pieces(blocks, &straight_pieces(blocks), order, &[], &[])
 }
 
 /// Place blocks that repeat every `period` events (one step of a training loop): a block's lifetime
@@ -146,6 +173,24 @@ pub fn place_cyclic_pinned(
     obstacles: &[(usize, usize)],
     pinned: &[Option<usize>],
 ) -> Result<Placement, usize> {
+    let pieces = cyclic_pieces(blocks, period)?;
+    Ok(place_pieces(blocks, &pieces, order, obstacles, pinned))
+}
+
+/// Each block's time as one piece: a straight stretch of time.
+fn straight_pieces(blocks: &[Lifetime]) -> Vec<Pieces> {
+    blocks
+        .iter()
+        .map(|b| Pieces {
+            first: (b.start, b.end),
+            second: NO_PIECE,
+        })
+        .collect()
+}
+
+/// Each block's pieces of time in a cycle of `period` (see place_cyclic); Err(index) for a block
+/// that starts outside the period or lives longer than it.
+fn cyclic_pieces(blocks: &[Lifetime], period: usize) -> Result<Vec<Pieces>, usize> {
     let mut pieces = Vec::with_capacity(blocks.len());
     for (i, b) in blocks.iter().enumerate() {
         if b.start >= period || b.end < b.start || b.end - b.start > period {
@@ -163,7 +208,7 @@ pub fn place_cyclic_pinned(
             }
         });
     }
-    Ok(place_pieces(blocks, &pieces, order, obstacles, pinned))
+    Ok(pieces)
 }
 
 /// The greedy placement, over each block's pieces of time (the blocks give sizes and the order),
@@ -175,38 +220,116 @@ fn place_pieces(
     obstacles: &[(usize, usize)],
     pinned: &[Option<usize>],
 ) -> Placement {
-    let mut by: Vec<usize> = (0..blocks.len()).collect();
-    let length = |b: &Lifetime| b.end.saturating_sub(b.start);
-    match order {
-        Order::LargestFirst => by.sort_by_key(|&i| {
-            let b = &blocks[i];
-            (
-                std::cmp::Reverse(b.size),
-                std::cmp::Reverse(length(b)),
-                b.start,
-            )
-        }),
-        Order::LongestFirst => by.sort_by_key(|&i| {
-            let b = &blocks[i];
-            (
-                std::cmp::Reverse(length(b)),
-                std::cmp::Reverse(b.size),
-                b.start,
-            )
-        }),
-        Order::LargestAreaFirst => by.sort_by_key(|&i| {
-            let b = &blocks[i];
-            (
-                std::cmp::Reverse(b.size as u128 * length(b) as u128),
-                b.start,
-            )
-        }),
-        Order::EarliestFirst => by.sort_by_key(|&i| (blocks[i].start, i)),
-    }
-    let mut index = TimeIndex::new(pieces);
     let mut sorted_obstacles = obstacles.to_vec();
     sorted_obstacles.sort_unstable();
-    let obstacles = &sorted_obstacles[..];
+    place_in_order(
+        blocks,
+        pieces,
+        &order.sorted(blocks),
+        &sorted_obstacles,
+        pinned,
+    )
+}
+
+/// A placement of place_cyclic_pinned (`greedy`, of `order`) refined where it is above the
+/// floor (`refine`): Some(smaller placement) where a round found one.
+pub fn refine_cyclic_pinned(
+    blocks: &[Lifetime],
+    period: usize,
+    order: Order,
+    obstacles: &[(usize, usize)],
+    pinned: &[Option<usize>],
+    greedy: &Placement,
+) -> Result<Option<Placement>, usize> {
+    let pieces = cyclic_pieces(blocks, period)?;
+    let mut sorted_obstacles = obstacles.to_vec();
+    sorted_obstacles.sort_unstable();
+    let by = order.sorted(blocks);
+    Ok(refine(
+        blocks,
+        &pieces,
+        by,
+        &sorted_obstacles,
+        pinned,
+        greedy,
+    ))
+}
+
+/// Rounds of `refine` at most: each is one more greedy placement.
+const REFINE_ROUNDS: usize = 12;
+
+/// Rounds in a row that give no smaller placement after which `refine` stops.
+const REFINE_PATIENCE: usize = 3;
+
+/// Refine a greedy placement (`greedy`, of the order `by`) that is above the floor (the most bytes
+/// live at once, the obstacles' included): the blocks that ended above the floor are placed
+/// first in the next round (in the order they had), the others after them as before, so that
+/// the blocks that found no room below it take theirs before blocks that had a choice. Where a
+/// short-lived block ends on top because the blocks placed before it filled every hole of its
+/// lifetime, placing it first sends those elsewhere: on a GPT-2 step, 2.4 MiB over the floor
+/// becomes 1.4. The smallest placement of the rounds, where one is smaller than `greedy`.
+fn refine(
+    blocks: &[Lifetime],
+    pieces: &[Pieces],
+    mut by: Vec<usize>,
+    obstacles: &[(usize, usize)],
+    pinned: &[Option<usize>],
+    greedy: &Placement,
+) -> Option<Placement> {
+    let mut changes: Vec<(usize, i64)> = Vec::with_capacity(pieces.len() * 4);
+    for (block, piece) in blocks.iter().zip(pieces) {
+        for (start, end) in piece.each() {
+            changes.push((start, block.size as i64));
+            changes.push((end, -(block.size as i64)));
+        }
+    }
+    changes.sort_unstable();
+    let live = LiveBytes {
+        at_zero: 0,
+        changes,
+    };
+    let target = live.most()
+        + obstacles
+            .iter()
+            .map(|&(start, end)| end - start)
+            .sum::<usize>();
+    let (mut best, mut latest): (Option<Placement>, Vec<usize>) = (None, greedy.offsets.clone());
+    let (mut smallest, mut idle) = (greedy.size, 0);
+    for _ in 0..REFINE_ROUNDS {
+        if smallest <= target || idle == REFINE_PATIENCE {
+            break;
+        }
+        let (mut first, rest): (Vec<usize>, Vec<usize>) = by
+            .iter()
+            .partition(|&&i| latest[i] + blocks[i].size > target);
+        if first.is_empty() {
+            break;
+        }
+        first.extend(rest);
+        by = first;
+        let next = place_in_order(blocks, pieces, &by, obstacles, pinned);
+        latest.clone_from(&next.offsets);
+        if next.size < smallest {
+            smallest = next.size;
+            best = Some(next);
+            idle = 0;
+        } else {
+            idle += 1;
+        }
+    }
+    best
+}
+
+/// The greedy placement with the order given: each block of `by` in turn at the lowest offset
+/// free over its lifetime, around the obstacles (sorted) and the pinned blocks.
+fn place_in_order(
+    blocks: &[Lifetime],
+    pieces: &[Pieces],
+    by: &[usize],
+    obstacles: &[(usize, usize)],
+    pinned: &[Option<usize>],
+) -> Placement {
+    let mut index = TimeIndex::new(pieces);
     let mut offsets = vec![0usize; blocks.len()];
     let mut size = obstacles.iter().map(|&(_, end)| end).max().unwrap_or(0);
     let mut taken: Vec<(usize, usize)> = Vec::new();
@@ -218,7 +341,7 @@ fn place_pieces(
             index.insert(i);
         }
     }
-    for &i in &by {
+    for &i in by {
         let block = blocks[i];
         if block.size == 0 || block.end <= block.start || pinned_at(i).is_some() {
             continue;
@@ -253,9 +376,16 @@ fn place_pieces(
     Placement { offsets, size }
 }
 
-/// The smallest placement of every order, with its order.
+/// The smallest placement of every order, each refined (`refine`), with its order: the best
+/// offline placement known here.
 pub fn best(blocks: &[Lifetime]) -> (Order, Placement) {
-    best_of_orders(blocks.len(), |order| Some(place(blocks, order))).expect("there are orders")
+    let pieces = straight_pieces(blocks);
+    best_of_orders(blocks.len(), |order| {
+        let by = order.sorted(blocks);
+        let greedy = place_in_order(blocks, &pieces, &by, &[], &[]);
+        Some(refine(blocks, &pieces, by, &[], &[], &greedy).unwrap_or(greedy))
+    })
+    .expect("there are orders")
 }
 
 /// Blocks below which the orders are placed one after the other: starting a thread costs more
@@ -582,6 +712,42 @@ mod tests {
     }
 
     #[test]
+    fn a_block_that_ends_on_top_is_placed_first_and_the_placement_reaches_the_floor() {
+        // A (6, [8, 10)), B, C and D (4 each; [0, 8), [2, 10), [3, 7)). The floor is 12 (B, C and
+        // D over [3, 7)). Largest first: A at 0; B (as long as C, earlier) at 0, as A is not
+        // live yet; C meets both, at 6; D meets B ([0, 4)) and C ([6, 10)), no gap of 4 below
+        // 10: at 10, 14 bytes. Every order leaves one of them at 14.
+        let blocks = [
+            block(6, 8, 10),
+            block(4, 0, 8),
+            block(4, 2, 10),
+            block(4, 3, 7),
+        ];
+        let greedy = place(&blocks, Order::LargestFirst);
+        assert_eq!(
+            (greedy.offsets.clone(), greedy.size),
+            (vec![0, 0, 6, 10], 14)
+        );
+        for order in Order::ALL {
+            assert_eq!(place(&blocks, order).size, 14, "{order:?}");
+        }
+        // Refined: D ended above the floor, so it goes first: D at 0, A at 0 (they never meet),
+        // B above D at 4, C above A and B at 8: 12, the floor.
+        let (_, refined) = best(&blocks);
+        assert_eq!(
+            (refined.offsets.clone(), refined.size),
+            (vec![0, 4, 8, 0], 12)
+        );
+        assert_eq!(refined.size, floor(&blocks));
+        check(&blocks, &refined);
+        // As one step of 10 events (no lifetime wraps) the same.
+        let step = place_cyclic(&blocks, 10, Order::LargestFirst).unwrap();
+        let refined_step =
+            refine_cyclic_pinned(&blocks, 10, Order::LargestFirst, &[], &[], &step).unwrap();
+        assert_eq!(refined_step, Some(refined));
+    }
+
+    #[test]
     fn empty_and_zero_sized_blocks_take_nothing() {
         assert_eq!(place(&[], Order::LargestFirst).size, 0);
         let blocks = [block(0, 0, 5), block(10, 3, 3), block(8, 1, 2)];
@@ -614,16 +780,23 @@ mod tests {
                     block(512 * (1 + next(64)), start, start + 1 + next(period as u64))
                 })
                 .collect();
+            let floor = LiveBytes::cyclic(&blocks, period).most();
             for order in Order::ALL {
-                let p = place_cyclic(&blocks, period, order).unwrap();
-                for (i, a) in blocks.iter().enumerate() {
-                    for (j, b) in blocks.iter().enumerate().skip(i + 1) {
-                        let (x, y) = (p.offsets[i], p.offsets[j]);
-                        let apart = x + a.size <= y || y + b.size <= x;
-                        assert!(
-                            !pieces(a).overlaps(&pieces(b)) || apart,
-                            "{order:?}: {i} and {j}"
-                        );
+                let greedy = place_cyclic(&blocks, period, order).unwrap();
+                let refined = refine_cyclic_pinned(&blocks, period, order, &[], &[], &greedy)
+                    .unwrap()
+                    .unwrap_or_else(|| greedy.clone());
+                assert!(floor <= refined.size && refined.size <= greedy.size);
+                for p in [greedy, refined] {
+                    for (i, a) in blocks.iter().enumerate() {
+                        for (j, b) in blocks.iter().enumerate().skip(i + 1) {
+                            let (x, y) = (p.offsets[i], p.offsets[j]);
+                            let apart = x + a.size <= y || y + b.size <= x;
+                            assert!(
+                                !pieces(a).overlaps(&pieces(b)) || apart,
+                                "{order:?}: {i} and {j}"
+                            );
+                        }
                     }
                 }
             }
@@ -651,6 +824,10 @@ mod tests {
                 check(&blocks, &p);
                 assert!(p.size >= floor(&blocks));
             }
+            let (order, refined) = best(&blocks);
+            check(&blocks, &refined);
+            assert!(floor(&blocks) <= refined.size);
+            assert!(refined.size <= place(&blocks, order).size);
         }
     }
 }
