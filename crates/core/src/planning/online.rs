@@ -1142,7 +1142,8 @@ impl PlanJob {
         self.blocks.len()
     }
 
-    /// The costly half of a plan: the placement, the best of its orders.
+    /// The costly half of a plan: the placement, the best of its orders (refined where that saves a
+    /// page).
     pub fn run(&self) -> PlannedStep {
         PlannedStep {
             period: self.period,
