@@ -1592,3 +1592,60 @@ fn the_stretch_matcher_skipped_while_a_plan_is_kept_to_answers_as_if_asked() {
         "skipped {skipped}, caught up {caught_up}"
     );
 }
+
+/// A step whose every greedy plan maps more than pays (events from the step's start): B, 6
+/// MiB over [0, 4); A1, 8 MiB over [1, 2); C, 6 MiB over [3, 7); A2, 8 MiB over [5, 6); then 30
+/// blocks of 2 MiB, each freed at once (the stretch matcher wants a step of 32 allocations or
+/// more; alone, they sit anywhere). At most 14 MiB live: B and A1, or C and A2.
+fn step_a_greedy_plan_leaves_over_its_floor(a: &mut CachingAllocator) {
+    let b = a.malloc(6 * MIB, 0).unwrap();
+    let a1 = a.malloc(8 * MIB, 0).unwrap();
+    a.free(a1).unwrap();
+    let c = a.malloc(6 * MIB, 0).unwrap();
+    a.free(b).unwrap();
+    let a2 = a.malloc(8 * MIB, 0).unwrap();
+    a.free(a2).unwrap();
+    a.free(c).unwrap();
+    for _ in 0..30 {
+        let pad = a.malloc(2 * MIB, 0).unwrap();
+        a.free(pad).unwrap();
+    }
+}
+
+#[test]
+fn a_step_that_repeats_exactly_gets_the_refined_plan_when_the_greedy_one_would_not_pay() {
+    // Largest first: A1 at 0, A2 at 0 (they never meet), B (meets A1) at 8, C (meets B at [8, 14)
+    // and A2 at [0, 8)) at 14: 20 MiB, and every order leaves one of them at 20. That plan would
+    // map 10 pages where a plan pays only within the most ever allocated and 2% and a page (16.28
+    // MiB): refused. Refined, C (above the floor) goes first: C at 0, A1 at 0 (gone before C
+    // comes), A2 above C at 6, B above A1 and C at 8: 14 MiB, the floor, 7 pages. The step
+    // repeated exactly, so the refined plan is taken.
+    // Placed at once, and off the request path (on a thread, and inline): there the first job,
+    // taken before the step had repeated (the first step asks for one request more), places no
+    // plan that pays, and the job taken again a step later is placed once more, refined.
+    for off_path in [None, Some(false), Some(true)] {
+        let mut a = planned();
+        if let Some(inline) = off_path {
+            a.place_plans_off_path(1, inline);
+        }
+        // The first step differs (an optimizer making its states, say: one request more).
+        let state = a.malloc(MIB, 0).unwrap();
+        for _ in 0..12 {
+            step_a_greedy_plan_leaves_over_its_floor(&mut a);
+        }
+        let counters = a.planner_counters().unwrap();
+        assert!(counters.in_force, "{off_path:?}: {counters:?}");
+        assert_eq!(counters.floor, 14 * MIB as u64, "{counters:?}");
+        assert_eq!(counters.height, 14 * MIB as u64, "{counters:?}");
+        let advised = counters.advised;
+        a.reset_peak_stats();
+        step_a_greedy_plan_leaves_over_its_floor(&mut a);
+        // Every request of the step at its planned address, and the device holds the floor.
+        assert_eq!(a.planner_counters().unwrap().advised - advised, 34);
+        let stats = a.stats();
+        assert_eq!(stats.allocated_bytes[ALL].peak, 15 * MIB as i64);
+        assert_eq!(stats.reserved_bytes[ALL].peak, 16 * MIB as i64);
+        a.free(state).unwrap();
+        a.check_invariants().unwrap();
+    }
+}

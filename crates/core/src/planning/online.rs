@@ -1040,6 +1040,14 @@ impl OnlinePlanner {
             size: region.size,
             page: region.page,
             peak_allocated: region.peak_allocated,
+            repeated: candidate.from >= period
+                && self.repeats(
+                    &Candidate {
+                        from: candidate.from - period,
+                        period,
+                    },
+                    &candidate,
+                ),
         })
     }
 
@@ -1120,6 +1128,9 @@ pub struct PlanJob {
     size: usize,
     page: usize,
     peak_allocated: usize,
+    /// The stretch before the template asked for the same sizes in the same order: a step that
+    /// repeated exactly.
+    repeated: bool,
 }
 
 /// A step's plan, made (`plan`: the plan and its height) or not (None: it did not fit or would
@@ -1134,9 +1145,26 @@ impl PlannedStep {
     pub fn none(period: usize) -> PlannedStep {
         PlannedStep { period, plan: None }
     }
+
+    /// Whether a plan was made.
+    pub fn made(&self) -> bool {
+        self.plan.is_some()
+    }
 }
 
 impl PlanJob {
+    /// `later`, taken one step after this job, is this one but that its step has since repeated
+    /// exactly: a plan this job made is `later`'s too (it paid without that).
+    pub fn repeats_now(&self, later: &PlanJob) -> bool {
+        !self.repeated
+            && later.repeated
+            && *later
+                == PlanJob {
+                    repeated: true,
+                    ..self.clone()
+                }
+    }
+
     /// Blocks to place: what the placement's cost grows with.
     pub fn blocks(&self) -> usize {
         self.blocks.len()
@@ -1186,30 +1214,36 @@ impl PlanJob {
     fn place(&self) -> Option<(Plan, usize)> {
         let (blocks, cycle, period) = (&self.blocks, self.cycle, self.period);
         let (obstacles, pinned) = (&self.obstacles, &self.pinned);
+        let (order, greedy) = best_of_orders(blocks.len(), |order| {
+            place_cyclic_pinned(blocks, cycle, order, obstacles, pinned).ok()
+        })?;
+        // Refined (its best order only: the others' refined placements came to the same pages on
+        // every committed trace), counted from the region's start, where it fits and pays.
+        let refined = || {
+            refine_cyclic_pinned(blocks, cycle, order, obstacles, pinned, &greedy)
+                .ok()
+                .flatten()
+                .and_then(|refined| self.fitted(refined))
+        };
         // A plan pays only near the floor: one that needs more than the most ever allocated and a
         // little (PLAN_SLACK) would hold more than the policy does (a plan from the first step,
         // whose lifetimes are partly unknown, or from a stretch that is no step). The policy
         // serves on, and the next step may give a better one.
-        let (order, greedy) = best_of_orders(blocks.len(), |order| {
-            place_cyclic_pinned(blocks, cycle, order, obstacles, pinned).ok()
-        })?;
-        let greedy_placement = greedy.clone();
-        let greedy = self.fitted(greedy)?;
-        // A plan that pays is refined (its best order only: the others' refined placements came
-        // to the same pages on every committed trace) and the refined one taken where it maps
-        // fewer pages: a page is what a plan costs, and a layout moved for nothing only changes
-        // which live blocks the plan meets (on Llama fixed, a plan 0.2 MiB smaller in the same
-        // pages took the whole trace from 0.992 to 0.969). A plan that does not pay is not
-        // refined into one that does: the stretch it was made of is most likely no step (on the
-        // transformer trace, doing so put plans in force that were dropped: 648 calls to 848).
-        let refined =
-            refine_cyclic_pinned(blocks, cycle, order, obstacles, pinned, &greedy_placement)
-                .ok()
-                .flatten()
-                .and_then(|refined| self.fitted(refined));
-        let (placement, pages) = match refined {
-            Some(refined) if refined.1.len() < greedy.1.len() => refined,
-            _ => greedy,
+        let (placement, pages) = match self.fitted(greedy.clone()) {
+            // One that pays is refined, and the refined one taken where it maps fewer pages: a
+            // page is what a plan costs, and a layout moved for nothing only changes which live
+            // blocks the plan meets (on Llama fixed, a plan 0.2 MiB smaller in the same pages
+            // took the whole trace from 0.992 to 0.969).
+            Some(fitted) => match refined() {
+                Some(refined) if refined.1.len() < fitted.1.len() => refined,
+                _ => fitted,
+            },
+            // One that does not is refined into one that does only for a step that repeated
+            // exactly (the stretch before it asked for the same sizes in the same order): any
+            // other stretch is most likely no step (on the transformer trace, refining those put
+            // plans in force that were dropped: 648 calls to 821).
+            None if self.repeated => refined()?,
+            None => return None,
         };
         let mut touched_runs: Vec<(usize, usize)> = Vec::new();
         for &page in &pages {
@@ -1259,7 +1293,8 @@ impl PlanJob {
             range: (self.base, self.base + placement.size),
             touched_runs,
             floor: live.most()
-                + obstacles
+                + self
+                    .obstacles
                     .iter()
                     .map(|&(start, end)| end - start)
                     .sum::<usize>(),
@@ -1492,6 +1527,45 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A job of one 8-byte block over [0, 2) of a 4-event step, `repeated` or not, its first
+    /// block `pinned` where given.
+    fn small_job(repeated: bool, pinned: Option<usize>) -> PlanJob {
+        PlanJob {
+            period: 1,
+            blocks: vec![Lifetime {
+                size: 8,
+                start: 0,
+                end: 2,
+            }],
+            positions: vec![0],
+            pinned: vec![pinned],
+            obstacles: Vec::new(),
+            addresses_kept: Vec::new(),
+            keys: vec![(8, 0)],
+            asked: vec![8],
+            starts: vec![0],
+            cycle: 4,
+            low: 0,
+            base: 1 << 20,
+            size: 1 << 20,
+            page: 4096,
+            peak_allocated: 8,
+            repeated,
+        }
+    }
+
+    #[test]
+    fn a_job_repeats_now_only_when_its_step_has_repeated_since_and_nothing_else_moved() {
+        let first = small_job(false, None);
+        // The same job a step later, its step now repeated: a plan the first made is its too.
+        assert!(first.repeats_now(&small_job(true, None)));
+        // Not so for the same job again, one that repeated before already, or one whose block
+        // lies elsewhere now.
+        assert!(!first.repeats_now(&small_job(false, None)));
+        assert!(!small_job(true, None).repeats_now(&small_job(true, None)));
+        assert!(!first.repeats_now(&small_job(true, Some(64))));
     }
 
     #[test]

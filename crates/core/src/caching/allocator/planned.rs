@@ -362,7 +362,7 @@ impl CachingAllocator {
                 self.retire(making.placing);
                 PlannedStep::none(candidate.period())
             }
-            Some(job) if job != *making.job => {
+            Some(job) if job != *making.job && !making.job.repeats_now(&job) => {
                 self.retire(making.placing);
                 if !making.again {
                     self.place_off_path(job, candidate, true);
@@ -379,10 +379,20 @@ impl CachingAllocator {
                     ) as usize
                         + matches!(&making.placing, Placing::Done(_)) as usize;
                 }
-                match making.placing {
+                let step = match making.placing {
                     Placing::Done(step) => step,
                     // In a child process the parent's thread is not there: placed here.
                     Placing::Thread(worker) => worker.join().unwrap_or_else(|| job.run()),
+                };
+                // The same job but that its step has now repeated exactly: a plan made stands
+                // (it paid without that), none made may now be refined into one that pays.
+                if step.made() || job == *making.job {
+                    step
+                } else if !making.again {
+                    self.place_off_path(job, candidate, true);
+                    return;
+                } else {
+                    job.run()
                 }
             }
         };
