@@ -1229,15 +1229,24 @@ impl PlanJob {
         // little (PLAN_SLACK) would hold more than the policy does (a plan from the first step,
         // whose lifetimes are partly unknown, or from a stretch that is no step). The policy
         // serves on, and the next step may give a better one.
+        // The most the step's blocks and the obstacles hold at once: no plan maps fewer pages than
+        // those bytes fill.
+        let live = LiveBytes::cyclic(blocks, cycle);
+        let floor = live.most()
+            + obstacles
+                .iter()
+                .map(|&(start, end)| end - start)
+                .sum::<usize>();
         let (placement, pages) = match self.fitted(greedy.clone()) {
-            // One that pays is refined, and the refined one taken where it maps fewer pages: a
-            // page is what a plan costs, and a layout moved for nothing only changes which live
-            // blocks the plan meets (on Llama fixed, a plan 0.2 MiB smaller in the same pages
-            // took the whole trace from 0.992 to 0.969).
-            Some(fitted) => match refined() {
+            // One that pays is refined where it maps more pages than the floor fills, and the
+            // refined one taken where it maps fewer: a page is what a plan costs, and a layout
+            // moved for nothing only changes which live blocks the plan meets (on Llama fixed, a
+            // plan 0.2 MiB smaller in the same pages took the whole trace from 0.992 to 0.969).
+            Some(fitted) if fitted.1.len() > floor.div_ceil(self.page) => match refined() {
                 Some(refined) if refined.1.len() < fitted.1.len() => refined,
                 _ => fitted,
             },
+            Some(fitted) => fitted,
             // One that does not is refined into one that does only for a step that repeated
             // exactly (the stretch before it asked for the same sizes in the same order): any
             // other stretch is most likely no step (on the transformer trace, refining those put
@@ -1263,7 +1272,6 @@ impl PlanJob {
         for &(k, ptr) in &self.addresses_kept {
             addresses[k] = Some(ptr);
         }
-        let live = LiveBytes::cyclic(blocks, cycle);
         let quiet = quiet_position(&live, &self.starts);
         // Placed: a pinned block's own size, else the bytes asked.
         let mut sizes: Vec<usize> = self.keys.iter().map(|&(size, _)| size).collect();
@@ -1292,12 +1300,7 @@ impl PlanJob {
             improved: false,
             range: (self.base, self.base + placement.size),
             touched_runs,
-            floor: live.most()
-                + self
-                    .obstacles
-                    .iter()
-                    .map(|&(start, end)| end - start)
-                    .sum::<usize>(),
+            floor,
             quiet,
             window_back: window_back(&self.keys),
         };
