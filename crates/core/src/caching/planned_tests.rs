@@ -1615,10 +1615,11 @@ fn step_a_greedy_plan_leaves_over_its_floor(a: &mut CachingAllocator) {
 #[test]
 fn a_step_that_repeats_exactly_gets_the_refined_plan_when_the_greedy_one_would_not_pay() {
     // Largest first: A1 at 0, A2 at 0 (they never meet), B (meets A1) at 8, C (meets B at [8, 14)
-    // and A2 at [0, 8)) at 14: 20 MiB, and every order leaves one of them at 20. That plan would
-    // map 10 pages where a plan pays only within the most ever allocated and 2% and a page (16.28
-    // MiB): refused. Refined, C (above the floor) goes first: C at 0, A1 at 0 (gone before C
-    // comes), A2 above C at 6, B above A1 and C at 8: 14 MiB, the floor, 7 pages. The step
+    // and A2 at [0, 8)) at 14: 20 MiB, and every order leaves one of them at 20 (offsets from the
+    // plan's first page; the pads sit anywhere). That plan would map 10 pages where a plan pays
+    // only within the most ever allocated (15 MiB, the state below counted) and 2% and a page
+    // (17.3 MiB): refused. Refined, C (above the floor) goes first: C at 0, A1 at 0 (gone before
+    // C comes), A2 above C at 6, B above A1 and C at 8: 14 MiB, the floor, 7 pages. The step
     // repeated exactly, so the refined plan is taken.
     // Placed at once, and off the request path (on a thread, and inline): there the first job,
     // taken before the step had repeated (the first step asks for one request more), places no

@@ -302,10 +302,11 @@ fn refine(
         let (mut first, rest): (Vec<usize>, Vec<usize>) = by
             .iter()
             .partition(|&&i| latest[i] + blocks[i].size > target);
-        if first.is_empty() {
+        first.extend(rest);
+        if first == by {
+            // Nothing above the floor, or the same order again: the same placement would follow.
             break;
         }
-        first.extend(rest);
         by = first;
         let next = place_in_order(blocks, pieces, &by, obstacles, pinned);
         latest.clone_from(&next.offsets);
@@ -781,13 +782,35 @@ mod tests {
                 })
                 .collect();
             let floor = LiveBytes::cyclic(&blocks, period).most();
+            // Every other round around two obstacles, the first block pinned above them.
+            let around = next(2) == 1;
+            let obstacles: &[(usize, usize)] = if around {
+                &[(0, 3000), (9000, 10000)]
+            } else {
+                &[]
+            };
+            let pinned: Vec<Option<usize>> = (0..blocks.len())
+                .map(|i| (around && i == 0).then_some(20_000))
+                .collect();
             for order in Order::ALL {
-                let greedy = place_cyclic(&blocks, period, order).unwrap();
-                let refined = refine_cyclic_pinned(&blocks, period, order, &[], &[], &greedy)
-                    .unwrap()
-                    .unwrap_or_else(|| greedy.clone());
+                let greedy =
+                    place_cyclic_pinned(&blocks, period, order, obstacles, &pinned).unwrap();
+                let refined =
+                    refine_cyclic_pinned(&blocks, period, order, obstacles, &pinned, &greedy)
+                        .unwrap()
+                        .unwrap_or_else(|| greedy.clone());
                 assert!(floor <= refined.size && refined.size <= greedy.size);
                 for p in [greedy, refined] {
+                    if around {
+                        assert_eq!(p.offsets[0], 20_000, "{order:?}: the pinned block moved");
+                    }
+                    for (i, a) in blocks.iter().enumerate() {
+                        let (x, end) = (p.offsets[i], p.offsets[i] + a.size);
+                        assert!(
+                            a.size == 0 || obstacles.iter().all(|&(s, e)| end <= s || e <= x),
+                            "{order:?}: {i} on an obstacle"
+                        );
+                    }
                     for (i, a) in blocks.iter().enumerate() {
                         for (j, b) in blocks.iter().enumerate().skip(i + 1) {
                             let (x, y) = (p.offsets[i], p.offsets[j]);

@@ -385,14 +385,15 @@ impl CachingAllocator {
                     Placing::Thread(worker) => worker.join().unwrap_or_else(|| job.run()),
                 };
                 // The same job but that its step has now repeated exactly: a plan made stands
-                // (it paid without that), none made may now be refined into one that pays.
+                // (it paid without that), none made may now be refined into one that pays, and
+                // the job is placed once more. (A job placed again was taken here, its step
+                // repeated: only a first placement can differ so.)
                 if step.made() || job == *making.job {
                     step
-                } else if !making.again {
+                } else {
+                    debug_assert!(!making.again, "a job placed again had repeated already");
                     self.place_off_path(job, candidate, true);
                     return;
-                } else {
-                    job.run()
                 }
             }
         };
