@@ -1650,3 +1650,43 @@ fn a_step_that_repeats_exactly_gets_the_refined_plan_when_the_greedy_one_would_n
         a.check_invariants().unwrap();
     }
 }
+
+/// A step whose greedy plan is a page over its floor (events from the step's start): P, 2 MiB over
+/// [0, 4); Q1, 4 MiB over [1, 2); R, 2 MiB over [3, 7); Q2, 4 MiB over [5, 6); then 30 blocks of
+/// 2 MiB, each freed at once. At most 6 MiB live: P and Q1, or R and Q2.
+fn step_a_page_over_its_floor(a: &mut CachingAllocator) {
+    let p = a.malloc(2 * MIB, 0).unwrap();
+    let q1 = a.malloc(4 * MIB, 0).unwrap();
+    a.free(q1).unwrap();
+    let r = a.malloc(2 * MIB, 0).unwrap();
+    a.free(p).unwrap();
+    let q2 = a.malloc(4 * MIB, 0).unwrap();
+    a.free(q2).unwrap();
+    a.free(r).unwrap();
+    for _ in 0..30 {
+        let pad = a.malloc(2 * MIB, 0).unwrap();
+        a.free(pad).unwrap();
+    }
+}
+
+#[test]
+fn a_paying_plan_a_page_over_its_floor_is_refined_to_it() {
+    // Largest first: Q1 at 0, Q2 at 0 (they never meet), P (meets Q1) at 4, R (meets P at [4, 6)
+    // and Q2 at [0, 4)) at 6: 8 MiB, 4 pages, within what pays (6 MiB and 2% and a page), and
+    // every order leaves one of them at 8. Refined, R goes first: R at 0, Q1 at 0, Q2 above R at
+    // 2, P above Q1 and R at 4: 6 MiB, the floor, 3 pages: taken, as it maps a page fewer.
+    let mut a = planned();
+    for _ in 0..12 {
+        step_a_page_over_its_floor(&mut a);
+    }
+    let counters = a.planner_counters().unwrap();
+    assert!(counters.in_force, "{counters:?}");
+    assert_eq!(counters.floor, 6 * MIB as u64, "{counters:?}");
+    assert_eq!(counters.height, 6 * MIB as u64, "{counters:?}");
+    a.reset_peak_stats();
+    step_a_page_over_its_floor(&mut a);
+    let stats = a.stats();
+    assert_eq!(stats.allocated_bytes[ALL].peak, 6 * MIB as i64);
+    assert_eq!(stats.reserved_bytes[ALL].peak, 6 * MIB as i64);
+    a.check_invariants().unwrap();
+}
