@@ -1593,17 +1593,21 @@ fn the_stretch_matcher_skipped_while_a_plan_is_kept_to_answers_as_if_asked() {
     );
 }
 
-/// A step whose every greedy plan maps more than pays (events from the step's start): B, 6
-/// MiB over [0, 4); A1, 8 MiB over [1, 2); C, 6 MiB over [3, 7); A2, 8 MiB over [5, 6); then 30
-/// blocks of 2 MiB, each freed at once (the stretch matcher wants a step of 32 allocations or
-/// more; alone, they sit anywhere). At most 14 MiB live: B and A1, or C and A2.
-fn step_a_greedy_plan_leaves_over_its_floor(a: &mut CachingAllocator) {
-    let b = a.malloc(6 * MIB, 0).unwrap();
-    let a1 = a.malloc(8 * MIB, 0).unwrap();
+/// A step of two held blocks and two passing ones (events from the step's start): B, `held`
+/// bytes over [0, 4); A1, `passing` bytes over [1, 2); C, `held` over [3, 7); A2, `passing` over
+/// [5, 6); then 30 blocks of 2 MiB, each freed at once (the stretch matcher wants a step of 32
+/// allocations or more; alone, they sit anywhere). At most `held + passing` live: B and A1, or C
+/// and A2. With `passing` the larger, largest first puts A1 and A2 at 0 (they never meet), B
+/// above A1 at `passing`, and C, which meets B and A2, at `held + passing`: a greedy plan of
+/// `2 held + passing` bytes, every order leaving one block there. Refined, C goes first: C at 0,
+/// A1 at 0 (gone before C comes), A2 above C at `held`, B above A1 and C at `passing`: the floor.
+fn step_of_two_pairs(a: &mut CachingAllocator, held: usize, passing: usize) {
+    let b = a.malloc(held, 0).unwrap();
+    let a1 = a.malloc(passing, 0).unwrap();
     a.free(a1).unwrap();
-    let c = a.malloc(6 * MIB, 0).unwrap();
+    let c = a.malloc(held, 0).unwrap();
     a.free(b).unwrap();
-    let a2 = a.malloc(8 * MIB, 0).unwrap();
+    let a2 = a.malloc(passing, 0).unwrap();
     a.free(a2).unwrap();
     a.free(c).unwrap();
     for _ in 0..30 {
@@ -1612,15 +1616,26 @@ fn step_a_greedy_plan_leaves_over_its_floor(a: &mut CachingAllocator) {
     }
 }
 
+/// Twelve steps of two pairs; then a plan is in force at the floor, `held + passing` (its height
+/// the floor too), and the peaks are reset. The requests advised so far.
+fn planned_at_the_floor_of_two_pairs(a: &mut CachingAllocator, held: usize, passing: usize) -> u64 {
+    for _ in 0..12 {
+        step_of_two_pairs(a, held, passing);
+    }
+    let counters = a.planner_counters().unwrap();
+    assert!(counters.in_force, "{counters:?}");
+    assert_eq!(counters.floor, (held + passing) as u64, "{counters:?}");
+    assert_eq!(counters.height, (held + passing) as u64, "{counters:?}");
+    a.reset_peak_stats();
+    counters.advised
+}
+
 #[test]
 fn a_step_that_repeats_exactly_gets_the_refined_plan_when_the_greedy_one_would_not_pay() {
-    // Largest first: A1 at 0, A2 at 0 (they never meet), B (meets A1) at 8, C (meets B at [8, 14)
-    // and A2 at [0, 8)) at 14: 20 MiB, and every order leaves one of them at 20 (offsets from the
-    // plan's first page; the pads sit anywhere). That plan would map 10 pages where a plan pays
-    // only within the most ever allocated (15 MiB, the state below counted) and 2% and a page
-    // (17.3 MiB): refused. Refined, C (above the floor) goes first: C at 0, A1 at 0 (gone before
-    // C comes), A2 above C at 6, B above A1 and C at 8: 14 MiB, the floor, 7 pages. The step
-    // repeated exactly, so the refined plan is taken.
+    // B and C of 6 MiB, A1 and A2 of 8: the greedy plan is 20 MiB (offsets from the plan's first
+    // page), 10 pages where a plan pays only within the most ever allocated (15 MiB, the state
+    // below counted) and 2% and a page (17.3 MiB): refused. Refined: C and A1 at 0, A2 at 6, B at
+    // 8: 14 MiB, the floor, 7 pages. The step repeated exactly, so the refined plan is taken.
     // Placed at once, and off the request path (on a thread, and inline): there the first job,
     // taken before the step had repeated (the first step asks for one request more), places no
     // plan that pays, and the job taken again a step later is placed once more, refined.
@@ -1631,16 +1646,8 @@ fn a_step_that_repeats_exactly_gets_the_refined_plan_when_the_greedy_one_would_n
         }
         // The first step differs (an optimizer making its states, say: one request more).
         let state = a.malloc(MIB, 0).unwrap();
-        for _ in 0..12 {
-            step_a_greedy_plan_leaves_over_its_floor(&mut a);
-        }
-        let counters = a.planner_counters().unwrap();
-        assert!(counters.in_force, "{off_path:?}: {counters:?}");
-        assert_eq!(counters.floor, 14 * MIB as u64, "{counters:?}");
-        assert_eq!(counters.height, 14 * MIB as u64, "{counters:?}");
-        let advised = counters.advised;
-        a.reset_peak_stats();
-        step_a_greedy_plan_leaves_over_its_floor(&mut a);
+        let advised = planned_at_the_floor_of_two_pairs(&mut a, 6 * MIB, 8 * MIB);
+        step_of_two_pairs(&mut a, 6 * MIB, 8 * MIB);
         // Every request of the step at its planned address, and the device holds the floor.
         assert_eq!(a.planner_counters().unwrap().advised - advised, 34);
         let stats = a.stats();
@@ -1651,40 +1658,14 @@ fn a_step_that_repeats_exactly_gets_the_refined_plan_when_the_greedy_one_would_n
     }
 }
 
-/// A step whose greedy plan is a page over its floor (events from the step's start): P, 2 MiB over
-/// [0, 4); Q1, 4 MiB over [1, 2); R, 2 MiB over [3, 7); Q2, 4 MiB over [5, 6); then 30 blocks of
-/// 2 MiB, each freed at once. At most 6 MiB live: P and Q1, or R and Q2.
-fn step_a_page_over_its_floor(a: &mut CachingAllocator) {
-    let p = a.malloc(2 * MIB, 0).unwrap();
-    let q1 = a.malloc(4 * MIB, 0).unwrap();
-    a.free(q1).unwrap();
-    let r = a.malloc(2 * MIB, 0).unwrap();
-    a.free(p).unwrap();
-    let q2 = a.malloc(4 * MIB, 0).unwrap();
-    a.free(q2).unwrap();
-    a.free(r).unwrap();
-    for _ in 0..30 {
-        let pad = a.malloc(2 * MIB, 0).unwrap();
-        a.free(pad).unwrap();
-    }
-}
-
 #[test]
 fn a_paying_plan_a_page_over_its_floor_is_refined_to_it() {
-    // Largest first: Q1 at 0, Q2 at 0 (they never meet), P (meets Q1) at 4, R (meets P at [4, 6)
-    // and Q2 at [0, 4)) at 6: 8 MiB, 4 pages, within what pays (6 MiB and 2% and a page), and
-    // every order leaves one of them at 8. Refined, R goes first: R at 0, Q1 at 0, Q2 above R at
-    // 2, P above Q1 and R at 4: 6 MiB, the floor, 3 pages: taken, as it maps a page fewer.
+    // B and C of 2 MiB, A1 and A2 of 4: the greedy plan is 8 MiB, 4 pages, within what pays (6
+    // MiB and 2% and a page). Refined: C and A1 at 0, A2 at 2, B at 4: 6 MiB, the floor, 3
+    // pages: taken, as it maps a page fewer.
     let mut a = planned();
-    for _ in 0..12 {
-        step_a_page_over_its_floor(&mut a);
-    }
-    let counters = a.planner_counters().unwrap();
-    assert!(counters.in_force, "{counters:?}");
-    assert_eq!(counters.floor, 6 * MIB as u64, "{counters:?}");
-    assert_eq!(counters.height, 6 * MIB as u64, "{counters:?}");
-    a.reset_peak_stats();
-    step_a_page_over_its_floor(&mut a);
+    planned_at_the_floor_of_two_pairs(&mut a, 2 * MIB, 4 * MIB);
+    step_of_two_pairs(&mut a, 2 * MIB, 4 * MIB);
     let stats = a.stats();
     assert_eq!(stats.allocated_bytes[ALL].peak, 6 * MIB as i64);
     assert_eq!(stats.reserved_bytes[ALL].peak, 6 * MIB as i64);
