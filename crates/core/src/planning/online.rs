@@ -1217,18 +1217,6 @@ impl PlanJob {
         let (order, greedy) = best_of_orders(blocks.len(), |order| {
             place_cyclic_pinned(blocks, cycle, order, obstacles, pinned).ok()
         })?;
-        // Refined (its best order only: the others' refined placements came to the same pages on
-        // every committed trace), counted from the region's start, where it fits and pays.
-        let refined = || {
-            refine_cyclic_pinned(blocks, cycle, order, obstacles, pinned, &greedy)
-                .ok()
-                .flatten()
-                .and_then(|refined| self.fitted(refined))
-        };
-        // A plan pays only near the floor: one that needs more than the most ever allocated and a
-        // little (PLAN_SLACK) would hold more than the policy does (a plan from the first step,
-        // whose lifetimes are partly unknown, or from a stretch that is no step). The policy
-        // serves on, and the next step may give a better one.
         // The most the step's blocks and the obstacles hold at once: no plan maps fewer pages than
         // those bytes fill.
         let live = LiveBytes::cyclic(blocks, cycle);
@@ -1237,6 +1225,18 @@ impl PlanJob {
                 .iter()
                 .map(|&(start, end)| end - start)
                 .sum::<usize>();
+        // Refined (its best order only: the others' refined placements came to the same pages on
+        // every committed trace), counted from the region's start, where it fits and pays.
+        let refined = || {
+            refine_cyclic_pinned(blocks, cycle, order, obstacles, pinned, &greedy, floor)
+                .ok()
+                .flatten()
+                .and_then(|refined| self.fitted(refined))
+        };
+        // A plan pays only near the floor: one that needs more than the most ever allocated and a
+        // little (PLAN_SLACK) would hold more than the policy does (a plan from the first step,
+        // whose lifetimes are partly unknown, or from a stretch that is no step). The policy
+        // serves on, and the next step may give a better one.
         let (placement, pages) = match self.fitted(greedy.clone()) {
             // One that pays is refined where it maps more pages than the floor fills, and the
             // refined one taken where it maps fewer: a page is what a plan costs, and a layout

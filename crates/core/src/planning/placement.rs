@@ -231,8 +231,9 @@ fn place_pieces(
     )
 }
 
-/// A placement of place_cyclic_pinned (`greedy`, of `order`) refined where it is above the
-/// floor (`refine`): Some(smaller placement) where a round found one.
+/// A placement of place_cyclic_pinned (`greedy`, of `order`) refined where it is above `floor`
+/// (`refine`; the most the blocks, `LiveBytes::cyclic`, and the obstacles hold at once):
+/// Some(smaller placement) where a round found one.
 pub fn refine_cyclic_pinned(
     blocks: &[Lifetime],
     period: usize,
@@ -240,6 +241,7 @@ pub fn refine_cyclic_pinned(
     obstacles: &[(usize, usize)],
     pinned: &[Option<usize>],
     greedy: &Placement,
+    floor: usize,
 ) -> Result<Option<Placement>, usize> {
     let pieces = cyclic_pieces(blocks, period)?;
     let mut sorted_obstacles = obstacles.to_vec();
@@ -252,6 +254,7 @@ pub fn refine_cyclic_pinned(
         &sorted_obstacles,
         pinned,
         greedy,
+        floor,
     ))
 }
 
@@ -261,7 +264,7 @@ const REFINE_ROUNDS: usize = 12;
 /// Rounds in a row that give no smaller placement after which `refine` stops.
 const REFINE_PATIENCE: usize = 3;
 
-/// Refine a greedy placement (`greedy`, of the order `by`) that is above the floor (the most bytes
+/// Refine a greedy placement (`greedy`, of the order `by`) that is above `floor` (the most bytes
 /// live at once, the obstacles' included): the blocks that ended above the floor are placed
 /// first in the next round (in the order they had), the others after them as before, so that
 /// the blocks that found no room below it take theirs before blocks that had a choice. Where a
@@ -275,24 +278,8 @@ fn refine(
     obstacles: &[(usize, usize)],
     pinned: &[Option<usize>],
     greedy: &Placement,
+    target: usize,
 ) -> Option<Placement> {
-    let mut changes: Vec<(usize, i64)> = Vec::with_capacity(pieces.len() * 4);
-    for (block, piece) in blocks.iter().zip(pieces) {
-        for (start, end) in piece.each() {
-            changes.push((start, block.size as i64));
-            changes.push((end, -(block.size as i64)));
-        }
-    }
-    changes.sort_unstable();
-    let live = LiveBytes {
-        at_zero: 0,
-        changes,
-    };
-    let target = live.most()
-        + obstacles
-            .iter()
-            .map(|&(start, end)| end - start)
-            .sum::<usize>();
     let (mut best, mut latest): (Option<Placement>, Vec<usize>) = (None, greedy.offsets.clone());
     let (mut smallest, mut idle) = (greedy.size, 0);
     for _ in 0..REFINE_ROUNDS {
@@ -380,11 +367,11 @@ fn place_in_order(
 /// The smallest placement of every order, each refined (`refine`), with its order: the best
 /// offline placement known here.
 pub fn best(blocks: &[Lifetime]) -> (Order, Placement) {
-    let pieces = straight_pieces(blocks);
+    let (pieces, floor) = (straight_pieces(blocks), floor(blocks));
     best_of_orders(blocks.len(), |order| {
         let by = order.sorted(blocks);
         let greedy = place_in_order(blocks, &pieces, &by, &[], &[]);
-        Some(refine(blocks, &pieces, by, &[], &[], &greedy).unwrap_or(greedy))
+        Some(refine(blocks, &pieces, by, &[], &[], &greedy, floor).unwrap_or(greedy))
     })
     .expect("there are orders")
 }
@@ -744,7 +731,7 @@ mod tests {
         // As one step of 10 events (no lifetime wraps) the same.
         let step = place_cyclic(&blocks, 10, Order::LargestFirst).unwrap();
         let refined_step =
-            refine_cyclic_pinned(&blocks, 10, Order::LargestFirst, &[], &[], &step).unwrap();
+            refine_cyclic_pinned(&blocks, 10, Order::LargestFirst, &[], &[], &step, 12).unwrap();
         assert_eq!(refined_step, Some(refined));
     }
 
@@ -796,9 +783,11 @@ mod tests {
                 let greedy =
                     place_cyclic_pinned(&blocks, period, order, obstacles, &pinned).unwrap();
                 let refined =
-                    refine_cyclic_pinned(&blocks, period, order, obstacles, &pinned, &greedy)
-                        .unwrap()
-                        .unwrap_or_else(|| greedy.clone());
+                    refine_cyclic_pinned(&blocks, period, order, obstacles, &pinned, &greedy, {
+                        floor + obstacles.iter().map(|&(s, e)| e - s).sum::<usize>()
+                    })
+                    .unwrap()
+                    .unwrap_or_else(|| greedy.clone());
                 assert!(floor <= refined.size && refined.size <= greedy.size);
                 for p in [greedy, refined] {
                     if around {
