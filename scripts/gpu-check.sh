@@ -9,6 +9,10 @@
 # and the device.
 #
 # Usage: scripts/gpu-check.sh            (needs cargo, python3 with torch built for CUDA, a GPU)
+#        ACCALLOC_GPU_PREBUILT=DIR scripts/gpu-check.sh
+#            on a GPU machine with no Rust toolchain or registry: DIR holds what scripts/gpu/prebuild.sh
+#            built elsewhere (libaccalloc.so, the accalloc tool, the CUDA test binary), used as built
+#        ACCALLOC_GPU_PYTESTS="test_cuda.py ..."   the Python test files to run (default: all of them)
 # The Python of each step is in scripts/gpu/.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -21,28 +25,41 @@ echo "# accalloc on a GPU"
 echo
 echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo "- device: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo unknown)"
-echo "- commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+echo "- commit: $(git rev-parse --short HEAD 2>/dev/null || cat "${ACCALLOC_GPU_PREBUILT:-.}/commit" 2>/dev/null || echo unknown)"
 echo
 echo '```'
 status=0
 
-echo "== build"
-timeout 240 cargo build --release || { echo "build failed"; exit 1; }
-echo "== CUDA tests"
-timeout 120 cargo test --release --test cuda -- --include-ignored --nocapture || status=1
-./target/release/accalloc info
+prebuilt=${ACCALLOC_GPU_PREBUILT:-}
+if [ -n "$prebuilt" ]; then
+  prebuilt=$(cd "$prebuilt" && pwd) || { echo "ACCALLOC_GPU_PREBUILT: no folder $ACCALLOC_GPU_PREBUILT"; exit 1; }
+  echo "== prebuilt: $(cat "$prebuilt/commit" 2>/dev/null || echo 'commit unknown') (scripts/gpu/prebuild.sh)"
+  lib=$prebuilt/libaccalloc.so
+  tool=$prebuilt/accalloc
+  echo "== CUDA tests"
+  timeout 120 "$prebuilt/cuda-tests" --include-ignored --nocapture || status=1
+else
+  echo "== build"
+  timeout 240 cargo build --release || { echo "build failed"; exit 1; }
+  lib=$PWD/target/release/libaccalloc.so
+  tool=$PWD/target/release/accalloc
+  echo "== CUDA tests"
+  timeout 120 cargo test --release --test cuda -- --include-ignored --nocapture || status=1
+fi
+"$tool" info
 
 # The Python with torch: ACCALLOC_TORCH_VENV (as scripts/test-python.sh makes it) when there, else python3.
 . scripts/lib/env.sh
 python=$ACCALLOC_TORCH_VENV/bin/python
 [ -x "$python" ] || python=python3
-lib=$PWD/target/release/libaccalloc.so
 if ! "$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
   echo "PyTorch with CUDA is not available: skipping the PyTorch comparisons"
 else
   echo "== accalloc.torch: the package, use_for_cuda and its tests"
-  "$python" -m pip install --quiet --no-build-isolation --no-deps --force-reinstall ./python || status=1
-  (cd python/tests && timeout 300 "$python" -m pytest -q -p no:cacheprovider -rs) || status=1
+  ACCALLOC_LIB_DIR=$(dirname "$lib") "$python" -m pip install --quiet --no-build-isolation --no-deps \
+    --force-reinstall ./python || status=1
+  # shellcheck disable=SC2086 # a list of file names
+  (cd python/tests && timeout 300 "$python" -m pytest -q -p no:cacheprovider -rs ${ACCALLOC_GPU_PYTESTS:-}) || status=1
   echo "== training a small model: accalloc (accalloc.torch.use_for_cuda) vs PyTorch's allocator"
   for which in pytorch accalloc; do
     timeout 120 "$python" scripts/gpu/train_small_model.py "$which" || status=1
@@ -53,7 +70,7 @@ else
 
   echo "== replaying the sample traces: PyTorch's caching allocator vs accalloc (CUDA backend)"
   for trace in examples/traces/*.jsonl; do
-    timeout 120 "$python" scripts/gpu/replay_stats.py "$trace" "$PWD/target/release/accalloc" || status=1
+    timeout 120 "$python" scripts/gpu/replay_stats.py "$trace" "$tool" || status=1
   done
 fi
 if "$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
