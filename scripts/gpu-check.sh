@@ -4,7 +4,8 @@
 # as its CUDA allocator (accalloc.torch.use_for_cuda) and with PyTorch's own allocator (peak
 # reserved and time per step), and replay the sample traces through accalloc and through PyTorch's own
 # caching allocator, comparing all 122 statistics (they must match in the default configuration) and
-# the time per operation; then time malloc/free of each trace through accalloc, PyTorch's caching
+# the time per operation; replay the real fixed-shape traces with planned placement on the GPU (the
+# same peaks and device calls as on the simulated device); then time malloc/free of each trace through accalloc, PyTorch's caching
 # allocator and cudaMallocAsync, as ratios. The output is saved to docs/gpu-results.md with the date
 # and the device.
 #
@@ -52,6 +53,13 @@ fi
 . scripts/lib/env.sh
 python=$ACCALLOC_TORCH_VENV/bin/python
 [ -x "$python" ] || python=python3
+echo "== planned placement on the GPU: the real fixed-shape traces, the same figures as on the simulated device"
+echo "| trace | utilization | device calls | GPU ns/op | simulated ns/op | same peaks and calls |"
+echo "|---|---:|---:|---:|---:|---|"
+for trace in examples/traces/real/*_fixed.jsonl; do
+  timeout 120 python3 scripts/gpu/planned_row.py "$trace" "$tool" || status=1
+done
+
 if ! "$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
   echo "PyTorch with CUDA is not available: skipping the PyTorch comparisons"
 else

@@ -235,6 +235,56 @@ fn pools_map_their_own_pages_and_take_segments_from_their_own_allocator_on_a_gpu
     );
 }
 
+/// A CUDA graph being captured in the global mode (as `torch.cuda.graph` captures) whose pool needs
+/// new memory: the driver refuses allocating calls during such a capture unless the thread relaxed
+/// its capture mode, and then the capture is lost. A segment (cuMemAlloc) and an expandable
+/// segment's first page (cuMemAddressReserve, cuMemCreate, cuMemMap, cuMemSetAccess) are taken
+/// and the capture still ends with a graph.
+#[test]
+#[ignore = "needs a CUDA driver (a GPU, or the model): run by scripts/test-all.sh and scripts/gpu-check.sh"]
+fn a_graph_being_captured_gets_new_memory_for_its_pool_on_a_gpu() {
+    use accalloc::caching::pools::Route;
+    for setting in ["expandable_segments:False", "expandable_segments:True"] {
+        let config = parse_settings(setting, &CachingConfig::default()).unwrap();
+        let mut a = CachingAllocator::new(gpu(), 0, config).unwrap();
+        let side = stream();
+        // Begun as a graph's capture begins it (the pool made, its use count 1), released as the
+        // graph's reset releases it.
+        let graph_pool = (0, 1);
+        a.begin_allocate_to_pool(graph_pool, Route::Stream(side))
+            .unwrap();
+        let global = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL;
+        // SAFETY: a stream of device 0, whose context the backend made current.
+        let begun = unsafe { sys::cuStreamBeginCapture_v2(side as sys::CUstream, global) };
+        assert_eq!(begun, sys::CUresult::CUDA_SUCCESS);
+        let taken = a.malloc(5 << 20, side);
+        let mut graph: sys::CUgraph = std::ptr::null_mut();
+        // SAFETY: the stream being captured; a valid out-pointer.
+        let ended = unsafe { sys::cuStreamEndCapture(side as sys::CUstream, &mut graph) };
+        let p = taken.unwrap_or_else(|e| panic!("{setting}: malloc during the capture: {e}"));
+        assert_eq!(
+            ended,
+            sys::CUresult::CUDA_SUCCESS,
+            "{setting}: the capture held"
+        );
+        // SAFETY: the graph the capture made, destroyed once.
+        assert_eq!(
+            unsafe { sys::cuGraphDestroy(graph) },
+            sys::CUresult::CUDA_SUCCESS
+        );
+        a.end_allocate_to_pool(graph_pool).unwrap();
+        assert_eq!(
+            a.pool_reserved_bytes(graph_pool).unwrap()[ALL].current,
+            20 << 20,
+            "{setting}: the graph's pool holds the new memory"
+        );
+        a.free(p).unwrap();
+        a.release_pool(graph_pool).unwrap();
+        a.empty_cache().unwrap();
+        assert_eq!(a.stats().reserved_bytes[ALL].current, 0, "{setting}");
+    }
+}
+
 #[test]
 #[ignore = "needs a CUDA driver (a GPU, or the model): run by scripts/test-all.sh and scripts/gpu-check.sh"]
 fn a_sleepable_pool_pauses_and_resumes_at_the_same_addresses_on_a_gpu() {

@@ -19,10 +19,14 @@ pub const CONTEXT_IS_DESTROYED: CuResult = 709;
 pub const LAUNCH_FAILED: CuResult = 719;
 pub const NOT_PERMITTED: CuResult = 800;
 pub const NOT_SUPPORTED: CuResult = 801;
+pub const STREAM_CAPTURE_UNSUPPORTED: CuResult = 900;
+pub const STREAM_CAPTURE_INVALIDATED: CuResult = 901;
+pub const STREAM_CAPTURE_WRONG_THREAD: CuResult = 908;
+pub const ILLEGAL_STATE: CuResult = 401;
 pub const UNKNOWN: CuResult = 999;
 
 /// (code, name, description) for cuGetErrorName / cuGetErrorString, NUL-terminated.
-const TABLE: [(CuResult, &str, &str); 17] = [
+const TABLE: [(CuResult, &str, &str); 21] = [
     (SUCCESS, "CUDA_SUCCESS\0", "no error\0"),
     (
         INVALID_VALUE,
@@ -94,6 +98,26 @@ const TABLE: [(CuResult, &str, &str); 17] = [
         NOT_SUPPORTED,
         "CUDA_ERROR_NOT_SUPPORTED\0",
         "operation not supported\0",
+    ),
+    (
+        ILLEGAL_STATE,
+        "CUDA_ERROR_ILLEGAL_STATE\0",
+        "the operation cannot be performed in the present state\0",
+    ),
+    (
+        STREAM_CAPTURE_UNSUPPORTED,
+        "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED\0",
+        "operation not permitted when stream is capturing\0",
+    ),
+    (
+        STREAM_CAPTURE_INVALIDATED,
+        "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED\0",
+        "operation failed due to a previous error during capture\0",
+    ),
+    (
+        STREAM_CAPTURE_WRONG_THREAD,
+        "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD\0",
+        "attempted to end a stream capture from a different thread\0",
     ),
     (UNKNOWN, "CUDA_ERROR_UNKNOWN\0", "unknown error\0"),
 ];

@@ -11,7 +11,9 @@
 //!   ACCALLOC_CUDA_MODEL_ON_VIOLATION=count, counts it for `accallocModelViolations`);
 //! - pinned host memory (pinned.rs, host.rs) is host address space of its own, limited in all, and
 //!   freeing it while a stream's queued copy still uses it is a violation like device memory's;
-//! - faults are injected per entry point (faults.rs), sticky ones poisoning the context.
+//! - faults are injected per entry point (faults.rs), sticky ones poisoning the context;
+//! - during a stream capture, allocating, freeing and synchronizing are refused as the driver refuses
+//!   them, by the threads' capture modes (capture.rs), and the capture is invalidated.
 //!
 //! Knobs: ACCALLOC_CUDA_MODEL_DEVICES (2), ACCALLOC_CUDA_MODEL_CAPACITY (16G a device),
 //! ACCALLOC_CUDA_MODEL_PINNED_CAPACITY (4G in all), ACCALLOC_CUDA_MODEL_FAIL,
@@ -19,6 +21,7 @@
 
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
+mod capture;
 mod codes;
 mod config;
 mod faults;
@@ -141,6 +144,7 @@ fn driver(
             }
             return Err(fault.code);
         }
+        capture::refuse_during_capture(entry)?;
         body(model)
     }));
     match result {
@@ -671,7 +675,9 @@ pub unsafe extern "C" fn cuStreamDestroy_v2(stream: CUstream) -> CuResult {
 #[no_mangle]
 pub unsafe extern "C" fn cuStreamSynchronize(stream: CUstream) -> CuResult {
     driver("cuStreamSynchronize", |m| {
-        m.stream(m.current()?, stream)?.synchronize();
+        let synchronized = m.stream(m.current()?, stream)?;
+        capture::refuse_sync_of(stream)?;
+        synchronized.synchronize();
         Ok(())
     })
 }

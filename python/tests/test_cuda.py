@@ -3,7 +3,13 @@ test skips, saying so (scripts/gpu-check.sh runs them where there is one)."""
 import pytest
 import torch
 
-from conftest import run_python
+from conftest import run_python as run_python_here
+
+
+def run_python(code):
+    """`code` in a fresh interpreter on the GPU: conftest keeps this process on the host accelerator
+    (ACCALLOC_DEVICE=host), which a child would inherit and which leaves CUDA out of accalloc."""
+    return run_python_here(code, ACCALLOC_DEVICE="cuda")
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason="no CUDA GPU on this machine: accalloc.torch.use_for_cuda is tested by "
@@ -53,6 +59,7 @@ def test_use_for_cuda_too_late_says_what_to_do():
     """)
     assert code != 0
     assert "before the first CUDA tensor" in out, out
+    assert "frame #" not in out, "c10's message without its C++ backtrace"
 
 
 def test_sleep_and_wake_on_cuda_with_use_for_cuda():

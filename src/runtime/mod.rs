@@ -197,8 +197,13 @@ impl Runtime {
 
     #[cold]
     fn no_such_type(&self, device_type: DeviceType) -> Error {
+        // CUDA's type is known by number; say why this process went without it.
+        let why = match (device_type, self.cuda_absent_because()) {
+            (DEVICE_TYPE_CUDA, Some(why)) => format!(": CUDA is not in use ({why})"),
+            _ => String::new(),
+        };
         Error::invalid_argument(format!(
-            "device type {device_type} does not exist in this process (known: {})",
+            "device type {device_type} does not exist in this process (known: {}){why}",
             self.known_types()
         ))
     }

@@ -145,16 +145,28 @@ std::string g_error;
 extern "C" {
 
 // Swap accalloc in as PyTorch's CUDA allocator. Returns 0, or -1 with the reason in
-// accalloc_torch_use_for_cuda_error() (e.g. PyTorch's own allocator has already allocated).
+// accalloc_torch_use_for_cuda_error(): accalloc has no CUDA accelerator in this process (the
+// message says why), or PyTorch's own allocator has already allocated (the message says what to do).
+// The reasons are c10's messages without their C++ backtraces.
 __attribute__((visibility("default"))) int accalloc_torch_use_for_cuda(void) {
   try {
     int32_t count = 0;
     accalloc_torch::check(accalloc_device_count_on(kCuda, &count), "accalloc_device_count (CUDA)");
+  } catch (const c10::Error& e) {
+    g_error = e.what_without_backtrace();
+    return -1;
+  }
+  try {
     auto allocator = std::make_shared<AccallocCudaAllocator>();
     torch::cuda::CUDAPluggableAllocator::changeCurrentAllocator(allocator);
     // Kept alive by the CUDA allocator slot; c10's table holds a plain pointer.
     c10::SetAllocator(c10::DeviceType::CUDA, allocator.get(), /*priority=*/1);
     return 0;
+  } catch (const c10::Error& e) {
+    // PyTorch refuses to swap an allocator that has allocated already.
+    g_error = std::string(e.what_without_backtrace()) +
+              " (call accalloc.torch.use_for_cuda() before the first CUDA tensor is made)";
+    return -1;
   } catch (const std::exception& e) {
     g_error = e.what();
     return -1;

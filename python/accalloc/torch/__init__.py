@@ -237,6 +237,5 @@ def use_for_cuda():
         extension.accalloc_torch_use_for_cuda.restype = ctypes.c_int
         extension.accalloc_torch_use_for_cuda_error.restype = ctypes.c_char_p
         if extension.accalloc_torch_use_for_cuda() != 0:
-            raise RuntimeError(f"use_for_cuda: {extension.accalloc_torch_use_for_cuda_error().decode()} (call "
-                               "accalloc.torch.use_for_cuda() before the first CUDA tensor is made)")
+            raise RuntimeError(f"use_for_cuda: {extension.accalloc_torch_use_for_cuda_error().decode()}")
         _cuda_allocator = extension

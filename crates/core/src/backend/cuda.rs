@@ -5,7 +5,8 @@
 //! device is driven through its primary context. Segments come from cuMemAlloc; expandable segments
 //! from cuMemAddressReserve / cuMemCreate / cuMemMap / cuMemSetAccess at the device's granularity;
 //! pinned host memory from cuMemHostAlloc, portable, so that every device's copies may use it;
-//! sleep's backups through cuMemcpyDtoH / cuMemcpyHtoD.
+//! sleep's backups through cuMemcpyDtoH / cuMemcpyHtoD. Memory is taken with the thread's
+//! stream-capture mode relaxed, so that a CUDA graph being captured can get its pool's memory.
 
 use super::{Backend, BackendError, EventId, MemInfo, PinnedHostAllocation, StreamId};
 use cudarc::driver::sys;
@@ -53,9 +54,47 @@ fn check(call: &str, result: Result<sys::CUresult, BackendError>) -> Result<(), 
     }
 }
 
+/// This thread's stream-capture mode, relaxed while the guard lives and given back when it drops.
+///
+/// While a stream is captured into a CUDA graph (`torch.cuda.graph` captures in the global mode),
+/// the driver refuses calls that take memory (cuMemAlloc, cuMemCreate, cuMemMap, ...) with
+/// CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates the capture. A caching allocator must take
+/// new memory during a capture, for the graph's own pool: taking it is safe as long as it is not
+/// given back before the graph is done with it, which the caching core sees to (no segment is
+/// released while a capture is under way). PyTorch's allocator relaxes the mode for its
+/// allocations the same way. Frees are left refused: they never happen during a capture.
+struct RelaxedCapture {
+    previous: sys::CUstreamCaptureMode,
+}
+
+impl RelaxedCapture {
+    fn begin() -> Result<RelaxedCapture, BackendError> {
+        let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+        // SAFETY: a valid in-out pointer; the call needs no context.
+        check(
+            "cuThreadExchangeStreamCaptureMode",
+            guarded("cuThreadExchangeStreamCaptureMode", || unsafe {
+                sys::cuThreadExchangeStreamCaptureMode(&mut mode)
+            }),
+        )?;
+        Ok(RelaxedCapture { previous: mode })
+    }
+}
+
+impl Drop for RelaxedCapture {
+    fn drop(&mut self) {
+        // The memory taken under the guard is kept whatever this answers: failing to restore the
+        // mode only leaves this thread's later allocations relaxed too.
+        // SAFETY: a valid in-out pointer.
+        let _ = guarded("cuThreadExchangeStreamCaptureMode", || unsafe {
+            sys::cuThreadExchangeStreamCaptureMode(&mut self.previous)
+        });
+    }
+}
+
 /// Every driver function this backend calls (cudarc panics on a missing one, so they are checked
 /// before the first call).
-pub const REQUIRED_SYMBOLS: [&str; 26] = [
+pub const REQUIRED_SYMBOLS: [&str; 27] = [
     "cuInit",
     "cuDeviceGetCount",
     "cuDeviceGet",
@@ -82,6 +121,7 @@ pub const REQUIRED_SYMBOLS: [&str; 26] = [
     "cuMemFreeHost",
     "cuMemcpyDtoH_v2",
     "cuMemcpyHtoD_v2",
+    "cuThreadExchangeStreamCaptureMode",
 ];
 
 /// Open the libcuda cudarc would open (the first of its candidate names that loads) and check that
@@ -303,6 +343,7 @@ impl Backend for CudaBackend {
         _stream: StreamId,
     ) -> Result<usize, BackendError> {
         let mut ptr: sys::CUdeviceptr = 0;
+        let _relaxed = RelaxedCapture::begin()?;
         // SAFETY: a valid out-pointer.
         self.on(device, "cuMemAlloc", || unsafe {
             sys::cuMemAlloc_v2(&mut ptr, size)
@@ -437,6 +478,7 @@ impl Backend for CudaBackend {
     fn pinned_host_alloc(&self, size: usize) -> Result<PinnedHostAllocation, BackendError> {
         let mut ptr: *mut std::ffi::c_void = std::ptr::null_mut();
         let flags = sys::CU_MEMHOSTALLOC_PORTABLE;
+        let _relaxed = RelaxedCapture::begin()?;
         // SAFETY: a valid out-pointer.
         self.on(0, "cuMemHostAlloc", || unsafe {
             sys::cuMemHostAlloc(&mut ptr, size, flags)
@@ -461,6 +503,7 @@ impl Backend for CudaBackend {
 
     fn vm_reserve(&self, device: usize, size: usize) -> Result<usize, BackendError> {
         let mut ptr: sys::CUdeviceptr = 0;
+        let _relaxed = RelaxedCapture::begin()?;
         // SAFETY: a valid out-pointer; size is a multiple of the granularity.
         self.on(device, "cuMemAddressReserve", || unsafe {
             sys::cuMemAddressReserve(&mut ptr, size, 0, 0, 0)
@@ -471,6 +514,7 @@ impl Backend for CudaBackend {
     fn vm_map(&self, device: usize, ptr: usize, size: usize) -> Result<(), BackendError> {
         let prop = Self::allocation_prop(device as i32);
         let mut handle: sys::CUmemGenericAllocationHandle = 0;
+        let _relaxed = RelaxedCapture::begin()?;
         // SAFETY: valid pointers; the range lies in a reservation of this device.
         self.on(device, "cuMemCreate", || unsafe {
             sys::cuMemCreate(&mut handle, size, &prop, 0)
