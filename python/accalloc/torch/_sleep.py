@@ -33,7 +33,8 @@ def _tag(tag, enable_cpu_backup, device):
     with _lock:
         entry = _tags.get(key)
         if entry is None:
-            pool = MemPool(device=index)
+            # The device as resolved, its type kept: a bare index means the accalloc device's.
+            pool = MemPool(device=f"cuda:{index}" if device_type == DEVICE_CUDA else index)
             check(library().accalloc_pool_set_sleepable_on(device_type, index, pool._pool()))
             if device_type != DEVICE_CUDA:  # a GPU's kernels check nothing: the host's do
                 _name(pool._pool(), tag)
