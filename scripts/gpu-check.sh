@@ -12,7 +12,7 @@
 # Usage: scripts/gpu-check.sh            (needs cargo, python3 with torch built for CUDA, a GPU)
 #        ACCALLOC_GPU_PREBUILT=DIR scripts/gpu-check.sh
 #            on a GPU machine with no Rust toolchain or registry: DIR holds what scripts/gpu/prebuild.sh
-#            built elsewhere (libaccalloc.so, the accalloc tool, the CUDA test binary), used as built
+#            built elsewhere (libaccalloc.so, the accalloc tool, the CUDA test binaries), used as built
 #        ACCALLOC_GPU_PYTESTS="test_cuda.py ..."   the Python test files to run (default: all of them)
 # The Python of each step is in scripts/gpu/.
 set -uo pipefail
@@ -39,13 +39,14 @@ if [ -n "$prebuilt" ]; then
   tool=$prebuilt/accalloc
   echo "== CUDA tests"
   timeout 120 "$prebuilt/cuda-tests" --include-ignored --nocapture || status=1
+  timeout 60 "$prebuilt/cuda-capture-tests" --include-ignored --nocapture || status=1
 else
   echo "== build"
   timeout 240 cargo build --release || { echo "build failed"; exit 1; }
   lib=$PWD/target/release/libaccalloc.so
   tool=$PWD/target/release/accalloc
   echo "== CUDA tests"
-  timeout 120 cargo test --release --test cuda -- --include-ignored --nocapture || status=1
+  timeout 180 cargo test --release --test cuda --test cuda_capture -- --include-ignored --nocapture || status=1
 fi
 "$tool" info
 

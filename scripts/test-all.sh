@@ -57,7 +57,7 @@ export ACCALLOC_CUDA_MODEL_DIR
 # A plain `cargo test` (above) reports them as ignored; here they are asked for with --include-ignored,
 # and each fails if the model did not load. The check after it fails if any test was left out.
 LD_LIBRARY_PATH=$ACCALLOC_CUDA_MODEL_DIR ACCALLOC_CUDA_MODEL_DEVICES=8 \
-  cargo test --test cuda --test cuda_model --test cuda_model_faults --test cuda_pinned -- --include-ignored 2>&1 |
+  cargo test --test cuda --test cuda_capture --test cuda_model --test cuda_model_faults --test cuda_pinned -- --include-ignored 2>&1 |
   tee build/logs/cargo-test-cuda-model.log
 python3 scripts/test_counts.py --ran-all build/logs/cargo-test-cuda-model.log
 # The C ABI suites that apply (all but the host's own configuration tests), on the model's CUDA with

@@ -27,8 +27,10 @@ const STATUS_NONE: c_int = 0;
 const STATUS_ACTIVE: c_int = 1;
 const STATUS_INVALIDATED: c_int = 2;
 
-/// The entry points the driver refuses during a capture that concerns the calling thread.
-const UNSAFE_DURING_CAPTURE: [&str; 12] = [
+/// The entry points the driver refuses during a capture that concerns the calling thread (an H200's
+/// driver refused cuStreamSynchronize of an uncaptured stream on another thread during a global
+/// capture).
+const UNSAFE_DURING_CAPTURE: [&str; 13] = [
     "cuMemAlloc_v2",
     "cuMemFree_v2",
     "cuMemHostAlloc",
@@ -41,6 +43,7 @@ const UNSAFE_DURING_CAPTURE: [&str; 12] = [
     "cuMemUnmap",
     "cuMemSetAccess",
     "cuCtxSynchronize",
+    "cuStreamSynchronize",
 ];
 
 struct Capture {
