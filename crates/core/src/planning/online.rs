@@ -77,6 +77,10 @@ const MIN_ON_PLAN: u32 = 32;
 const SHAPE_FACTOR: usize = 32;
 /// How far above the most ever allocated a plan may reach and still be put in force.
 pub const PLAN_SLACK: f64 = 0.02;
+/// How far above the most the last two passes of a plan allocated the device may hold at a pass's
+/// end and keep its free pages outside the plan mapped for the next pass: expandable_trim's
+/// default line (docs/PERFORMANCE.md has the figures).
+pub const PASS_KEEP_SLACK: f64 = 0.05;
 
 /// A period found: the template is the `period` allocations from number `from` on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

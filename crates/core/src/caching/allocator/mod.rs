@@ -96,6 +96,9 @@ pub struct CachingAllocator {
     planner: Option<Box<crate::planning::online::OnlinePlanner>>,
     /// The default pool whose expandable segment the plan in force lies in.
     plan_pool: PoolKind,
+    /// The most allocated (all pools) during the plan's pass under way, and during the pass before
+    /// it: what a pass's end keeps mapped for the next (`keeps_pages_at_pass_end`).
+    pass_allocated_peaks: [usize; 2],
     /// A large step's plan being placed off the request path (planned.rs), and the steps that
     /// big (PLAN_OFF_PATH_FROM; the tests set less, and may place it on the calling thread).
     plan_in_making: Option<Box<planned::PlanInMaking>>,
@@ -158,6 +161,7 @@ impl CachingAllocator {
             observers: Box::default(),
             planner: None,
             plan_pool: PoolKind::Large,
+            pass_allocated_peaks: [0; 2],
             plan_in_making: None,
             retired_workers: Vec::new(),
             plan_off_path_from: planned::PLAN_OFF_PATH_FROM,

@@ -12,7 +12,7 @@
 
 use super::*;
 use crate::planning::online::{
-    Candidate, PlanJob, PlannedStep, PlannerCounters, Region, PLAN_SLACK,
+    Candidate, PlanJob, PlannedStep, PlannerCounters, Region, PASS_KEEP_SLACK, PLAN_SLACK,
 };
 use std::sync::Arc;
 
@@ -146,7 +146,7 @@ impl CachingAllocator {
             .as_mut()
             .expect("malloc_with_plan has a planner");
         let advice = planner.advise(rounded, stream);
-        if planner.take_pass_end() {
+        if planner.take_pass_end() && !self.keeps_pages_at_pass_end() {
             // Best effort: pages the device would not unmap stay mapped and counted.
             let _ = self.trim_for_plan(true);
         }
@@ -180,6 +180,8 @@ impl CachingAllocator {
     /// Never fails: the request is served already, and a plan that cannot be made (the device
     /// refused the segment's reservation) is only memory not saved.
     fn planned_allocation(&mut self, rounded: usize, stream: StreamId, ptr: usize, id: BlockId) {
+        let allocated = self.stats.allocated_bytes.current_all() as usize;
+        self.pass_allocated_peaks[0] = self.pass_allocated_peaks[0].max(allocated);
         let planner = self.planner.as_mut().expect("planning");
         if let Some(candidate) = planner.allocated(rounded, stream, ptr, id as usize) {
             if self.make_plan(candidate).is_err() {
@@ -548,6 +550,21 @@ impl CachingAllocator {
         {
             worker.process = worker.process.wrapping_add(1);
         }
+    }
+
+    /// At a pass's end, whether the free pages outside the plan stay mapped: while the device holds
+    /// no more than PASS_KEEP_SLACK over the most the pass just ended and the one before allocated.
+    /// The next pass (of the same step, or of another shape where a few alternate) most often
+    /// needs them again, and giving them back only to map them again costs two device calls a
+    /// page; above that, after a larger step or a larger shape, they go. Starts the next pass's
+    /// count.
+    fn keeps_pages_at_pass_end(&mut self) -> bool {
+        let allocated = self.stats.allocated_bytes.current_all() as usize;
+        let [pass, before] = self.pass_allocated_peaks;
+        self.pass_allocated_peaks = [allocated, pass];
+        let needed = pass.max(before);
+        let line = needed.saturating_add((needed as f64 * PASS_KEEP_SLACK) as usize);
+        self.reserved_total <= line
     }
 
     /// A new plan lays the blocks out afresh: the free pages of the default pools are unmapped, so
