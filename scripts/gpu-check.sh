@@ -7,7 +7,7 @@
 # the time per operation; replay the real fixed-shape traces with planned placement on the GPU (the
 # same peaks and device calls as on the simulated device); then time malloc/free of each trace through accalloc, PyTorch's caching
 # allocator and cudaMallocAsync, as ratios. The output is saved to docs/gpu-results.md with the date
-# and the device.
+# and the device (replacing the last run's; docs/GPU.md keeps, by hand, what each run found).
 #
 # Usage: scripts/gpu-check.sh            (needs cargo, python3 with torch built for CUDA, a GPU)
 #        ACCALLOC_GPU_PREBUILT=DIR scripts/gpu-check.sh
@@ -26,7 +26,11 @@ echo "# accalloc on a GPU"
 echo
 echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo "- device: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo unknown)"
-echo "- commit: $(git rev-parse --short HEAD 2>/dev/null || cat "${ACCALLOC_GPU_PREBUILT:-.}/commit" 2>/dev/null || echo unknown)"
+if [ -n "${ACCALLOC_GPU_PREBUILT:-}" ]; then
+  echo "- commit: $(cat "$ACCALLOC_GPU_PREBUILT/commit" 2>/dev/null || echo unknown) (prebuilt)"
+else
+  echo "- commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+fi
 echo
 echo '```'
 status=0

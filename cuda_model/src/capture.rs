@@ -9,12 +9,14 @@
 //! - thread-local: refused while this thread has a capture not begun relaxed;
 //! - relaxed: never refused.
 //!
-//! The model keeps no graph: cuStreamEndCapture hands out a handle that only says the capture held.
+//! The model keeps no graph: cuStreamEndCapture hands out a handle that only says the capture held,
+//! which cuGraphDestroy takes once. A context with a stream being captured is never synchronized, and
+//! a destroyed stream's capture ends with it.
 
 use crate::codes::*;
 use crate::{driver, lock, put, CUstream};
 use std::cell::Cell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -29,8 +31,8 @@ const STATUS_INVALIDATED: c_int = 2;
 
 /// The entry points the driver refuses during a capture that concerns the calling thread (an H200's
 /// driver refused cuStreamSynchronize of an uncaptured stream on another thread during a global
-/// capture).
-const UNSAFE_DURING_CAPTURE: [&str; 13] = [
+/// capture; the event calls are refused likewise, as PyTorch's loader threads met).
+const UNSAFE_DURING_CAPTURE: [&str; 15] = [
     "cuMemAlloc_v2",
     "cuMemFree_v2",
     "cuMemHostAlloc",
@@ -44,16 +46,21 @@ const UNSAFE_DURING_CAPTURE: [&str; 13] = [
     "cuMemSetAccess",
     "cuCtxSynchronize",
     "cuStreamSynchronize",
+    "cuEventQuery",
+    "cuEventSynchronize",
 ];
 
 struct Capture {
     mode: c_int,
     thread: u64,
+    device: usize,
     invalidated: bool,
 }
 
 /// The streams being captured, by handle.
 static CAPTURES: Mutex<Option<HashMap<usize, Capture>>> = Mutex::new(None);
+/// The graphs captures made and not yet destroyed.
+static GRAPHS: Mutex<Option<HashSet<usize>>> = Mutex::new(None);
 static NEXT_THREAD: AtomicU64 = AtomicU64::new(1);
 static NEXT_GRAPH: AtomicU64 = AtomicU64::new(0x6000);
 
@@ -90,6 +97,30 @@ pub fn refuse_during_capture(entry: &str) -> Result<(), CuResult> {
         Err(STREAM_CAPTURE_UNSUPPORTED)
     } else {
         Ok(())
+    }
+}
+
+/// Refuse to synchronize a context one of whose streams is being captured, invalidating the
+/// captures.
+pub fn refuse_sync_of_device(device: usize) -> Result<(), CuResult> {
+    let mut refused = false;
+    for capture in lock(&CAPTURES).iter_mut().flat_map(|c| c.values_mut()) {
+        if capture.device == device {
+            capture.invalidated = true;
+            refused = true;
+        }
+    }
+    if refused {
+        Err(STREAM_CAPTURE_UNSUPPORTED)
+    } else {
+        Ok(())
+    }
+}
+
+/// A destroyed stream's capture, if any, is gone with it.
+pub fn forget(stream: CUstream) {
+    if let Some(captures) = lock(&CAPTURES).as_mut() {
+        captures.remove(&(stream as usize));
     }
 }
 
@@ -139,6 +170,7 @@ pub unsafe extern "C" fn cuStreamBeginCapture_v2(stream: CUstream, mode: c_int) 
         let capture = Capture {
             mode,
             thread,
+            device,
             invalidated: false,
         };
         captures.insert(stream as usize, capture);
@@ -167,10 +199,9 @@ pub unsafe extern "C" fn cuStreamEndCapture(stream: CUstream, graph: *mut *mut c
             put(graph, std::ptr::null_mut())?;
             return Err(STREAM_CAPTURE_INVALIDATED);
         }
-        put(
-            graph,
-            NEXT_GRAPH.fetch_add(0x10, Ordering::Relaxed) as *mut c_void,
-        )
+        let made = NEXT_GRAPH.fetch_add(0x10, Ordering::Relaxed) as usize;
+        lock(&GRAPHS).get_or_insert_with(HashSet::new).insert(made);
+        put(graph, made as *mut c_void)
     })
 }
 
@@ -198,9 +229,14 @@ pub unsafe extern "C" fn cuStreamIsCapturing(stream: CUstream, status: *mut c_in
 #[no_mangle]
 pub unsafe extern "C" fn cuGraphDestroy(graph: *mut c_void) -> CuResult {
     driver("cuGraphDestroy", |_| {
-        if graph.is_null() {
-            return Err(INVALID_VALUE);
+        // Only a graph a capture made, once.
+        let known = lock(&GRAPHS)
+            .as_mut()
+            .is_some_and(|graphs| graphs.remove(&(graph as usize)));
+        if known {
+            Ok(())
+        } else {
+            Err(INVALID_VALUE)
         }
-        Ok(())
     })
 }

@@ -473,6 +473,8 @@ pub unsafe extern "C" fn cuCtxGetDevice(device: *mut CUdevice) -> CuResult {
 pub unsafe extern "C" fn cuCtxSynchronize() -> CuResult {
     driver("cuCtxSynchronize", |m| {
         let device = m.current()?;
+        // Never while one of the context's streams is captured, whatever the thread's mode.
+        capture::refuse_sync_of_device(device)?;
         m.streams_of(device).iter().for_each(|s| s.synchronize());
         Ok(())
     })
@@ -668,6 +670,8 @@ pub unsafe extern "C" fn cuStreamDestroy_v2(stream: CUstream) -> CuResult {
             _ => return Err(INVALID_HANDLE),
         }
         streams.remove(&(stream as usize));
+        // A capture under way on it ends with it.
+        capture::forget(stream);
         Ok(())
     })
 }

@@ -11,19 +11,21 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:-.gpu-prebuilt}
 cargo build --release --quiet
-test_binary() { # the executable of one integration test, built in release
-  cargo test --release --test "$1" --no-run --message-format=json 2>/dev/null | python3 -c 'import json, sys
+# Where cargo builds (CARGO_TARGET_DIR or the workspace's target/).
+target=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
+test_binary() { # the executable of one integration test, built in release (cargo's errors shown)
+  cargo test --release --test "$1" --no-run --message-format=json | python3 -c 'import json, sys
 for line in sys.stdin:
     msg = json.loads(line)
     if msg.get("reason") == "compiler-artifact" and msg.get("executable") and msg["target"]["name"] == sys.argv[1]:
         print(msg["executable"])' "$1"
 }
-tests=$(test_binary cuda)
-capture_tests=$(test_binary cuda_capture)
+tests=$(test_binary cuda) || { echo "prebuild: tests/cuda.rs did not build" >&2; exit 1; }
+capture_tests=$(test_binary cuda_capture) || { echo "prebuild: tests/cuda_capture.rs did not build" >&2; exit 1; }
 [ -n "$tests" ] && [ -n "$capture_tests" ] || { echo "prebuild: a CUDA test binary was not built" >&2; exit 1; }
 rm -rf "$out"
 mkdir -p "$out"
-cp target/release/libaccalloc.so target/release/accalloc "$out/"
+cp "$target/release/libaccalloc.so" "$target/release/accalloc" "$out/"
 cp "$tests" "$out/cuda-tests"
 cp "$capture_tests" "$out/cuda-capture-tests"
 git rev-parse --short HEAD > "$out/commit"

@@ -152,23 +152,29 @@ __attribute__((visibility("default"))) int accalloc_torch_use_for_cuda(void) {
   try {
     int32_t count = 0;
     accalloc_torch::check(accalloc_device_count_on(kCuda, &count), "accalloc_device_count (CUDA)");
-  } catch (const c10::Error& e) {
-    g_error = e.what_without_backtrace();
-    return -1;
-  }
-  try {
     auto allocator = std::make_shared<AccallocCudaAllocator>();
-    torch::cuda::CUDAPluggableAllocator::changeCurrentAllocator(allocator);
+    try {
+      torch::cuda::CUDAPluggableAllocator::changeCurrentAllocator(allocator);
+    } catch (const c10::Error& e) {
+      std::string message = e.what_without_backtrace();
+      // PyTorch refuses to swap an allocator that has allocated already.
+      if (message.find("already initialized") != std::string::npos) {
+        message += " (call accalloc.torch.use_for_cuda() before the first CUDA tensor is made)";
+      }
+      g_error = message;
+      return -1;
+    }
     // Kept alive by the CUDA allocator slot; c10's table holds a plain pointer.
     c10::SetAllocator(c10::DeviceType::CUDA, allocator.get(), /*priority=*/1);
     return 0;
   } catch (const c10::Error& e) {
-    // PyTorch refuses to swap an allocator that has allocated already.
-    g_error = std::string(e.what_without_backtrace()) +
-              " (call accalloc.torch.use_for_cuda() before the first CUDA tensor is made)";
+    g_error = e.what_without_backtrace();
     return -1;
   } catch (const std::exception& e) {
     g_error = e.what();
+    return -1;
+  } catch (...) {
+    g_error = "an unknown C++ exception";
     return -1;
   }
 }

@@ -60,9 +60,12 @@ fn check(call: &str, result: Result<sys::CUresult, BackendError>) -> Result<(), 
 /// the driver refuses calls that take memory (cuMemAlloc, cuMemCreate, cuMemMap, ...) with
 /// CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates the capture. A caching allocator must take
 /// new memory during a capture, for the graph's own pool: taking it is safe as long as it is not
-/// given back before the graph is done with it, which the caching core sees to (no segment is
-/// released while a capture is under way). PyTorch's allocator relaxes the mode for its
-/// allocations the same way. Frees are left refused: they never happen during a capture.
+/// given back before the graph is done with it. PyTorch's allocator relaxes the mode for its
+/// allocations the same way. Frees are left refused: the caching core releases nothing during a
+/// capture but where PyTorch's rules do (with max_split_size_mb, the capture's own pool's
+/// oversize blocks when a request runs short), and there the driver's refusal keeps the graph's
+/// memory: the request fails with the driver's error, the books exact, as PyTorch's would. Event
+/// queries are relaxed too (`query_event`): another thread's global capture would refuse them.
 struct RelaxedCapture {
     previous: sys::CUstreamCaptureMode,
 }
@@ -395,6 +398,11 @@ impl Backend for CudaBackend {
 
     fn query_event(&self, device: usize, event: EventId) -> Result<bool, BackendError> {
         Self::make_current(&self.gpus[device])?;
+        // The caches query their events on every request; during another thread's global capture
+        // the driver would refuse (a pinned buffer asked for by a loader thread while the main
+        // thread captures a graph). Their events are never recorded in a capture (the caching
+        // core defers them until it ends), so the query is safe.
+        let _relaxed = RelaxedCapture::begin()?;
         // SAFETY: the event came from create_event.
         match guarded("cuEventQuery", || unsafe {
             sys::cuEventQuery(event as sys::CUevent)

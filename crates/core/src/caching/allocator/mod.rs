@@ -206,7 +206,11 @@ impl CachingAllocator {
             config.planned_placement = false;
         }
         match (config.planned_placement, self.planner.is_some()) {
-            (true, false) => self.planner = Some(Box::default()),
+            (true, false) => {
+                self.planner = Some(Box::default());
+                // A new planner's passes start their own count.
+                self.pass_allocated_peaks = [0; 2];
+            }
             (false, true) => {
                 // The policy alone serves from here: it sees no parked block.
                 self.unpark_all();
