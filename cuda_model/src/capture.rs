@@ -69,8 +69,25 @@ thread_local! {
     static MODE: Cell<c_int> = const { Cell::new(MODE_GLOBAL) };
 }
 
-/// Refuse `entry` when a capture concerns the calling thread, invalidating the captures that
-/// refuse it (called by `driver` before every entry point's body).
+/// Invalidate every capture `refuses` (stream handle, capture) and refuse the call when there was
+/// one: a call the driver refuses during a capture loses the capture.
+fn refuse_where(refuses: impl Fn(usize, &Capture) -> bool) -> Result<(), CuResult> {
+    let mut refused = false;
+    for (&stream, capture) in lock(&CAPTURES).iter_mut().flat_map(|c| c.iter_mut()) {
+        if refuses(stream, capture) {
+            capture.invalidated = true;
+            refused = true;
+        }
+    }
+    if refused {
+        Err(STREAM_CAPTURE_UNSUPPORTED)
+    } else {
+        Ok(())
+    }
+}
+
+/// Refuse `entry` when a capture concerns the calling thread (called by `driver` before every
+/// entry point's body).
 pub fn refuse_during_capture(entry: &str) -> Result<(), CuResult> {
     if !UNSAFE_DURING_CAPTURE.contains(&entry) {
         return Ok(());
@@ -80,61 +97,29 @@ pub fn refuse_during_capture(entry: &str) -> Result<(), CuResult> {
         return Ok(());
     }
     let me = THREAD.with(|t| *t);
-    let mut captures = lock(&CAPTURES);
-    let mut refused = false;
-    for capture in captures.get_or_insert_with(HashMap::new).values_mut() {
-        let concerns = if capture.thread == me {
+    refuse_where(|_, capture| {
+        if capture.thread == me {
             capture.mode != MODE_RELAXED
         } else {
             mode == MODE_GLOBAL && capture.mode == MODE_GLOBAL
-        };
-        if concerns {
-            capture.invalidated = true;
-            refused = true;
         }
-    }
-    if refused {
-        Err(STREAM_CAPTURE_UNSUPPORTED)
-    } else {
-        Ok(())
-    }
+    })
 }
 
-/// Refuse to synchronize a context one of whose streams is being captured, invalidating the
-/// captures.
+/// Refuse to synchronize a context one of whose streams is being captured.
 pub fn refuse_sync_of_device(device: usize) -> Result<(), CuResult> {
-    let mut refused = false;
-    for capture in lock(&CAPTURES).iter_mut().flat_map(|c| c.values_mut()) {
-        if capture.device == device {
-            capture.invalidated = true;
-            refused = true;
-        }
-    }
-    if refused {
-        Err(STREAM_CAPTURE_UNSUPPORTED)
-    } else {
-        Ok(())
-    }
+    refuse_where(|_, capture| capture.device == device)
+}
+
+/// Refuse to synchronize a stream being captured.
+pub fn refuse_sync_of(stream: CUstream) -> Result<(), CuResult> {
+    refuse_where(|captured, _| captured == stream as usize)
 }
 
 /// A destroyed stream's capture, if any, is gone with it.
 pub fn forget(stream: CUstream) {
     if let Some(captures) = lock(&CAPTURES).as_mut() {
         captures.remove(&(stream as usize));
-    }
-}
-
-/// Refuse to synchronize a stream being captured, invalidating its capture.
-pub fn refuse_sync_of(stream: CUstream) -> Result<(), CuResult> {
-    match lock(&CAPTURES)
-        .as_mut()
-        .and_then(|c| c.get_mut(&(stream as usize)))
-    {
-        Some(capture) => {
-            capture.invalidated = true;
-            Err(STREAM_CAPTURE_UNSUPPORTED)
-        }
-        None => Ok(()),
     }
 }
 
