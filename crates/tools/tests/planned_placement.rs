@@ -76,6 +76,15 @@ fn planned_placement_is_never_worse_than_the_trim_line_on_any_committed_trace() 
     }
 }
 
+/// The operations of the committed real trace `name` (examples/traces/real/NAME.jsonl).
+fn real_trace(name: &str) -> Vec<accalloc_tools::replay::TraceOp> {
+    let path = committed_traces()
+        .into_iter()
+        .find(|p| p.ends_with(format!("real/{name}.jsonl")))
+        .unwrap_or_else(|| panic!("{name} is committed"));
+    parse_trace(&std::fs::read_to_string(&path).unwrap()).unwrap()
+}
+
 /// The bar for varying shapes, where it is met: T5's training with a new batch and length
 /// every step reaches 0.97 utilization within twice plain expandable segments' device calls (0.981
 /// at 184 calls against 93). It stood at 204 calls until a pass's end kept the free pages the last
@@ -83,11 +92,7 @@ fn planned_placement_is_never_worse_than_the_trim_line_on_any_committed_trace() 
 /// again in the next pass.
 #[test]
 fn t5_training_with_varying_shapes_meets_the_varying_target() {
-    let path = committed_traces()
-        .into_iter()
-        .find(|p| p.ends_with("real/t5_train.jsonl"))
-        .expect("the T5 trace is committed");
-    let ops = parse_trace(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let ops = real_trace("t5_train");
     let run = |settings: &str| {
         let config = parse_settings(settings, &CachingConfig::default()).unwrap();
         replay(&ops, Arc::new(SimulatedBackend::new(1, 1 << 40)), &config).unwrap()
@@ -113,15 +118,10 @@ fn t5_training_with_varying_shapes_meets_the_varying_target() {
 /// outside the plan, whatever the passes allocated, took it to 0.868.
 #[test]
 fn pages_a_larger_shape_needed_go_back_once_the_passes_need_less() {
-    let path = committed_traces()
-        .into_iter()
-        .find(|p| p.ends_with("real/gpt2_train.jsonl"))
-        .expect("the GPT-2 trace is committed");
-    let ops = parse_trace(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let ops = real_trace("gpt2_train");
     let config = parse_settings("planned_placement:True", &CachingConfig::default()).unwrap();
-    let lines = std::fs::read_to_string(&path).unwrap().lines().count();
     let options = ReplayOptions {
-        reset_peaks_at: Some(lines * 3 / 4),
+        reset_peaks_at: Some(ops.len() * 3 / 4),
         ..ReplayOptions::default()
     };
     let report = replay_with(
