@@ -404,7 +404,7 @@ impl CachingAllocator {
     /// reserve more than plain expandable segments do). planned_placement holds the policy to the
     /// line its plans are held to (PLAN_SLACK) when that is the lower: the first steps, served
     /// before any plan, set the peak of a whole run.
-    fn trim_limit(&self, size: usize) -> usize {
+    pub(super) fn trim_limit(&self, size: usize) -> usize {
         let allocated = &self.stats.allocated_bytes;
         let needed = (allocated.current_all() as usize + size).max(allocated.peak_all() as usize);
         let fraction = if self.config.planned_placement {

@@ -781,6 +781,9 @@ impl CachingAllocator {
             let block = self.blocks[id];
             let from = base + (address.max(block.ptr) - base) / page * page;
             let to = end.min(block.ptr + block.size);
+            let to = self
+                .plan_run_ahead(from, to, rounded, page)
+                .min(block.ptr + block.size);
             let mapped = self.map_part(id, from, to);
             if !matches!(mapped, Ok(bytes) if bytes > 0) {
                 return mapped.map(|_| None);
@@ -804,6 +807,30 @@ impl CachingAllocator {
         let (handed, ptr) = self.hand_out_block(id, rounded, requested, split);
         self.hold_planned(handed);
         Ok(Some((handed, ptr)))
+    }
+
+    /// Where a planned request maps [from, to): on to the end of the run of the plan's pages it
+    /// lies in, as far as the line leaves room. The pass maps those pages as its blocks come to
+    /// them anyway, a call each; mapped with the first, they cost one call, and within the line
+    /// no peak moves (on the recorded traces no utilization moved; the bucketed GPT-2's calls
+    /// fell from 148 to 109, llama_train's from 99 to 90). Only `to` moves.
+    fn plan_run_ahead(&self, from: usize, to: usize, rounded: usize, page: usize) -> usize {
+        let Some(run_end) = self.planner.as_ref().and_then(|planner| {
+            planner
+                .touched_runs()
+                .iter()
+                .find(|&&(start, end)| start < to && to <= end)
+                .map(|&(_, end)| end)
+        }) else {
+            return to;
+        };
+        let needed = (to - from).next_multiple_of(page);
+        let room = self
+            .trim_limit(rounded)
+            .saturating_sub(self.reserved_total + needed)
+            / page
+            * page;
+        run_end.min(from + needed + room).max(to)
     }
 
     /// Cut unmapped block `id` at `at` (a page boundary inside it): the front stays unmapped as a
