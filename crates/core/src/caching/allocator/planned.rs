@@ -474,7 +474,7 @@ impl CachingAllocator {
                 if self.reserved_total + (to - from).next_multiple_of(page) > peak {
                     return Ok(());
                 }
-                let mapped = self.map_part(id, from, to);
+                let mapped = self.map_part(id, from, to, to);
                 if !matches!(mapped, Ok(bytes) if bytes > 0) {
                     return mapped.map(|_| ());
                 }
@@ -484,16 +484,23 @@ impl CachingAllocator {
     }
 
     /// Map [from, to) of unmapped block `id` (`from` a page boundary inside it: the part before it
-    /// is cut off and stays unmapped), as `map_block` does; when nothing was mapped, the block is
-    /// made whole again.
-    fn map_part(&mut self, id: BlockId, from: usize, to: usize) -> Result<usize> {
+    /// is cut off and stays unmapped), as `map_block` does, [from, required_to) at least (a device
+    /// out of memory past it keeps what it mapped); when nothing was mapped, the block is made
+    /// whole again.
+    fn map_part(
+        &mut self,
+        id: BlockId,
+        from: usize,
+        to: usize,
+        required_to: usize,
+    ) -> Result<usize> {
         let split = from > self.blocks[id].ptr;
         let id = if split {
             self.split_unmapped(id, from)
         } else {
             id
         };
-        let mapped = self.map_block(id, to - from, to - from);
+        let mapped = self.map_block(id, to - from, required_to - from);
         if split && !matches!(mapped, Ok(bytes) if bytes > 0) {
             let front = self.blocks[id].prev.expect("the front just cut");
             self.try_merge(front, Some(id));
@@ -780,11 +787,12 @@ impl CachingAllocator {
             let base = self.expandable[index].range().0;
             let block = self.blocks[id];
             let from = base + (address.max(block.ptr) - base) / page * page;
-            let to = end.min(block.ptr + block.size);
+            // The request's own pages are required; those ahead of them only wanted.
+            let required_to = end.min(block.ptr + block.size);
             let to = self
-                .plan_run_ahead(from, to, rounded, page)
+                .plan_run_ahead(from, required_to, rounded, page)
                 .min(block.ptr + block.size);
-            let mapped = self.map_part(id, from, to);
+            let mapped = self.map_part(id, from, to, required_to);
             if !matches!(mapped, Ok(bytes) if bytes > 0) {
                 return mapped.map(|_| None);
             }
