@@ -404,7 +404,7 @@ impl CachingAllocator {
     /// reserve more than plain expandable segments do). planned_placement holds the policy to the
     /// line its plans are held to (PLAN_SLACK) when that is the lower: the first steps, served
     /// before any plan, set the peak of a whole run.
-    pub(super) fn trim_limit(&self, size: usize) -> usize {
+    fn trim_limit(&self, size: usize) -> usize {
         let allocated = &self.stats.allocated_bytes;
         let needed = (allocated.current_all() as usize + size).max(allocated.peak_all() as usize);
         let fraction = if self.config.planned_placement {
@@ -427,11 +427,19 @@ impl CachingAllocator {
         let new = self
             .unmapped_in_growth(start, size)
             .next_multiple_of(SMALL_PAGE);
-        let headroom = self
-            .trim_limit(size)
-            .saturating_sub(self.reserved_total + new);
-        let ahead = (headroom / SMALL_PAGE * SMALL_PAGE).min(LARGE_PAGE);
+        let ahead = self
+            .pages_ahead_within_line(size, new, SMALL_PAGE)
+            .min(LARGE_PAGE);
         (size + ahead).min(room).max(size)
+    }
+
+    /// Whole pages of `page` bytes that may be mapped ahead of a request of `size` bytes whose own
+    /// growth maps `new` bytes, and the device still stay within the line (`trim_limit`).
+    pub(super) fn pages_ahead_within_line(&self, size: usize, new: usize, page: usize) -> usize {
+        self.trim_limit(size)
+            .saturating_sub(self.reserved_total + new)
+            / page
+            * page
     }
 
     /// What a growth by `size` would take: the free blocks of its chain (which a trim must leave

@@ -833,11 +833,7 @@ impl CachingAllocator {
             return to;
         };
         let needed = (to - from).next_multiple_of(page);
-        let room = self
-            .trim_limit(rounded)
-            .saturating_sub(self.reserved_total + needed)
-            / page
-            * page;
+        let room = self.pages_ahead_within_line(rounded, needed, page);
         run_end.min(from + needed + room).max(to)
     }
 
