@@ -10,8 +10,11 @@ use accalloc::backend::Backend;
 use accalloc::caching::settings::parse_settings;
 use accalloc::caching::{CachingAllocator, CachingConfig, StatType};
 use accalloc::error::ErrorKind;
+use cuda_support::{capturing, stream};
 use cudarc::driver::sys;
 use std::sync::Arc;
+
+mod cuda_support;
 
 const ALL: usize = StatType::All as usize;
 
@@ -24,14 +27,6 @@ fn gpu() -> Arc<CudaBackend> {
              (LD_LIBRARY_PATH=$(scripts/cuda-model.sh), as scripts/test-all.sh runs them)"
         ),
     }
-}
-
-fn stream() -> usize {
-    let mut stream: sys::CUstream = std::ptr::null_mut();
-    // SAFETY: the backend made device 0's context current on this thread; a valid out-pointer.
-    let rc = unsafe { sys::cuStreamCreate(&mut stream, 1) };
-    assert_eq!(rc, sys::CUresult::CUDA_SUCCESS);
-    stream as usize
 }
 
 #[test]
@@ -255,23 +250,12 @@ fn a_graph_being_captured_gets_new_memory_for_its_pool_on_a_gpu() {
         a.begin_allocate_to_pool(graph_pool, Route::Stream(side))
             .unwrap();
         let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
-        // SAFETY: a stream of device 0, whose context the backend made current.
-        let begun = unsafe { sys::cuStreamBeginCapture_v2(side as sys::CUstream, mode) };
-        assert_eq!(begun, sys::CUresult::CUDA_SUCCESS);
-        let taken = a.malloc(5 << 20, side);
-        let mut graph: sys::CUgraph = std::ptr::null_mut();
-        // SAFETY: the stream being captured; a valid out-pointer.
-        let ended = unsafe { sys::cuStreamEndCapture(side as sys::CUstream, &mut graph) };
+        let (taken, ended) = capturing(side, mode, || a.malloc(5 << 20, side));
         let p = taken.unwrap_or_else(|e| panic!("{setting}: malloc during the capture: {e}"));
         assert_eq!(
             ended,
             sys::CUresult::CUDA_SUCCESS,
             "{setting}: the capture held"
-        );
-        // SAFETY: the graph the capture made, destroyed once.
-        assert_eq!(
-            unsafe { sys::cuGraphDestroy(graph) },
-            sys::CUresult::CUDA_SUCCESS
         );
         a.end_allocate_to_pool(graph_pool).unwrap();
         assert_eq!(
