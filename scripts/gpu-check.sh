@@ -38,7 +38,6 @@ status=0
 prebuilt=${ACCALLOC_GPU_PREBUILT:-}
 if [ -n "$prebuilt" ]; then
   prebuilt=$(cd "$prebuilt" && pwd) || { echo "ACCALLOC_GPU_PREBUILT: no folder $ACCALLOC_GPU_PREBUILT"; exit 1; }
-  echo "== prebuilt: $(cat "$prebuilt/commit" 2>/dev/null || echo 'commit unknown') (scripts/gpu/prebuild.sh)"
   lib=$prebuilt/libaccalloc.so
   tool=$prebuilt/accalloc
   echo "== CUDA tests"
