@@ -12,7 +12,7 @@
 //! - pinned host memory (pinned.rs, host.rs) is host address space of its own, limited in all, and
 //!   freeing it while a stream's queued copy still uses it is a violation like device memory's;
 //! - faults are injected per entry point (faults.rs), sticky ones poisoning the context;
-//! - during a stream capture, allocating, freeing and synchronizing are refused as the driver refuses
+//! - during a stream capture, allocating, freeing, synchronizing and event calls are refused as the driver refuses
 //!   them, by the threads' capture modes (capture.rs), and the capture is invalidated.
 //!
 //! Knobs: ACCALLOC_CUDA_MODEL_DEVICES (2), ACCALLOC_CUDA_MODEL_CAPACITY (16G a device),
