@@ -12,8 +12,9 @@
 //! - pinned host memory (pinned.rs, host.rs) is host address space of its own, limited in all, and
 //!   freeing it while a stream's queued copy still uses it is a violation like device memory's;
 //! - faults are injected per entry point (faults.rs), sticky ones poisoning the context;
-//! - during a stream capture, allocating, freeing, synchronizing and event calls are refused as the driver refuses
-//!   them, by the threads' capture modes (capture.rs), and the capture is invalidated.
+//! - during a stream capture, allocating, freeing, synchronizing and event calls are refused as the
+//!   driver refuses them, by the threads' capture modes (capture.rs), and the capture is
+//!   invalidated.
 //!
 //! Knobs: ACCALLOC_CUDA_MODEL_DEVICES (2), ACCALLOC_CUDA_MODEL_CAPACITY (16G a device),
 //! ACCALLOC_CUDA_MODEL_PINNED_CAPACITY (4G in all), ACCALLOC_CUDA_MODEL_FAIL,
