@@ -2,7 +2,8 @@
 # On a machine with an NVIDIA GPU, in under 8 minutes: build accalloc, run the CUDA tests, install the
 # Python package and run its tests (use_for_cuda included), train a small model in PyTorch with accalloc
 # as its CUDA allocator (accalloc.torch.use_for_cuda) and with PyTorch's own allocator (peak
-# reserved and time per step), and replay the sample traces through accalloc and through PyTorch's own
+# reserved and time per step), try CUDA graphs, MemPool and torch.compile(mode="reduce-overhead") through
+# it, and replay the sample traces through accalloc and through PyTorch's own
 # caching allocator, comparing all 122 statistics (they must match in the default configuration) and
 # the time per operation; replay the real fixed-shape traces with planned placement on the GPU (the
 # same peaks and device calls as on the simulated device); then time malloc/free of each trace through accalloc, PyTorch's caching
@@ -79,6 +80,8 @@ else
 
   echo "== CUDA graphs and torch.cuda.MemPool through use_for_cuda"
   timeout 120 "$python" scripts/gpu/graph_capture.py || status=1
+  echo "== torch.compile(mode=\"reduce-overhead\") (CUDA graph trees) through use_for_cuda"
+  timeout 180 "$python" scripts/gpu/compile_reduce_overhead.py || status=1
 
   echo "== replaying the sample traces: PyTorch's caching allocator vs accalloc (CUDA backend)"
   for trace in examples/traces/*.jsonl; do
