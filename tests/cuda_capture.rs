@@ -120,10 +120,11 @@ fn the_capturing_thread_takes_memory_and_a_global_capture_refuses_other_threads_
     gpu.destroy_event(0, event).unwrap();
 }
 
-/// The driver's rules for a capture, which the driver model keeps as the driver does: the legacy
-/// stream is not captured; a stream is captured once at a time; a global capture is ended by its
-/// own thread; synchronizing the stream being captured is refused, whatever the thread's mode,
-/// and invalidates the capture, whose end then says so.
+/// The driver's rules for a capture, which the driver model keeps as an H200's driver showed them:
+/// the legacy stream is not captured; a stream is captured once at a time; a global capture ended
+/// by another thread is refused and over all the same (no longer capturing, a second end is
+/// ILLEGAL_STATE, the stream synchronizes again); synchronizing the stream being captured is
+/// refused, whatever the thread's mode, and invalidates the capture, whose end then says so.
 fn a_capture_keeps_the_drivers_rules(gpu: &Arc<CudaBackend>) {
     let global = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL;
     let side = stream();
@@ -151,6 +152,28 @@ fn a_capture_keeps_the_drivers_rules(gpu: &Arc<CudaBackend>) {
         ended_elsewhere,
         sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD
     );
+    assert_eq!(
+        capture_status(side),
+        sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE,
+        "a capture ended by the wrong thread is over"
+    );
+    let mut graph: sys::CUgraph = std::ptr::null_mut();
+    let ended_twice = unsafe { sys::cuStreamEndCapture(side as sys::CUstream, &mut graph) };
+    assert_eq!(ended_twice, sys::CUresult::CUDA_ERROR_ILLEGAL_STATE);
+    gpu.synchronize_stream(0, side).unwrap();
+
+    for mode in [
+        global,
+        sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+        sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+    ] {
+        let begun = unsafe { sys::cuStreamBeginCapture_v2(side as sys::CUstream, mode) };
+        assert_eq!(begun, sys::CUresult::CUDA_SUCCESS);
+        synchronizing_the_captured_stream_invalidates_its_capture(gpu, side);
+    }
+}
+
+fn synchronizing_the_captured_stream_invalidates_its_capture(gpu: &Arc<CudaBackend>, side: usize) {
     let synchronized = gpu.synchronize_stream(0, side);
     assert!(
         matches!(synchronized, Err(BackendError::Failed { code: 900, .. })),
@@ -161,6 +184,7 @@ fn a_capture_keeps_the_drivers_rules(gpu: &Arc<CudaBackend>) {
         sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_INVALIDATED
     );
     let mut graph: sys::CUgraph = std::ptr::null_mut();
+    // SAFETY: a stream of device 0, whose context is current on this thread; a valid out-pointer.
     let ended = unsafe { sys::cuStreamEndCapture(side as sys::CUstream, &mut graph) };
     assert_eq!(ended, sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
     assert_eq!(

@@ -175,6 +175,10 @@ pub unsafe extern "C" fn cuStreamEndCapture(stream: CUstream, graph: *mut *mut c
         let captures = captures.get_or_insert_with(HashMap::new);
         let capture = captures.get(&(stream as usize)).ok_or(ILLEGAL_STATE)?;
         if capture.mode != MODE_RELAXED && capture.thread != THREAD.with(|t| *t) {
+            // Refused, and the capture ends all the same (an H200's driver: the stream then says it
+            // is not capturing, and a second end is ILLEGAL_STATE): no graph.
+            captures.remove(&(stream as usize));
+            put(graph, std::ptr::null_mut())?;
             return Err(STREAM_CAPTURE_WRONG_THREAD);
         }
         let invalidated = captures
