@@ -2086,7 +2086,26 @@ static void section_pools(void)
                      ACCALLOC_ERROR_INVALID_ARGUMENT);
         CHECK_CONTAINS(accalloc_last_error_message(), "does not exist");
     }
-    CHECK_STATUS(accalloc_free(in_pool), ACCALLOC_OK);
+    {
+        /* Its live allocations (CUDA graph trees' check): in_pool alone, not the default pools'. */
+        void *live[2] = {NULL, NULL};
+        size_t count = 99;
+        CHECK_STATUS(accalloc_pool_live_allocations(1, pool, NULL, 0, &count), ACCALLOC_OK);
+        CHECK_EQ(count, 1); /* the count alone */
+        CHECK_STATUS(accalloc_pool_live_allocations(1, pool, live, 2, &count), ACCALLOC_OK);
+        CHECK_EQ(count, 1);
+        CHECK(live[0] == in_pool && live[1] == NULL);
+        CHECK_STATUS(accalloc_pool_live_allocations(1, pool, NULL, 2, &count), ACCALLOC_ERROR_INVALID_ARGUMENT);
+        CHECK_STATUS(accalloc_pool_live_allocations(1, pool, live, 2, NULL), ACCALLOC_ERROR_INVALID_ARGUMENT);
+        count = 99;
+        CHECK_STATUS(accalloc_pool_live_allocations(1, (AccallocPoolId){0, 999}, live, 2, &count),
+                     ACCALLOC_ERROR_INVALID_ARGUMENT);
+        CHECK_CONTAINS(accalloc_last_error_message(), "does not exist");
+        CHECK_EQ(count, 99); /* nothing written */
+        CHECK_STATUS(accalloc_free(in_pool), ACCALLOC_OK);
+        CHECK_STATUS(accalloc_pool_live_allocations(1, pool, live, 2, &count), ACCALLOC_OK);
+        CHECK_EQ(count, 0);
+    }
     CHECK_STATUS(accalloc_free(outside), ACCALLOC_OK);
 
     /* The pool is live: empty_cache gives back the default segment only; emptyCache(pool) nothing. */

@@ -1156,6 +1156,32 @@ enum AccallocStatus accalloc_pool_info_on(AccallocDeviceType device_type,
                                           int64_t *segments);
 
 /**
+ * The addresses of `pool`'s live allocations (handed out and not yet freed; a freed block still
+ * waiting for a stream's event is not live), ascending: the first `capacity` of them are written to
+ * `out` (which may be NULL when `capacity` is 0) and how many there are to `*count`, so that a
+ * caller can ask for the count first. CUDA graph trees check a graph pool with it (PyTorch's
+ * checkPoolLiveAllocations: are the live allocations exactly the tensors the tree holds?).
+ *
+ * Errors: ACCALLOC_ERROR_INVALID_ARGUMENT (count is NULL, out is NULL with a capacity, or the pool
+ * does not exist; nothing is written), ACCALLOC_ERROR_INVALID_DEVICE.
+ */
+enum AccallocStatus accalloc_pool_live_allocations(int32_t device,
+                                                   struct AccallocPoolId pool,
+                                                   void **out,
+                                                   size_t capacity,
+                                                   size_t *count);
+
+/**
+ * accalloc_pool_live_allocations on the accelerator of `device_type`.
+ */
+enum AccallocStatus accalloc_pool_live_allocations_on(AccallocDeviceType device_type,
+                                                      int32_t device,
+                                                      struct AccallocPoolId pool,
+                                                      void **out,
+                                                      size_t capacity,
+                                                      size_t *count);
+
+/**
  * Store `pool`'s share of reserved_bytes (PyTorch's reserved_bytes_by_private_pools: its segments
  * and mapped pages) for all, the small pool and the large pool in `*all`, `*small_pool` and
  * `*large_pool` (any may be NULL). It moves with every segment and page of the pool as

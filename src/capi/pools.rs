@@ -295,6 +295,59 @@ pub unsafe extern "C" fn accalloc_pool_info_on(
     })
 }
 
+/// The addresses of `pool`'s live allocations (handed out and not yet freed; a freed block still
+/// waiting for a stream's event is not live), ascending: the first `capacity` of them are written to
+/// `out` (which may be NULL when `capacity` is 0) and how many there are to `*count`, so that a
+/// caller can ask for the count first. CUDA graph trees check a graph pool with it (PyTorch's
+/// checkPoolLiveAllocations: are the live allocations exactly the tensors the tree holds?).
+///
+/// Errors: ACCALLOC_ERROR_INVALID_ARGUMENT (count is NULL, out is NULL with a capacity, or the pool
+/// does not exist; nothing is written), ACCALLOC_ERROR_INVALID_DEVICE.
+#[no_mangle]
+pub unsafe extern "C" fn accalloc_pool_live_allocations(
+    device: i32,
+    pool: AccallocPoolId,
+    out: *mut *mut c_void,
+    capacity: usize,
+    count: *mut usize,
+) -> AccallocStatus {
+    accalloc_pool_live_allocations_on(current_type(), device, pool, out, capacity, count)
+}
+
+/// accalloc_pool_live_allocations on the accelerator of `device_type`.
+#[no_mangle]
+pub unsafe extern "C" fn accalloc_pool_live_allocations_on(
+    device_type: AccallocDeviceType,
+    device: i32,
+    pool: AccallocPoolId,
+    out: *mut *mut c_void,
+    capacity: usize,
+    count: *mut usize,
+) -> AccallocStatus {
+    guard(|| {
+        let count = out_ptr(count, "count")?;
+        if out.is_null() && capacity > 0 {
+            return Err(Error::invalid_argument(format!(
+                "out is NULL with a capacity of {capacity}"
+            )));
+        }
+        let live = on(device_type)?
+            .pool_live_allocations(device, pool.pair())?
+            .ok_or_else(|| {
+                Error::invalid_argument(format!(
+                    "pool ({}, {}) does not exist",
+                    pool.first, pool.second
+                ))
+            })?;
+        for (i, &address) in live.iter().take(capacity).enumerate() {
+            // SAFETY: out holds `capacity` writable pointers (the header's contract).
+            unsafe { *out.add(i) = address as *mut c_void };
+        }
+        *count = live.len();
+        Ok(())
+    })
+}
+
 /// Store `pool`'s share of reserved_bytes (PyTorch's reserved_bytes_by_private_pools: its segments
 /// and mapped pages) for all, the small pool and the large pool in `*all`, `*small_pool` and
 /// `*large_pool` (any may be NULL). It moves with every segment and page of the pool as

@@ -181,6 +181,11 @@ impl Accelerator {
         Ok(self.lock(self.resolve(device)?)?.pool_reserved_bytes(id))
     }
 
+    /// Pool `id`'s live allocations on `device`, ascending (None: no such pool).
+    pub fn pool_live_allocations(&self, device: i32, id: MempoolId) -> Result<Option<Vec<usize>>> {
+        Ok(self.lock(self.resolve(device)?)?.pool_live_allocations(id))
+    }
+
     /// (use count, segments) of pool `id`; None where it does not exist.
     pub fn pool_counts(&self, device: i32, id: MempoolId) -> Result<Option<(u32, usize)>> {
         let allocator = self.lock(self.resolve(device)?)?;

@@ -12,6 +12,8 @@
 #include <accalloc/torch_device_allocator.h>
 
 #include <functional>
+#include <unordered_set>
+#include <vector>
 #include <memory>
 #include <string>
 
@@ -102,6 +104,26 @@ struct AccallocCudaAllocator final : public torch::cuda::CUDAPluggableAllocator:
     int64_t uses = -1;
     accalloc_torch::check(accalloc_pool_info_on(kCuda, device, pool_id(id), &uses, nullptr), "accalloc_pool_info");
     return uses < 0 ? 0 : static_cast<int>(uses);
+  }
+
+  // CUDA graph trees (torch.compile's mode="reduce-overhead") check that a graph pool's live
+  // allocations are exactly the tensors the tree holds.
+  bool checkPoolLiveAllocations(c10::DeviceIndex device, c10::cuda::MempoolId_t id,
+                                const std::unordered_set<void*>& expected_live_allocations) override {
+    std::vector<void*> live(expected_live_allocations.size() + 1);  // one more: "more than expected"
+    size_t count = 0;
+    accalloc_torch::check(
+        accalloc_pool_live_allocations_on(kCuda, device, pool_id(id), live.data(), live.size(), &count),
+        "accalloc_pool_live_allocations");
+    if (count != expected_live_allocations.size()) {
+      return false;
+    }
+    for (size_t i = 0; i < count; ++i) {
+      if (expected_live_allocations.count(live[i]) == 0) {
+        return false;
+      }
+    }
+    return true;
   }
 
   c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override {

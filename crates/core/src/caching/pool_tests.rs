@@ -644,3 +644,44 @@ fn a_filtered_route_takes_what_its_filter_accepts_and_counts_as_a_capture() {
     }
     a.check_invariants().unwrap();
 }
+
+#[test]
+fn a_pools_live_allocations_are_its_own_blocks_handed_out_and_not_freed() {
+    let (mut a, backend) = allocator(1 << 30);
+    let graph = (1, 0);
+    assert_eq!(a.pool_live_allocations(graph), None, "no such pool yet");
+    a.begin_allocate_to_pool(graph, Route::Stream(1)).unwrap();
+    let p = a.malloc(1000, 1).unwrap();
+    let q = a.malloc(3 << 20, 1).unwrap();
+    let r = a.malloc(1000, 1).unwrap();
+    let elsewhere = a.malloc(1000, 0).unwrap(); // another stream: the default pools
+    a.end_allocate_to_pool(graph).unwrap();
+    a.create_pool(POOL, false, false).unwrap();
+    a.begin_allocate_to_pool(POOL, this_thread()).unwrap();
+    let other_pool = a.malloc(1000, 1).unwrap();
+    a.end_allocate_to_pool(POOL).unwrap();
+    let mut expected = vec![p, q, r];
+    expected.sort_unstable();
+    assert_eq!(a.pool_live_allocations(graph), Some(expected));
+    assert_eq!(a.pool_live_allocations(POOL), Some(vec![other_pool]));
+    // Freed: r at once; p, used by stream 2, waits for its event and is no longer live either.
+    a.record_stream(p, 2).unwrap();
+    a.free(p).unwrap();
+    a.free(r).unwrap();
+    assert_eq!(backend.live_events(), 1);
+    assert_eq!(a.pool_live_allocations(graph), Some(vec![q]));
+    a.free(q).unwrap();
+    assert_eq!(a.pool_live_allocations(graph), Some(vec![]));
+    backend.complete_stream(2);
+    for ptr in [elsewhere, other_pool] {
+        a.free(ptr).unwrap();
+    }
+    a.release_pool(graph).unwrap();
+    for _ in 0..2 {
+        a.release_pool(POOL).unwrap(); // created and begun: two uses
+    }
+    a.empty_cache().unwrap();
+    assert_eq!(a.pool_live_allocations(graph), None, "released and emptied");
+    assert_eq!(a.stats().reserved_bytes[ALL].current, 0);
+    a.check_invariants().unwrap();
+}

@@ -124,6 +124,22 @@ impl CachingAllocator {
         Some(self.private_pools.get(index).use_count)
     }
 
+    /// The addresses of pool `id`'s live allocations (handed out and not yet freed; a freed block
+    /// waiting for its streams' events is not live), ascending (None: no such pool). CUDA graph
+    /// trees compare them with the tensors they hold (PyTorch's checkPoolLiveAllocations).
+    pub fn pool_live_allocations(&self, id: MempoolId) -> Option<Vec<usize>> {
+        let index = self.private_pools.index_of(id)?;
+        let mut live: Vec<usize> = self
+            .active
+            .values()
+            .map(|&block| &self.blocks[block])
+            .filter(|block| block.private == index)
+            .map(|block| block.ptr)
+            .collect();
+        live.sort_unstable();
+        Some(live)
+    }
+
     /// The segments pool `id` holds (None: no such pool).
     pub fn pool_segment_count(&self, id: MempoolId) -> Option<usize> {
         let index = self.private_pools.index_of(id)?;
