@@ -19,7 +19,10 @@ pub mod snapshot;
 pub mod stats;
 pub mod summary;
 
-pub use allocator::{CachingAllocator, MallocStep, SegmentRequest};
+pub use allocator::{
+    CachingAllocator, CheckpointBlock, CheckpointSegment, MallocStep, PoolCheckpoint, Restored,
+    SegmentRequest,
+};
 pub use config::CachingConfig;
 pub use policy::PoolKind;
 pub use snapshot::{BlockInfo, BlockState, SegmentInfo};

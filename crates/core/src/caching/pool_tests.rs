@@ -685,3 +685,133 @@ fn a_pools_live_allocations_are_its_own_blocks_handed_out_and_not_freed() {
     assert_eq!(a.stats().reserved_bytes[ALL].current, 0);
     a.check_invariants().unwrap();
 }
+
+#[test]
+fn a_checkpoint_put_back_frees_the_live_blocks_and_hands_out_the_checkpointed_ones() {
+    let (mut a, _) = allocator(1 << 30);
+    let graph = (1, 0);
+    a.begin_allocate_to_pool(graph, Route::Stream(1)).unwrap();
+    let first = a.malloc(1000, 1).unwrap(); // 1 KiB of a 2 MiB small segment
+    let second = a.malloc(3000, 1).unwrap(); // 3 KiB after it
+    let big = a.malloc(5 << 20, 1).unwrap(); // 5 MiB of a 20 MiB large segment
+    a.end_allocate_to_pool(graph).unwrap();
+    assert_eq!(second, first + 1024);
+    let checkpoint = a.pool_checkpoint(graph).unwrap();
+    assert_eq!(
+        checkpoint.allocations().collect::<Vec<_>>(),
+        [(first, 1024), (second, 3072), (big, 5 << 20)]
+    );
+    assert_eq!(checkpoint.segments.len(), 2);
+    assert_eq!(
+        checkpoint.segments[0].blocks.last().map(|b| (b.size, b.allocated)),
+        Some(((2 << 20) - 4096, false))
+    );
+    // The tree moves on: two blocks go, a new one comes after the checkpointed ones.
+    a.free(first).unwrap();
+    a.free(big).unwrap();
+    a.begin_allocate_to_pool(graph, Route::Stream(1)).unwrap();
+    let later = a.malloc(2000, 1).unwrap();
+    a.end_allocate_to_pool(graph).unwrap();
+    assert_eq!(later, first + 4096, "1 KiB at `first` is too small for 2 KiB");
+    let before = a.stats();
+    assert_eq!(before.allocated_bytes[ALL].current, 5 * KIB);
+
+    let restored = a.restore_pool_checkpoint(&checkpoint).unwrap();
+    assert_eq!(restored.freed, [second, later]);
+    assert_eq!(
+        restored.allocated,
+        [(first, 1024), (second, 3072), (big, 5 << 20)]
+    );
+    assert_eq!(a.pool_live_allocations(graph), Some(vec![first, second, big]));
+    let s = a.stats();
+    assert_eq!(s.allocated_bytes[ALL].current, 4 * KIB + 5 * MIB);
+    assert_eq!(s.requested_bytes[ALL].current, 4 * KIB + 5 * MIB, "each block's size asked for");
+    assert_eq!(s.allocation[ALL].current, 3);
+    // No segment moved; each segment has one free rest: the inactive splits.
+    assert_eq!(s.segment[ALL].current, 2);
+    assert_eq!(s.reserved_bytes[ALL].current, 22 * MIB);
+    assert_eq!(s.inactive_split[ALL].current, 2);
+    assert_eq!(
+        s.inactive_split_bytes[ALL].current,
+        (2 * MIB - 4 * KIB) + 15 * MIB
+    );
+    // allocation.allocated: 4 mallocs, then 3 blocks handed out and the 2 rests handed out and freed.
+    assert_eq!(s.allocation[ALL].allocated, before.allocation[ALL].allocated + 5);
+    assert_eq!(a.pool_checkpoint(graph).unwrap(), checkpoint, "the same layout again");
+
+    // The restored blocks are the caller's: freed as any other.
+    for ptr in [first, second, big] {
+        a.free(ptr).unwrap();
+    }
+    assert_eq!(a.stats().allocated_bytes[ALL].current, 0);
+    for _ in 0..2 {
+        a.release_pool(graph).unwrap(); // begun twice: two uses
+    }
+    a.empty_cache().unwrap();
+    assert_eq!(a.stats().reserved_bytes[ALL].current, 0);
+    a.check_invariants().unwrap();
+}
+
+#[test]
+fn a_checkpoint_that_cannot_be_put_back_is_refused_and_nothing_changes() {
+    let (mut a, backend) = allocator(1 << 30);
+    let graph = (1, 0);
+    a.begin_allocate_to_pool(graph, Route::Stream(1)).unwrap();
+    let p = a.malloc(1000, 1).unwrap();
+    let q = a.malloc(1000, 1).unwrap();
+    a.end_allocate_to_pool(graph).unwrap();
+    let checkpoint = a.pool_checkpoint(graph).unwrap();
+    let unchanged = |a: &CachingAllocator| {
+        (
+            a.pool_live_allocations(graph),
+            a.stats().allocated_bytes[ALL].current,
+            a.stats().allocation[ALL].allocated,
+        )
+    };
+    let before = unchanged(&a);
+    let refused = |a: &mut CachingAllocator, checkpoint: &PoolCheckpoint, says: &str| {
+        let error = a.restore_pool_checkpoint(checkpoint).unwrap_err();
+        assert_eq!(error.kind, ErrorKind::InvalidArgument);
+        assert!(error.to_string().contains(says), "{error}");
+    };
+    // A segment that is not the pool's as it was.
+    let mut moved = checkpoint.clone();
+    moved.segments[0].address += 512;
+    for block in &mut moved.segments[0].blocks {
+        block.ptr += 512;
+    }
+    refused(&mut a, &moved, "no longer pool (1, 0)'s");
+    let mut gapped = checkpoint.clone();
+    gapped.segments[0].blocks[1].ptr += 512;
+    refused(&mut a, &gapped, "end to end");
+    let mut other_pool = checkpoint.clone();
+    other_pool.pool = (7, 0);
+    refused(&mut a, &other_pool, "does not exist");
+    assert_eq!(unchanged(&a), before);
+    // A block used by another stream: its free would wait for that stream.
+    a.record_stream(q, 2).unwrap();
+    refused(&mut a, &checkpoint, "used by other streams");
+    assert_eq!(unchanged(&a), before);
+    // Freed, it waits for the stream's event: neither checkpoint nor restore.
+    a.free(q).unwrap();
+    assert_eq!(backend.live_events(), 1);
+    let waits = a.pool_checkpoint(graph).unwrap_err();
+    assert!(waits.to_string().contains("waits for another stream"), "{waits}");
+    refused(&mut a, &checkpoint, "waits for another stream");
+    backend.complete_stream(2);
+    let elsewhere = a.malloc(1000, 0).unwrap(); // a request takes the event: q's block is free
+    a.free(elsewhere).unwrap();
+    // Now it goes back: q is live again.
+    let restored = a.restore_pool_checkpoint(&checkpoint).unwrap();
+    assert_eq!(restored.freed, [p]);
+    assert_eq!(a.pool_live_allocations(graph), Some(vec![p, q]));
+    // Released (no use left), the pool takes no checkpoint back.
+    for ptr in [p, q] {
+        a.free(ptr).unwrap();
+    }
+    a.release_pool(graph).unwrap();
+    refused(&mut a, &checkpoint, "was released");
+    a.empty_cache().unwrap();
+    refused(&mut a, &checkpoint, "does not exist");
+    a.check_invariants().unwrap();
+}

@@ -4,8 +4,9 @@
 //!
 //! This file: the allocator's state, malloc and free, best fit, split and merge. Beside it:
 //! `segments` (the miss path and releasing segments), `events` (streams), `gc` (garbage
-//! collection), `inspect` (figures, segments, history).
+//! collection), `inspect` (figures, segments, history), `checkpoint` (a pool's layout put back).
 
+mod checkpoint;
 mod events;
 mod expandable;
 mod gc;
@@ -31,6 +32,8 @@ use crate::units::format_size;
 use expandable::LARGE_PAGE;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
+
+pub use checkpoint::{CheckpointBlock, CheckpointSegment, PoolCheckpoint, Restored};
 
 /// What `malloc_begin` decided.
 #[derive(Debug)]
