@@ -2106,6 +2106,48 @@ static void section_pools(void)
         CHECK_STATUS(accalloc_pool_live_allocations(1, pool, live, 2, &count), ACCALLOC_OK);
         CHECK_EQ(count, 0);
     }
+    {
+        /* A checkpoint put back (CUDA graph trees): the 2000-byte block live now is freed, the
+         * 1000-byte one live at the checkpoint handed out again, at the same address (1 KiB). */
+        AccallocPoolCheckpoint *checkpoint = NULL;
+        void *x = NULL, *y = NULL, *freed[1] = {NULL}, *made[1] = {NULL};
+        size_t sizes[1] = {0}, freed_count = 9, made_count = 9, count = 9;
+        const int64_t base = stat1("allocated_bytes.all.current");
+        CHECK_STATUS(accalloc_pool_begin(1, pool, ACCALLOC_ROUTE_THREAD, NULL), ACCALLOC_OK);
+        CHECK_STATUS(accalloc_malloc(&x, 1000, 1, NULL), ACCALLOC_OK);
+        CHECK_STATUS(accalloc_pool_checkpoint(1, pool, &checkpoint), ACCALLOC_OK);
+        CHECK_STATUS(accalloc_pool_checkpoint_allocations(checkpoint, &count), ACCALLOC_OK);
+        CHECK_EQ(count, 1);
+        CHECK_STATUS(accalloc_free(x), ACCALLOC_OK);
+        CHECK_STATUS(accalloc_malloc(&y, 2000, 1, NULL), ACCALLOC_OK);
+        CHECK_STATUS(accalloc_pool_end(1, pool), ACCALLOC_OK);
+        CHECK(y == x);
+        CHECK_EQ(stat1("allocated_bytes.all.current") - base, 2048);
+        /* No room to hear of the freed block: refused, nothing changed. */
+        CHECK_STATUS(accalloc_pool_checkpoint_restore(checkpoint, freed, 0, &freed_count, made, sizes, 1, &made_count),
+                     ACCALLOC_ERROR_INVALID_ARGUMENT);
+        CHECK_CONTAINS(accalloc_last_error_message(), "frees 1");
+        CHECK_EQ(stat1("allocated_bytes.all.current") - base, 2048);
+        CHECK_STATUS(accalloc_pool_checkpoint_restore(checkpoint, NULL, 1, &freed_count, made, sizes, 1, &made_count),
+                     ACCALLOC_ERROR_INVALID_ARGUMENT);
+        CHECK_STATUS(accalloc_pool_checkpoint_restore(NULL, freed, 1, &freed_count, made, sizes, 1, &made_count),
+                     ACCALLOC_ERROR_INVALID_ARGUMENT);
+        CHECK_STATUS(accalloc_pool_checkpoint_restore(checkpoint, freed, 1, &freed_count, made, sizes, 1, &made_count),
+                     ACCALLOC_OK);
+        CHECK_EQ(freed_count, 1);
+        CHECK(freed[0] == y);
+        CHECK_EQ(made_count, 1);
+        CHECK(made[0] == x);
+        CHECK_EQ(sizes[0], 1024);
+        CHECK_EQ(stat1("allocated_bytes.all.current") - base, 1024);
+        CHECK_STATUS(accalloc_free(made[0]), ACCALLOC_OK); /* handed out again: ours to free */
+        CHECK_EQ(stat1("allocated_bytes.all.current"), base);
+        CHECK_STATUS(accalloc_pool_release(1, pool), ACCALLOC_OK); /* the use this block's begin added */
+        CHECK_STATUS(accalloc_pool_checkpoint_destroy(checkpoint), ACCALLOC_OK);
+        CHECK_STATUS(accalloc_pool_checkpoint_destroy(NULL), ACCALLOC_OK);
+        CHECK_STATUS(accalloc_pool_checkpoint(1, (AccallocPoolId){0, 999}, &checkpoint), ACCALLOC_ERROR_INVALID_ARGUMENT);
+        CHECK_STATUS(accalloc_pool_checkpoint(1, pool, NULL), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    }
     CHECK_STATUS(accalloc_free(outside), ACCALLOC_OK);
 
     /* The pool is live: empty_cache gives back the default segment only; emptyCache(pool) nothing. */

@@ -416,6 +416,24 @@ static void test_pools(AccallocDeviceType type)
     EXPECT(accalloc_pool_info_on(type, 0, pool, &uses, &segments), ACCALLOC_OK);
     CHECK_EQ(uses, 2);
     CHECK_EQ(segments, 1);
+    {
+        /* Its live allocations, and a checkpoint put back once p is freed: p is handed out again. */
+        void *live[2] = {NULL, NULL}, *freed[1] = {NULL}, *made[1] = {NULL};
+        size_t count = 0, freed_count = 9, made_count = 9, sizes[1] = {0};
+        AccallocPoolCheckpoint *checkpoint = NULL;
+        EXPECT(accalloc_pool_live_allocations_on(type, 0, pool, live, 2, &count), ACCALLOC_OK);
+        CHECK_EQ(count, 1);
+        CHECK_EQ((uintptr_t)live[0], (uintptr_t)p);
+        EXPECT(accalloc_pool_checkpoint_on(type, 0, pool, &checkpoint), ACCALLOC_OK);
+        EXPECT(accalloc_free(p), ACCALLOC_OK);
+        EXPECT(accalloc_pool_checkpoint_restore(checkpoint, freed, 1, &freed_count, made, sizes, 1, &made_count),
+               ACCALLOC_OK);
+        CHECK_EQ(freed_count, 0);
+        CHECK_EQ(made_count, 1);
+        CHECK_EQ((uintptr_t)made[0], (uintptr_t)p);
+        CHECK_EQ(sizes[0], 4096);
+        EXPECT(accalloc_pool_checkpoint_destroy(checkpoint), ACCALLOC_OK);
+    }
     EXPECT(accalloc_free(p), ACCALLOC_OK);
     EXPECT(accalloc_free(q), ACCALLOC_OK);
     EXPECT(accalloc_pool_empty_cache_on(type, 0, pool, 1), ACCALLOC_OK); /* live, emptied anyway */

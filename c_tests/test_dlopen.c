@@ -56,6 +56,12 @@ typedef AccallocStatus (*pool_create_with_allocator_fn)(int32_t, int32_t, int32_
 typedef AccallocStatus (*pool_id_fn)(int32_t, AccallocPoolId);
 typedef AccallocStatus (*pool_pause_fn)(int32_t, AccallocPoolId, int32_t);
 typedef AccallocStatus (*pool_paused_bytes_fn)(int32_t, AccallocPoolId, int64_t *);
+typedef AccallocStatus (*pool_live_allocations_fn)(int32_t, AccallocPoolId, void **, size_t, size_t *);
+typedef AccallocStatus (*pool_checkpoint_fn)(int32_t, AccallocPoolId, AccallocPoolCheckpoint **);
+typedef AccallocStatus (*pool_checkpoint_allocations_fn)(const AccallocPoolCheckpoint *, size_t *);
+typedef AccallocStatus (*pool_checkpoint_restore_fn)(const AccallocPoolCheckpoint *, void **, size_t, size_t *, void **,
+                                                     size_t *, size_t, size_t *);
+typedef AccallocStatus (*pool_checkpoint_destroy_fn)(AccallocPoolCheckpoint *);
 typedef AccallocStatus (*planner_stats_fn)(int32_t, AccallocPlannerStats *);
 typedef AccallocStatus (*pool_paused_at_fn)(int32_t, const void *, size_t, AccallocPoolId *);
 typedef AccallocStatus (*pool_create_with_functions_fn)(int32_t, int32_t, int32_t, AccallocPluggableAlloc,
@@ -211,6 +217,11 @@ int main(int argc, char **argv)
     pool_id_fn p_pool_retain, p_pool_set_sleepable, p_pool_resume;
     pool_pause_fn p_pool_pause;
     pool_paused_bytes_fn p_pool_paused_bytes;
+    pool_live_allocations_fn p_pool_live_allocations;
+    pool_checkpoint_fn p_pool_checkpoint;
+    pool_checkpoint_allocations_fn p_pool_checkpoint_allocations;
+    pool_checkpoint_restore_fn p_pool_checkpoint_restore;
+    pool_checkpoint_destroy_fn p_pool_checkpoint_destroy;
     planner_stats_fn p_planner_stats;
     pool_paused_at_fn p_pool_paused_at;
     int64_t paused = -2;
@@ -294,6 +305,11 @@ int main(int argc, char **argv)
     TYPECHECK(pool_id_fn, accalloc_pool_resume);
     TYPECHECK(pool_pause_fn, accalloc_pool_pause);
     TYPECHECK(pool_paused_bytes_fn, accalloc_pool_paused_bytes);
+    TYPECHECK(pool_live_allocations_fn, accalloc_pool_live_allocations);
+    TYPECHECK(pool_checkpoint_fn, accalloc_pool_checkpoint);
+    TYPECHECK(pool_checkpoint_allocations_fn, accalloc_pool_checkpoint_allocations);
+    TYPECHECK(pool_checkpoint_restore_fn, accalloc_pool_checkpoint_restore);
+    TYPECHECK(pool_checkpoint_destroy_fn, accalloc_pool_checkpoint_destroy);
     TYPECHECK(planner_stats_fn, accalloc_planner_stats);
     TYPECHECK(pool_paused_at_fn, accalloc_pool_paused_at);
     TYPECHECK(pool_create_with_functions_fn, accalloc_pool_create_with_functions);
@@ -366,6 +382,11 @@ int main(int argc, char **argv)
     LOAD(p_pool_resume, "accalloc_pool_resume");
     LOAD(p_pool_pause, "accalloc_pool_pause");
     LOAD(p_pool_paused_bytes, "accalloc_pool_paused_bytes");
+    LOAD(p_pool_live_allocations, "accalloc_pool_live_allocations");
+    LOAD(p_pool_checkpoint, "accalloc_pool_checkpoint");
+    LOAD(p_pool_checkpoint_allocations, "accalloc_pool_checkpoint_allocations");
+    LOAD(p_pool_checkpoint_restore, "accalloc_pool_checkpoint_restore");
+    LOAD(p_pool_checkpoint_destroy, "accalloc_pool_checkpoint_destroy");
     LOAD(p_planner_stats, "accalloc_planner_stats");
     LOAD(p_pool_paused_at, "accalloc_pool_paused_at");
     LOAD(p_pool_create_with_functions, "accalloc_pool_create_with_functions");
@@ -511,6 +532,26 @@ int main(int argc, char **argv)
     CHECK_STATUS(p_pool_begin(0, pool, ACCALLOC_ROUTE_THREAD, NULL), ACCALLOC_OK);
     CHECK_STATUS(p_malloc(&ptr, 1000, 0, NULL), ACCALLOC_OK);
     CHECK_STATUS(p_pool_end(0, pool), ACCALLOC_OK);
+    {
+        /* Its one live allocation; a checkpoint put back after its free hands it out again. */
+        void *live[1] = {NULL}, *made[1] = {NULL};
+        size_t count = 0, freed_count = 9, made_count = 9, sizes[1] = {0};
+        AccallocPoolCheckpoint *checkpoint = NULL;
+        CHECK_STATUS(p_pool_live_allocations(0, pool, live, 1, &count), ACCALLOC_OK);
+        CHECK_EQ(count, 1);
+        CHECK(live[0] == ptr);
+        CHECK_STATUS(p_pool_checkpoint(0, pool, &checkpoint), ACCALLOC_OK);
+        CHECK_STATUS(p_pool_checkpoint_allocations(checkpoint, &count), ACCALLOC_OK);
+        CHECK_EQ(count, 1);
+        CHECK_STATUS(p_free(ptr), ACCALLOC_OK);
+        CHECK_STATUS(p_pool_checkpoint_restore(checkpoint, NULL, 0, &freed_count, made, sizes, 1, &made_count),
+                     ACCALLOC_OK);
+        CHECK_EQ(freed_count, 0);
+        CHECK_EQ(made_count, 1);
+        CHECK(made[0] == ptr);
+        CHECK_EQ(sizes[0], 1024);
+        CHECK_STATUS(p_pool_checkpoint_destroy(checkpoint), ACCALLOC_OK);
+    }
     CHECK_STATUS(p_free(ptr), ACCALLOC_OK);
     CHECK_STATUS(p_empty_cache(), ACCALLOC_OK);
     CHECK_STATUS(p_pool_info(0, pool, &uses, &held), ACCALLOC_OK);

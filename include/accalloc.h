@@ -154,6 +154,12 @@ typedef enum AccallocSegmentAction {
 } AccallocSegmentAction;
 
 /**
+ * A private pool's layout at one moment (its segments, and which blocks were handed out), taken
+ * by accalloc_pool_checkpoint_on and freed by accalloc_pool_checkpoint_destroy. Opaque.
+ */
+typedef struct AccallocPoolCheckpoint AccallocPoolCheckpoint;
+
+/**
  * A kind of accelerator. Built-in values are ACCALLOC_DEVICE_HOST and ACCALLOC_DEVICE_CUDA.
  */
 typedef int32_t AccallocDeviceType;
@@ -1001,6 +1007,70 @@ void accalloc_pluggable_set_memory_fraction(double fraction, int32_t device);
  * PyTorch's record_stream hook, called by Tensor.record_stream().
  */
 void accalloc_pluggable_record_stream(void *ptr, void *stream);
+
+/**
+ * Take a checkpoint of `pool` on `device` into `*out`: accalloc_pool_checkpoint_on on the current
+ * accelerator.
+ */
+enum AccallocStatus accalloc_pool_checkpoint(int32_t device,
+                                             struct AccallocPoolId pool,
+                                             struct AccallocPoolCheckpoint **out);
+
+/**
+ * Take a checkpoint of `pool` on `device` of the accelerator of `device_type` into `*out`, to put
+ * back later with accalloc_pool_checkpoint_restore (PyTorch's getCheckpointState). Nothing in the
+ * pool changes.
+ *
+ * Errors: ACCALLOC_ERROR_INVALID_ARGUMENT (out is NULL; the pool does not exist, is paused, or has
+ * a freed block still waiting for another stream's work: synchronize first),
+ * ACCALLOC_ERROR_INVALID_DEVICE.
+ */
+enum AccallocStatus accalloc_pool_checkpoint_on(AccallocDeviceType device_type,
+                                                int32_t device,
+                                                struct AccallocPoolId pool,
+                                                struct AccallocPoolCheckpoint **out);
+
+/**
+ * Store in `*count` how many blocks `checkpoint` holds as handed out: how many
+ * accalloc_pool_checkpoint_restore hands out again.
+ *
+ * Errors: ACCALLOC_ERROR_INVALID_ARGUMENT (checkpoint or count is NULL).
+ */
+enum AccallocStatus accalloc_pool_checkpoint_allocations(const struct AccallocPoolCheckpoint *checkpoint,
+                                                         size_t *count);
+
+/**
+ * Put `checkpoint` back into its pool (PyTorch's setCheckpointPoolState): the pool's live
+ * allocations are freed, and the blocks handed out at the checkpoint are handed out again at their
+ * addresses, now the caller's to free. Statistics move as PyTorch's: the frees, then each
+ * checkpointed block handed out (its size asked for) and those free at the checkpoint freed again;
+ * no segment is taken or given back.
+ *
+ * The addresses freed go to `freed` (room for `freed_capacity`; their number to `*freed_count`), the
+ * blocks handed out to `allocated` and their sizes to `allocated_sizes` (room for
+ * `allocated_capacity` each; their number to `*allocated_count`). An address may be in both lists.
+ * With accalloc_pool_live_allocations_on and accalloc_pool_checkpoint_allocations the caller knows
+ * the room needed; with too little, nothing changes.
+ *
+ * Refused with nothing changed, ACCALLOC_ERROR_INVALID_ARGUMENT: a required pointer is NULL (an
+ * array may be NULL with a capacity of 0), too little room, the pool is gone, released (no use
+ * left) or paused, one of its blocks is used by or waits for another stream (synchronize and free it
+ * first), or a checkpointed segment is no longer the pool's as it was. ACCALLOC_ERROR_INVALID_DEVICE.
+ */
+enum AccallocStatus accalloc_pool_checkpoint_restore(const struct AccallocPoolCheckpoint *checkpoint,
+                                                     void **freed,
+                                                     size_t freed_capacity,
+                                                     size_t *freed_count,
+                                                     void **allocated,
+                                                     size_t *allocated_sizes,
+                                                     size_t allocated_capacity,
+                                                     size_t *allocated_count);
+
+/**
+ * Free a checkpoint accalloc_pool_checkpoint_on made (NULL: nothing to do). Its pool is not
+ * touched.
+ */
+enum AccallocStatus accalloc_pool_checkpoint_destroy(struct AccallocPoolCheckpoint *checkpoint);
 
 /**
  * Make a private pool on `device` (-1: current) of the current accelerator, with one use, and

@@ -89,3 +89,22 @@ def test_sleep_and_wake_on_cuda_with_use_for_cuda():
         print("cuda sleep ok")
     """)
     assert code == 0 and "cuda sleep ok" in out, out
+
+
+def test_torch_compile_reduce_overhead_through_use_for_cuda():
+    """CUDA graph trees through accalloc: the pool's live blocks checked, checkpoints taken and put
+    back (scripts/gpu/compile_reduce_overhead.py: an inference loop, and a training loop whose second
+    module changes, so that a graph is recorded after a replay), eager's results at every step."""
+    pytest.importorskip("triton", reason="torch.compile's CUDA graphs need Triton")
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "scripts" / "gpu" / "compile_reduce_overhead.py"
+    if not script.exists():
+        pytest.skip(f"{script} is not in this checkout")
+    done = subprocess.run([sys.executable, str(script), "accalloc"], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "ACCALLOC_DEVICE": "cuda"})
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert "accalloc: training: eager's outputs at every step" in done.stdout, done.stdout

@@ -18,6 +18,7 @@ pub mod ort;
 pub mod pinned_host;
 pub mod planned;
 pub mod pluggable;
+pub mod pool_checkpoint;
 pub mod pools;
 pub mod settings;
 pub mod sleep;

@@ -5,9 +5,10 @@ use super::ownership::IndexedBackend;
 use super::{trace_log, Accelerator};
 use crate::backend::Backend;
 use crate::backend::StreamId;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::trace::PoolCall;
 use accalloc_core::caching::pools::{MempoolId, Route, StreamFilter};
+use accalloc_core::caching::{PoolCheckpoint, Restored};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -192,5 +193,36 @@ impl Accelerator {
         Ok(allocator
             .pool_use_count(id)
             .zip(allocator.pool_segment_count(id)))
+    }
+}
+
+impl Accelerator {
+    /// Pool `id`'s layout on `device` now (PyTorch's getCheckpointState).
+    pub fn pool_checkpoint(&self, device: i32, id: MempoolId) -> Result<PoolCheckpoint> {
+        self.lock(self.resolve(device)?)?.pool_checkpoint(id)
+    }
+
+    /// Put `checkpoint` back into its pool on `device` (PyTorch's setCheckpointPoolState), refused
+    /// with nothing changed when more allocations would be freed than `freed_capacity` or handed
+    /// out than `allocated_capacity` (what the caller has room to hear of), or by the core's checks.
+    pub fn restore_pool_checkpoint(
+        &self,
+        device: i32,
+        checkpoint: &PoolCheckpoint,
+        freed_capacity: usize,
+        allocated_capacity: usize,
+    ) -> Result<Restored> {
+        let mut allocator = self.lock(self.resolve(device)?)?;
+        let live = allocator
+            .pool_live_allocations(checkpoint.pool)
+            .map_or(0, |live| live.len());
+        let allocations = checkpoint.allocations().count();
+        if live > freed_capacity || allocations > allocated_capacity {
+            return Err(Error::invalid_argument(format!(
+                "room for {freed_capacity} freed and {allocated_capacity} allocated addresses: putting \
+                 the checkpoint back frees {live} and hands out {allocations}"
+            )));
+        }
+        allocator.restore_pool_checkpoint(checkpoint)
     }
 }

@@ -15,6 +15,7 @@
 #include <unordered_set>
 #include <vector>
 #include <memory>
+#include <mutex>
 #include <string>
 
 namespace {
@@ -46,6 +47,18 @@ int32_t call_filter(void* stream, void* context) {
 }
 
 void delete_filter(void* context) { delete static_cast<StreamFilter*>(context); }
+
+// A graph pool's checkpoint (getCheckpointState), freed with the state.
+struct PoolState final : public c10::cuda::CUDACachingAllocator::AllocatorState {
+  PoolState(AccallocPoolCheckpoint* checkpoint, c10::DeviceIndex device, c10::cuda::MempoolId_t id)
+      : checkpoint(checkpoint), device(device), id(id) {}
+  ~PoolState() override { accalloc_pool_checkpoint_destroy(checkpoint); }
+  PoolState(const PoolState&) = delete;
+  PoolState& operator=(const PoolState&) = delete;
+  AccallocPoolCheckpoint* checkpoint;
+  c10::DeviceIndex device;
+  c10::cuda::MempoolId_t id;
+};
 
 struct AccallocCudaAllocator final : public torch::cuda::CUDAPluggableAllocator::CUDAPluggableAllocator {
   AccallocCudaAllocator() : CUDAPluggableAllocator(&cuda_malloc, &cuda_free) {
@@ -124,6 +137,55 @@ struct AccallocCudaAllocator final : public torch::cuda::CUDAPluggableAllocator:
       }
     }
     return true;
+  }
+
+  // CUDA graph trees checkpoint the graph pool after each recording, and put it back when they record
+  // again after a replay (whose outputs the allocator never handed out).
+  std::shared_ptr<c10::cuda::CUDACachingAllocator::AllocatorState> getCheckpointState(
+      c10::DeviceIndex device, c10::cuda::MempoolId_t id) override {
+    AccallocPoolCheckpoint* checkpoint = nullptr;
+    accalloc_torch::check(accalloc_pool_checkpoint_on(kCuda, device, pool_id(id), &checkpoint),
+                          "accalloc_pool_checkpoint");
+    return std::make_shared<PoolState>(checkpoint, device, id);
+  }
+
+  c10::cuda::CUDACachingAllocator::CheckpointDelta setCheckpointPoolState(
+      c10::DeviceIndex device, std::shared_ptr<c10::cuda::CUDACachingAllocator::AllocatorState> state) override {
+    auto* pool_state = dynamic_cast<PoolState*>(state.get());
+    TORCH_CHECK(pool_state != nullptr, "accalloc: setCheckpointPoolState takes a state accalloc's getCheckpointState made");
+    size_t live = 0, allocations = 0;
+    accalloc_torch::check(
+        accalloc_pool_live_allocations_on(kCuda, device, pool_id(pool_state->id), nullptr, 0, &live),
+        "accalloc_pool_live_allocations");
+    accalloc_torch::check(accalloc_pool_checkpoint_allocations(pool_state->checkpoint, &allocations),
+                          "accalloc_pool_checkpoint_allocations");
+    std::vector<void*> freed(live), allocated(allocations);
+    std::vector<size_t> sizes(allocations);
+    size_t freed_count = 0, allocated_count = 0;
+    accalloc_torch::check(accalloc_pool_checkpoint_restore(pool_state->checkpoint, freed.data(), freed.size(),
+                                                           &freed_count, allocated.data(), sizes.data(),
+                                                           allocated.size(), &allocated_count),
+                          "accalloc_pool_checkpoint_restore");
+    c10::cuda::CUDACachingAllocator::CheckpointDelta delta;
+    delta.ptrs_freed.assign(freed.begin(), freed.begin() + static_cast<std::ptrdiff_t>(freed_count));
+    {
+      // The pluggable allocator frees by its own records (size, device, stream): the freed blocks
+      // leave them, and the blocks handed out again join them (the stream is not used by accalloc's
+      // free), so that their DataPtrs free as any other.
+      const std::lock_guard<std::mutex> lock(allocator_mutex_);
+      for (void* ptr : delta.ptrs_freed) {
+        allocation_metadata_.erase(ptr);
+      }
+      for (size_t i = 0; i < allocated_count; ++i) {
+        allocation_metadata_[allocated[i]] = torch::cuda::CUDAPluggableAllocator::_AllocationMetadata(
+            sizes[i], device, nullptr);
+      }
+    }
+    for (size_t i = 0; i < allocated_count; ++i) {
+      delta.dataptrs_allocd.emplace_back(allocated[i], allocated[i], raw_deleter(),
+                                         c10::Device(c10::DeviceType::CUDA, device));
+    }
+    return delta;
   }
 
   c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override {

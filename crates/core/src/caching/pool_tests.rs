@@ -703,7 +703,10 @@ fn a_checkpoint_put_back_frees_the_live_blocks_and_hands_out_the_checkpointed_on
     );
     assert_eq!(checkpoint.segments.len(), 2);
     assert_eq!(
-        checkpoint.segments[0].blocks.last().map(|b| (b.size, b.allocated)),
+        checkpoint.segments[0]
+            .blocks
+            .last()
+            .map(|b| (b.size, b.allocated)),
         Some(((2 << 20) - 4096, false))
     );
     // The tree moves on: two blocks go, a new one comes after the checkpointed ones.
@@ -712,7 +715,11 @@ fn a_checkpoint_put_back_frees_the_live_blocks_and_hands_out_the_checkpointed_on
     a.begin_allocate_to_pool(graph, Route::Stream(1)).unwrap();
     let later = a.malloc(2000, 1).unwrap();
     a.end_allocate_to_pool(graph).unwrap();
-    assert_eq!(later, first + 4096, "1 KiB at `first` is too small for 2 KiB");
+    assert_eq!(
+        later,
+        first + 4096,
+        "1 KiB at `first` is too small for 2 KiB"
+    );
     let before = a.stats();
     assert_eq!(before.allocated_bytes[ALL].current, 5 * KIB);
 
@@ -722,10 +729,17 @@ fn a_checkpoint_put_back_frees_the_live_blocks_and_hands_out_the_checkpointed_on
         restored.allocated,
         [(first, 1024), (second, 3072), (big, 5 << 20)]
     );
-    assert_eq!(a.pool_live_allocations(graph), Some(vec![first, second, big]));
+    assert_eq!(
+        a.pool_live_allocations(graph),
+        Some(vec![first, second, big])
+    );
     let s = a.stats();
     assert_eq!(s.allocated_bytes[ALL].current, 4 * KIB + 5 * MIB);
-    assert_eq!(s.requested_bytes[ALL].current, 4 * KIB + 5 * MIB, "each block's size asked for");
+    assert_eq!(
+        s.requested_bytes[ALL].current,
+        4 * KIB + 5 * MIB,
+        "each block's size asked for"
+    );
     assert_eq!(s.allocation[ALL].current, 3);
     // No segment moved; each segment has one free rest: the inactive splits.
     assert_eq!(s.segment[ALL].current, 2);
@@ -736,8 +750,15 @@ fn a_checkpoint_put_back_frees_the_live_blocks_and_hands_out_the_checkpointed_on
         (2 * MIB - 4 * KIB) + 15 * MIB
     );
     // allocation.allocated: 4 mallocs, then 3 blocks handed out and the 2 rests handed out and freed.
-    assert_eq!(s.allocation[ALL].allocated, before.allocation[ALL].allocated + 5);
-    assert_eq!(a.pool_checkpoint(graph).unwrap(), checkpoint, "the same layout again");
+    assert_eq!(
+        s.allocation[ALL].allocated,
+        before.allocation[ALL].allocated + 5
+    );
+    assert_eq!(
+        a.pool_checkpoint(graph).unwrap(),
+        checkpoint,
+        "the same layout again"
+    );
 
     // The restored blocks are the caller's: freed as any other.
     for ptr in [first, second, big] {
@@ -796,7 +817,10 @@ fn a_checkpoint_that_cannot_be_put_back_is_refused_and_nothing_changes() {
     a.free(q).unwrap();
     assert_eq!(backend.live_events(), 1);
     let waits = a.pool_checkpoint(graph).unwrap_err();
-    assert!(waits.to_string().contains("waits for another stream"), "{waits}");
+    assert!(
+        waits.to_string().contains("waits for another stream"),
+        "{waits}"
+    );
     refused(&mut a, &checkpoint, "waits for another stream");
     backend.complete_stream(2);
     let elsewhere = a.malloc(1000, 0).unwrap(); // a request takes the event: q's block is free

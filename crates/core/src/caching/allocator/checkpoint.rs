@@ -177,7 +177,10 @@ impl CachingAllocator {
             let mut handed = Vec::with_capacity(segment.blocks.len());
             for block in &segment.blocks {
                 let found = self.blocks[rest];
-                debug_assert_eq!(found.ptr, block.ptr, "the free rest starts at the next block");
+                debug_assert_eq!(
+                    found.ptr, block.ptr,
+                    "the free rest starts at the next block"
+                );
                 self.pool_mut(found.private, found.pool)
                     .remove_key(&BlockPool::key(&found));
                 // The block handed out takes the front; `rest` keeps what is left, cached again.
