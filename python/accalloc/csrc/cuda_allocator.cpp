@@ -139,6 +139,21 @@ struct AccallocCudaAllocator final : public torch::cuda::CUDAPluggableAllocator:
     return true;
   }
 
+  // Every DataPtr's deleter (the pluggable allocator's raw_deleter) and torch's raw frees come here.
+  // The pluggable allocator would free by its own records of each block, which the blocks a
+  // checkpoint hands out again are not in (and whose type libtorch_cuda does not export): accalloc
+  // needs no record to free a block.
+  void raw_delete(void* ptr) override {
+    if (ptr == nullptr) {
+      return;
+    }
+    {
+      const std::lock_guard<std::mutex> lock(allocator_mutex_);
+      allocation_metadata_.erase(ptr);
+    }
+    accalloc_torch::free_block(ptr);
+  }
+
   // CUDA graph trees checkpoint the graph pool after each recording, and put it back when they record
   // again after a replay (whose outputs the allocator never handed out).
   std::shared_ptr<c10::cuda::CUDACachingAllocator::AllocatorState> getCheckpointState(
@@ -169,16 +184,11 @@ struct AccallocCudaAllocator final : public torch::cuda::CUDAPluggableAllocator:
     c10::cuda::CUDACachingAllocator::CheckpointDelta delta;
     delta.ptrs_freed.assign(freed.begin(), freed.begin() + static_cast<std::ptrdiff_t>(freed_count));
     {
-      // The pluggable allocator frees by its own records (size, device, stream): the freed blocks
-      // leave them, and the blocks handed out again join them (the stream is not used by accalloc's
-      // free), so that their DataPtrs free as any other.
+      // The freed blocks leave the pluggable allocator's records; the blocks handed out again need
+      // none (raw_delete below frees without them).
       const std::lock_guard<std::mutex> lock(allocator_mutex_);
       for (void* ptr : delta.ptrs_freed) {
         allocation_metadata_.erase(ptr);
-      }
-      for (size_t i = 0; i < allocated_count; ++i) {
-        allocation_metadata_[allocated[i]] = torch::cuda::CUDAPluggableAllocator::_AllocationMetadata(
-            sizes[i], device, nullptr);
       }
     }
     for (size_t i = 0; i < allocated_count; ++i) {
