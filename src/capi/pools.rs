@@ -23,6 +23,14 @@ impl AccallocPoolId {
     }
 }
 
+/// The error of a call naming a pool that does not exist.
+fn no_such_pool(pool: AccallocPoolId) -> Error {
+    Error::invalid_argument(format!(
+        "pool ({}, {}) does not exist",
+        pool.first, pool.second
+    ))
+}
+
 /// Route to the pool the allocations of the calling thread, on any stream (use_mem_pool).
 pub const ACCALLOC_ROUTE_THREAD: i32 = 0;
 /// Route to the pool the allocations on one stream, from any thread (a graph capture).
@@ -333,12 +341,7 @@ pub unsafe extern "C" fn accalloc_pool_live_allocations_on(
         }
         let live = on(device_type)?
             .pool_live_allocations(device, pool.pair())?
-            .ok_or_else(|| {
-                Error::invalid_argument(format!(
-                    "pool ({}, {}) does not exist",
-                    pool.first, pool.second
-                ))
-            })?;
+            .ok_or_else(|| no_such_pool(pool))?;
         for (i, &address) in live.iter().take(capacity).enumerate() {
             // SAFETY: out holds `capacity` writable pointers (the header's contract).
             unsafe { *out.add(i) = address as *mut c_void };
@@ -379,12 +382,7 @@ pub unsafe extern "C" fn accalloc_pool_reserved_bytes_on(
     guard(|| {
         let slots = on(device_type)?
             .pool_reserved_bytes(device, pool.pair())?
-            .ok_or_else(|| {
-                Error::invalid_argument(format!(
-                    "pool ({}, {}) does not exist",
-                    pool.first, pool.second
-                ))
-            })?;
+            .ok_or_else(|| no_such_pool(pool))?;
         for (out, slot) in [all, small_pool, large_pool].into_iter().zip(&slots) {
             // SAFETY: a non-NULL out-pointer is valid for a write (the header's contract).
             if let Some(out) = unsafe { out.as_mut() } {
