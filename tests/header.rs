@@ -85,6 +85,8 @@ fn header_declares_every_exported_function() {
         "accalloc_pool_paused_bytes",
         "accalloc_planner_stats",
         "accalloc_pool_paused_at",
+        "accalloc_pool_live_allocations",
+        "accalloc_pool_checkpoint",
     ];
     // Functions that do not depend on the accelerator.
     let global = [
@@ -114,6 +116,10 @@ fn header_declares_every_exported_function() {
         "accalloc_host_free",
         "accalloc_host_record_stream",
         "accalloc_host_is_pinned",
+        // A checkpoint knows its accelerator.
+        "accalloc_pool_checkpoint_allocations",
+        "accalloc_pool_checkpoint_restore",
+        "accalloc_pool_checkpoint_destroy",
     ];
     let mut required: Vec<String> = global.iter().map(|s| s.to_string()).collect();
     for name in per_accelerator {
