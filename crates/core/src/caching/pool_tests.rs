@@ -839,3 +839,132 @@ fn a_checkpoint_that_cannot_be_put_back_is_refused_and_nothing_changes() {
     refused(&mut a, &checkpoint, "does not exist");
     a.check_invariants().unwrap();
 }
+
+/// Whatever a graph pool's program does (requests, frees, checkpoints taken and put back, with
+/// ordinary and expandable segments, with the default pools busy beside it), a checkpoint put back
+/// leaves exactly its blocks live in the pool, and a refused one changes nothing; the invariants'
+/// recount holds after every step and the books come back to zero.
+fn checkpoints_keep_the_books(expandable: bool, ops: &[(u8, usize, usize)]) {
+    let backend = Arc::new(SimulatedBackend::new(1, 1 << 32));
+    let config = if expandable {
+        super::settings::parse_settings("expandable_segments:True", &CachingConfig::default())
+            .unwrap()
+    } else {
+        CachingConfig::default()
+    };
+    let mut a = CachingAllocator::new(backend, 0, config).unwrap();
+    let graph = (1, 0);
+    a.begin_allocate_to_pool(graph, Route::Stream(1)).unwrap();
+    let (mut in_pool, mut outside): (Vec<usize>, Vec<usize>) = (Vec::new(), Vec::new());
+    let mut checkpoints: Vec<PoolCheckpoint> = Vec::new();
+    for &(op, size, pick) in ops {
+        match op % 6 {
+            0 | 1 => in_pool.push(a.malloc(size, 1).unwrap()),
+            2 => outside.push(a.malloc(size, 0).unwrap()),
+            3 if !in_pool.is_empty() => {
+                let ptr = in_pool.swap_remove(pick % in_pool.len());
+                a.free(ptr).unwrap();
+            }
+            3 if !outside.is_empty() => {
+                let ptr = outside.swap_remove(pick % outside.len());
+                a.free(ptr).unwrap();
+            }
+            4 => {
+                let checkpoint = a.pool_checkpoint(graph).unwrap();
+                let mut live = in_pool.clone();
+                live.sort_unstable();
+                let held: Vec<usize> = checkpoint.allocations().map(|(ptr, _)| ptr).collect();
+                assert_eq!(held, live, "a checkpoint holds the pool's live blocks");
+                checkpoints.push(checkpoint);
+            }
+            5 if !checkpoints.is_empty() => {
+                let checkpoint = &checkpoints[pick % checkpoints.len()];
+                let before = (a.stats(), a.pool_live_allocations(graph));
+                match a.restore_pool_checkpoint(checkpoint) {
+                    Ok(restored) => {
+                        let mut freed = in_pool.clone();
+                        freed.sort_unstable();
+                        assert_eq!(restored.freed, freed);
+                        in_pool = checkpoint.allocations().map(|(ptr, _)| ptr).collect();
+                        in_pool.sort_unstable();
+                        assert_eq!(a.pool_live_allocations(graph), Some(in_pool.clone()));
+                        // The checkpointed segments as they were; those made since, wholly free.
+                        let now = a.pool_checkpoint(graph).unwrap();
+                        for segment in &now.segments {
+                            match checkpoint
+                                .segments
+                                .iter()
+                                .find(|s| s.address == segment.address)
+                            {
+                                // Its blocks again, and free space after them where it grew.
+                                Some(then) => {
+                                    let n = then.blocks.len();
+                                    assert_eq!(segment.blocks[..n - 1], then.blocks[..n - 1]);
+                                    let (last, was) = (segment.blocks[n - 1], then.blocks[n - 1]);
+                                    assert_eq!(
+                                        (last.ptr, last.allocated),
+                                        (was.ptr, was.allocated)
+                                    );
+                                    assert!(
+                                        last.size == was.size
+                                            || !last.allocated && segment.blocks.len() == n
+                                    );
+                                    assert!(
+                                        segment.blocks.len() <= n + 1
+                                            && segment.blocks[n..].iter().all(|b| !b.allocated)
+                                    );
+                                }
+                                None => assert!(
+                                    segment.blocks.iter().all(|b| !b.allocated)
+                                        && segment.blocks.len() == 1,
+                                    "{segment:?}"
+                                ),
+                            }
+                        }
+                        assert!(checkpoint
+                            .segments
+                            .iter()
+                            .all(|s| now.segments.iter().any(|n| n.address == s.address)));
+                    }
+                    Err(error) => {
+                        assert_eq!(error.kind, ErrorKind::InvalidArgument, "{error}");
+                        assert_eq!(
+                            (a.stats(), a.pool_live_allocations(graph)),
+                            before,
+                            "{error}"
+                        );
+                    }
+                }
+            }
+            _ => {}
+        }
+        a.check_invariants().unwrap();
+    }
+    for ptr in in_pool.into_iter().chain(outside) {
+        a.free(ptr).unwrap();
+    }
+    a.end_allocate_to_pool(graph).unwrap();
+    a.release_pool(graph).unwrap();
+    a.empty_cache().unwrap();
+    let s = a.stats();
+    assert_eq!(
+        (
+            s.allocated_bytes[ALL].current,
+            s.reserved_bytes[ALL].current
+        ),
+        (0, 0)
+    );
+    a.check_invariants().unwrap();
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 48, ..Default::default() })]
+
+    #[test]
+    fn checkpoints_put_back_keep_the_books(
+        expandable in proptest::prelude::any::<bool>(),
+        ops in proptest::collection::vec((0u8..6, 1usize..(24 << 20), 0usize..1000), 1..80),
+    ) {
+        checkpoints_keep_the_books(expandable, &ops);
+    }
+}

@@ -7,7 +7,7 @@
 //!
 //! Putting back checks everything first and changes nothing when it refuses: the pool exists and is
 //! in use, no block of it waits for a stream, and each checkpointed segment is still the pool's,
-//! with the same address, size and stream. Statistics move as PyTorch's do: the live blocks are
+//! with the same address and stream and at least its size (an expandable segment may have grown). Statistics move as PyTorch's do: the live blocks are
 //! freed, then every checkpointed block is handed out in turn (its size asked for) and those free
 //! at the checkpoint are freed again; no segment is taken or given back.
 
@@ -155,10 +155,15 @@ impl CachingAllocator {
                 }
                 end += block.size;
             }
-            if now.get(&segment.address) != Some(&(segment.size(), segment.stream)) {
+            // An expandable segment may have grown since (its blocks then end in more free space,
+            // as PyTorch's would); one that lost pages or went is refused.
+            let still = now
+                .get(&segment.address)
+                .is_some_and(|&(size, stream)| size >= segment.size() && stream == segment.stream);
+            if !still {
                 return Err(Error::invalid_argument(format!(
                     "the checkpoint's segment at {:#x} ({} bytes, stream {:#x}) is no longer pool \
-                     ({}, {})'s as it was (released, grown or shrunk since)",
+                     ({}, {})'s as it was (released or shrunk since)",
                     segment.address,
                     segment.size(),
                     segment.stream,
