@@ -805,6 +805,9 @@ fn a_checkpoint_that_cannot_be_put_back_is_refused_and_nothing_changes() {
     let mut gapped = checkpoint.clone();
     gapped.segments[0].blocks[1].ptr += 512;
     refused(&mut a, &gapped, "end to end");
+    let mut twice = checkpoint.clone();
+    twice.segments.push(twice.segments[0].clone());
+    refused(&mut a, &twice, "twice");
     let mut other_pool = checkpoint.clone();
     other_pool.pool = (7, 0);
     refused(&mut a, &other_pool, "does not exist");

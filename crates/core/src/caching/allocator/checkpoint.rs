@@ -143,6 +143,14 @@ impl CachingAllocator {
                 }
             })
             .collect::<Result<_>>()?;
+        let mut addresses: Vec<usize> = checkpoint.segments.iter().map(|s| s.address).collect();
+        addresses.sort_unstable();
+        if let Some(twice) = addresses.windows(2).find(|pair| pair[0] == pair[1]) {
+            return Err(Error::invalid_argument(format!(
+                "the checkpoint holds the segment at {:#x} twice",
+                twice[0]
+            )));
+        }
         for segment in &checkpoint.segments {
             let mut end = segment.address;
             for block in &segment.blocks {
