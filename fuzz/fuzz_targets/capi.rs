@@ -10,6 +10,7 @@
 use accalloc::capi::device::*;
 use accalloc::capi::memory::*;
 use accalloc::capi::pinned_host::*;
+use accalloc::capi::pool_checkpoint::*;
 use accalloc::capi::pools::*;
 use accalloc::capi::planned::{accalloc_planner_stats, AccallocPlannerStats};
 use accalloc::capi::settings::{accalloc_set_allocator_settings, accalloc_set_allocator_settings_on};
@@ -275,6 +276,43 @@ fuzz_target!(|data: &[u8]| {
                                     let mut at = AccallocPoolId { first: 0, second: 0 };
                                     ok_or_expected(accalloc_pool_paused_at(device, p as *const c_void, (arg >> 24) as usize, &mut at));
                                 }
+                            }
+                        }
+                        7 if !pools.is_empty() => {
+                            // A checkpoint of a pool, put back after the program moved on (a block
+                            // freed or not), with room for what it frees or one short of it (then
+                            // refused, nothing changed): the blocks it frees leave `live`, those it
+                            // hands out again join it, never one that is live already.
+                            let entry = pools[pick % pools.len()];
+                            let mut checkpoint: *mut AccallocPoolCheckpoint = std::ptr::null_mut();
+                            let status = accalloc_pool_checkpoint(entry.0, entry.1, &mut checkpoint);
+                            ok_or_expected(status);
+                            if status == AccallocStatus::ACCALLOC_OK {
+                                if (arg >> 16) & 1 == 1 && !live.is_empty() {
+                                    let p = live.swap_remove(pick % live.len());
+                                    ok_or_expected(accalloc_free(p as *mut c_void));
+                                }
+                                let (mut now_live, mut held) = (0usize, 0usize);
+                                ok_or_expected(accalloc_pool_live_allocations(entry.0, entry.1, std::ptr::null_mut(), 0, &mut now_live));
+                                ok_or_expected(accalloc_pool_checkpoint_allocations(checkpoint, &mut held));
+                                let mut freed = vec![std::ptr::null_mut(); now_live];
+                                let (mut made, mut sizes) = (vec![std::ptr::null_mut(); held], vec![0usize; held]);
+                                let room = now_live.saturating_sub(((arg >> 17) & 1) as usize);
+                                let (mut freed_count, mut made_count) = (usize::MAX, usize::MAX);
+                                let status = accalloc_pool_checkpoint_restore(checkpoint, freed.as_mut_ptr(), room, &mut freed_count, made.as_mut_ptr(), sizes.as_mut_ptr(), held, &mut made_count);
+                                ok_or_expected(status);
+                                if status == AccallocStatus::ACCALLOC_OK {
+                                    for &p in &freed[..freed_count] {
+                                        live.retain(|&q| q != p as usize);
+                                    }
+                                    for &p in &made[..made_count] {
+                                        assert!(!live.contains(&(p as usize)), "a block handed out twice");
+                                        live.push(p as usize);
+                                    }
+                                } else {
+                                    assert_eq!((freed_count, made_count), (usize::MAX, usize::MAX), "a refusal wrote");
+                                }
+                                ok_or_expected(accalloc_pool_checkpoint_destroy(checkpoint));
                             }
                         }
                         5 => {
