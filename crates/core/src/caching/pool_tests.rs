@@ -847,21 +847,36 @@ fn a_checkpoint_that_cannot_be_put_back_is_refused_and_nothing_changes() {
 /// ordinary and expandable segments, with the default pools busy beside it), a checkpoint put back
 /// leaves exactly its blocks live in the pool, and a refused one changes nothing; the invariants'
 /// recount holds after every step and the books come back to zero.
-fn checkpoints_keep_the_books(expandable: bool, ops: &[(u8, usize, usize)]) {
+fn checkpoints_keep_the_books(settings: &str, by_thread: bool, ops: &[(u8, usize, usize)]) {
     let backend = Arc::new(SimulatedBackend::new(1, 1 << 32));
-    let config = if expandable {
-        super::settings::parse_settings("expandable_segments:True", &CachingConfig::default())
-            .unwrap()
-    } else {
-        CachingConfig::default()
-    };
+    let config = super::settings::parse_settings(settings, &CachingConfig::default()).unwrap();
     let mut a = CachingAllocator::new(backend, 0, config).unwrap();
     let graph = (1, 0);
-    a.begin_allocate_to_pool(graph, Route::Stream(1)).unwrap();
+    // Routed by stream (a capture, begun throughout: no trimming) or by thread (use_mem_pool, begun
+    // for each of its requests: the trim line may unmap a pool's free pages, and a checkpoint of
+    // them is then refused).
+    let mut uses = 1;
+    let route = || {
+        if by_thread {
+            this_thread()
+        } else {
+            Route::Stream(1)
+        }
+    };
+    a.begin_allocate_to_pool(graph, route()).unwrap();
+    if by_thread {
+        a.end_allocate_to_pool(graph).unwrap();
+    }
     let (mut in_pool, mut outside): (Vec<usize>, Vec<usize>) = (Vec::new(), Vec::new());
     let mut checkpoints: Vec<PoolCheckpoint> = Vec::new();
     for &(op, size, pick) in ops {
         match op % 6 {
+            0 | 1 if by_thread => {
+                a.begin_allocate_to_pool(graph, route()).unwrap();
+                uses += 1;
+                in_pool.push(a.malloc(size, 1).unwrap());
+                a.end_allocate_to_pool(graph).unwrap();
+            }
             0 | 1 => in_pool.push(a.malloc(size, 1).unwrap()),
             2 => outside.push(a.malloc(size, 0).unwrap()),
             3 if !in_pool.is_empty() => {
@@ -946,8 +961,12 @@ fn checkpoints_keep_the_books(expandable: bool, ops: &[(u8, usize, usize)]) {
     for ptr in in_pool.into_iter().chain(outside) {
         a.free(ptr).unwrap();
     }
-    a.end_allocate_to_pool(graph).unwrap();
-    a.release_pool(graph).unwrap();
+    if !by_thread {
+        a.end_allocate_to_pool(graph).unwrap();
+    }
+    for _ in 0..uses {
+        a.release_pool(graph).unwrap();
+    }
     a.empty_cache().unwrap();
     let s = a.stats();
     assert_eq!(
@@ -961,13 +980,18 @@ fn checkpoints_keep_the_books(expandable: bool, ops: &[(u8, usize, usize)]) {
 }
 
 proptest::proptest! {
-    #![proptest_config(proptest::prelude::ProptestConfig { cases: 48, ..Default::default() })]
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 64, ..Default::default() })]
 
     #[test]
     fn checkpoints_put_back_keep_the_books(
-        expandable in proptest::prelude::any::<bool>(),
+        settings in proptest::sample::select(vec![
+            "",
+            "expandable_segments:True",
+            "expandable_segments:True,expandable_trim:True,expandable_trim_slack:0",
+        ]),
+        by_thread in proptest::prelude::any::<bool>(),
         ops in proptest::collection::vec((0u8..6, 1usize..(24 << 20), 0usize..1000), 1..80),
     ) {
-        checkpoints_keep_the_books(expandable, &ops);
+        checkpoints_keep_the_books(settings, by_thread, &ops);
     }
 }
