@@ -81,6 +81,8 @@ else
   echo "== CUDA graphs and torch.cuda.MemPool through use_for_cuda"
   timeout 120 "$python" scripts/gpu/graph_capture.py || status=1
   echo "== torch.compile(mode=\"reduce-overhead\") (CUDA graph trees) through use_for_cuda"
+  echo "== Triton's compile with and without accalloc (scripts/gpu/triton_probe.py)"
+  timeout 300 "$python" scripts/gpu/triton_probe.py || status=1
   for which in pytorch accalloc; do  # Inductor's and Triton's warnings kept out, shown on a failure
     if ! timeout 240 "$python" scripts/gpu/compile_reduce_overhead.py "$which" 2>"$log.stderr"; then
       status=1

@@ -12,9 +12,16 @@ Two loops, each compared with eager PyTorch at every step:
              (the run counts the calls to setCheckpointPoolState and says so).
 Prints one line per loop and "<which>: works" or "<which>: failed: ..."; exits non-zero on a failure.
 Part of scripts/gpu-check.sh and python/tests/test_cuda.py. Needs a GPU and Triton."""
+import os
 import sys
+import tempfile
 
-import torch
+# Empty caches of its own: a kernel another run compiled is compiled again (on the H200 a kernel that
+# failed to compile under accalloc went through when PyTorch's run had cached it).
+for _cache in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
+    os.environ[_cache] = tempfile.mkdtemp(prefix="compile-reduce-overhead-")
+
+import torch  # noqa: E402 - after the caches are chosen
 
 
 def inference(device):
