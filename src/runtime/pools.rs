@@ -212,7 +212,8 @@ impl Accelerator {
         freed_capacity: usize,
         allocated_capacity: usize,
     ) -> Result<Restored> {
-        let mut allocator = self.lock(self.resolve(device)?)?;
+        let index = self.resolve(device)?;
+        let mut allocator = self.lock(index)?;
         let live = allocator
             .pool_live_allocations(checkpoint.pool)
             .map_or(0, |live| live.len());
@@ -223,6 +224,29 @@ impl Accelerator {
                  the checkpoint back frees {live} and hands out {allocations}"
             )));
         }
-        allocator.restore_pool_checkpoint(checkpoint)
+        let restored = allocator.restore_pool_checkpoint(checkpoint)?;
+        // Written with the device held: no other thread's request may take a freed address, and be
+        // written, before these frees are.
+        if trace_log::enabled() {
+            // The blocks handed out again, with their segments' streams (in the checkpoint's order,
+            // as `restored` lists them).
+            let allocated: Vec<(usize, usize, usize)> = checkpoint
+                .segments
+                .iter()
+                .flat_map(|s| {
+                    s.blocks
+                        .iter()
+                        .filter(|b| b.allocated)
+                        .map(move |b| (b.ptr, b.size, s.stream))
+                })
+                .collect();
+            debug_assert!(allocated
+                .iter()
+                .map(|&(ptr, size, _)| (ptr, size))
+                .eq(restored.allocated.iter().copied()));
+            trace_log::pool_restored(index, checkpoint.pool, &restored.freed, &allocated);
+        }
+        drop(allocator);
+        Ok(restored)
     }
 }

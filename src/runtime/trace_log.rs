@@ -10,7 +10,7 @@
 //! be handed the same address before the free is in the file.
 
 use crate::error::{Error, Result};
-use crate::trace::TraceOp;
+use crate::trace::{PoolCall, TraceOp};
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -191,6 +191,49 @@ pub fn empty_cache() {
         return;
     }
     with_log(|log| writeln!(log.out, "{}", TraceOp::EmptyCache));
+}
+
+/// A checkpoint of private pool `pool` of `device` put back (accalloc_pool_checkpoint_restore), in
+/// the trace's own terms: the frees it made (`freed`), then the blocks it handed out again
+/// (`allocated`: address, size, stream) as allocations routed to the pool (begun for them, ended
+/// and released: no use left over). A replay frees and allocates the same and holds the same bytes,
+/// but places the blocks by its policy, not at the checkpoint's addresses.
+pub fn pool_restored(
+    device: usize,
+    pool: (u64, u64),
+    freed: &[usize],
+    allocated: &[(usize, usize, usize)],
+) {
+    if !enabled() {
+        return;
+    }
+    with_log(|log| {
+        for ptr in freed {
+            if let Some(id) = log.ids.remove(ptr) {
+                writeln!(log.out, "{}", TraceOp::Free { id })?;
+            }
+        }
+        let call = |call| TraceOp::Pool { pool, device, call };
+        writeln!(log.out, "{}", call(PoolCall::Begin { stream: None }))?;
+        for &(ptr, size, stream) in allocated {
+            let id = log.next_id;
+            log.next_id += 1;
+            let stream = log.stream(stream);
+            writeln!(
+                log.out,
+                "{}",
+                TraceOp::Alloc {
+                    id,
+                    size,
+                    stream,
+                    device
+                }
+            )?;
+            log.ids.insert(ptr, id);
+        }
+        writeln!(log.out, "{}", call(PoolCall::End))?;
+        writeln!(log.out, "{}", call(PoolCall::Release))
+    });
 }
 
 /// A call on private pool `pool` of `device` that succeeded.

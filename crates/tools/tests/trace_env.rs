@@ -5,6 +5,7 @@ use accalloc::backend::host::{HostBackend, HostSettings};
 use accalloc::caching::CachingConfig;
 use accalloc::capi::memory::{accalloc_empty_cache, accalloc_free, accalloc_malloc};
 use accalloc::capi::AccallocStatus;
+use accalloc::trace::PoolCall;
 use accalloc_tools::replay::{parse_trace, replay, TraceOp};
 use std::collections::BTreeMap;
 use std::ffi::c_void;
@@ -238,4 +239,139 @@ fn a_recorded_program_with_a_pool_replays_with_its_figures() {
         "three no_split pool segments and a default one"
     );
     assert_eq!(seen["reserved_bytes.all.current"], 0);
+}
+
+/// A program that puts a pool checkpoint back (as CUDA graph trees do): a block taken in the pool,
+/// checkpointed, freed, another taken in its place, the checkpoint put back, the restored block
+/// freed later. Prints its statistics.
+fn checkpoint_program() {
+    use accalloc::capi::pool_checkpoint::*;
+    use accalloc::capi::pools::*;
+    let malloc = |size: usize| {
+        let mut ptr: *mut c_void = std::ptr::null_mut();
+        let status = unsafe { accalloc_malloc(&mut ptr, size, -1, std::ptr::null_mut()) };
+        assert_eq!(status, AccallocStatus::ACCALLOC_OK);
+        ptr
+    };
+    let free = |ptr| assert_eq!(unsafe { accalloc_free(ptr) }, AccallocStatus::ACCALLOC_OK);
+    let ok = |status| assert_eq!(status, AccallocStatus::ACCALLOC_OK);
+    let mut pool = AccallocPoolId {
+        first: 0,
+        second: 0,
+    };
+    ok(unsafe { accalloc_pool_create(-1, 0, 0, &mut pool) });
+    ok(accalloc_pool_begin(
+        -1,
+        pool,
+        ACCALLOC_ROUTE_THREAD,
+        std::ptr::null_mut(),
+    ));
+    let first = malloc(1000);
+    let kept = malloc(3 << 20);
+    let mut checkpoint: *mut AccallocPoolCheckpoint = std::ptr::null_mut();
+    ok(unsafe { accalloc_pool_checkpoint(-1, pool, &mut checkpoint) });
+    free(first);
+    let later = malloc(2000);
+    ok(accalloc_pool_end(-1, pool));
+    let outside = malloc(5000);
+    let (mut freed, mut made) = ([std::ptr::null_mut(); 2], [std::ptr::null_mut(); 2]);
+    let mut sizes = [0usize; 2];
+    let (mut freed_count, mut made_count) = (0, 0);
+    ok(unsafe {
+        accalloc_pool_checkpoint_restore(
+            checkpoint,
+            freed.as_mut_ptr(),
+            2,
+            &mut freed_count,
+            made.as_mut_ptr(),
+            sizes.as_mut_ptr(),
+            2,
+            &mut made_count,
+        )
+    });
+    assert_eq!((freed_count, made_count), (2, 2));
+    let sorted = |mut pair: [*mut c_void; 2]| {
+        pair.sort();
+        pair
+    };
+    assert_eq!(sorted(freed), sorted([later, kept]));
+    assert_eq!(sorted(made), sorted([first, kept]));
+    ok(unsafe { accalloc_pool_checkpoint_destroy(checkpoint) });
+    free(first); // handed out again by the restore: the program's to free
+    print_stats();
+    free(kept);
+    free(outside);
+    ok(accalloc_pool_release(-1, pool));
+    ok(accalloc_pool_release(-1, pool));
+    ok(accalloc_empty_cache());
+}
+
+#[test]
+fn a_checkpoint_put_back_is_recorded_as_the_frees_and_allocations_it_made() {
+    if std::env::var(CHILD).is_ok() {
+        checkpoint_program();
+        return;
+    }
+    let (seen, text) = record_and_read(
+        "a_checkpoint_put_back_is_recorded_as_the_frees_and_allocations_it_made",
+        "checkpoint_program.jsonl",
+    );
+    // Ids: 0 first, 1 kept, 2 later, 3 outside; the restore frees 1 and 2 and hands out 4 and 5
+    // (1 KiB and 3 MiB, in the order of their segments' addresses), routed to the pool.
+    let ops = parse_trace(&text).unwrap();
+    let pool = |call| TraceOp::Pool {
+        pool: (0, 1),
+        device: 0,
+        call,
+    };
+    let begin = ops
+        .iter()
+        .rposition(|op| *op == pool(PoolCall::Begin { stream: None }))
+        .unwrap();
+    let mut frees: Vec<&TraceOp> = ops[begin - 2..begin].iter().collect();
+    frees.sort_by_key(|op| format!("{op}"));
+    assert_eq!(
+        frees,
+        [&TraceOp::Free { id: 1 }, &TraceOp::Free { id: 2 }],
+        "{text}"
+    );
+    let mut allocs: Vec<(u64, usize)> = ops[begin + 1..begin + 3]
+        .iter()
+        .map(|op| match *op {
+            TraceOp::Alloc { id, size, .. } => (id, size),
+            ref other => panic!("{other:?} where a restored block was expected: {text}"),
+        })
+        .collect();
+    allocs.sort();
+    assert_eq!(allocs.iter().map(|a| a.0).collect::<Vec<_>>(), [4, 5]);
+    let mut sizes: Vec<usize> = allocs.iter().map(|a| a.1).collect();
+    sizes.sort();
+    assert_eq!(sizes, [1024, 3 << 20]);
+    assert_eq!(ops[begin + 3], pool(PoolCall::End));
+    assert_eq!(ops[begin + 4], pool(PoolCall::Release));
+    // Replayed up to the figures the program printed (after it freed its first restored block),
+    // the trace holds what the program held (placement, the counts of blocks handed out and the
+    // peaks may differ: the replay serves the restored blocks by its policy, where the restore,
+    // as PyTorch's, handed out and freed the checkpoint's free blocks too, the pool's whole 20 MiB
+    // segment at once).
+    let cut = begin + 5;
+    assert!(matches!(ops[cut], TraceOp::Free { id: 4 | 5 }), "{text}");
+    let replayed = replayed_stats(&ops[..=cut]);
+    for key in [
+        "allocated_bytes.all.current",
+        "allocation.all.current",
+        "active_bytes.all.current",
+        "segment.all.current",
+        "reserved_bytes.all.current",
+    ] {
+        assert_eq!(replayed[key], seen[key], "{key}");
+    }
+    assert_eq!(seen["allocated_bytes.all.current"], (3 << 20) + 5120);
+    // The peak: the 20 MiB segment handed out whole beside `outside`, and `first` too when its
+    // segment was put back before (segments go in address order).
+    let peak = seen["allocated_bytes.all.peak"];
+    assert!(
+        ((20 << 20) + 5120..=(20 << 20) + 6144).contains(&peak),
+        "{peak}"
+    );
 }
