@@ -1,9 +1,11 @@
 //! Private pools from many threads at once on one device: each thread routes its own allocations to a
-//! pool of its own (use_mem_pool) while others allocate outside any pool; every block is handed out
-//! once, each pool's blocks stay in its segments, and the books balance after.
+//! pool of its own (use_mem_pool) while others allocate outside any pool, and puts back checkpoints
+//! of its pool (as CUDA graph trees do); every block is handed out once, each pool's blocks stay in
+//! its segments, and the books balance after.
 
 mod common;
 use accalloc::capi::memory::{accalloc_empty_cache, accalloc_free, accalloc_malloc};
+use accalloc::capi::pool_checkpoint::*;
 use accalloc::capi::pools::*;
 use accalloc::capi::AccallocStatus;
 use common::stat;
@@ -33,6 +35,7 @@ fn threads_in_and_out_of_pools_keep_exact_books() {
                     );
                 }
                 let mut mine: Vec<usize> = Vec::new();
+                let mut checkpoint: *mut AccallocPoolCheckpoint = std::ptr::null_mut();
                 let mut state = t as u64 * 7919 + 1;
                 for round in 0..ROUNDS {
                     state = state
@@ -65,6 +68,28 @@ fn threads_in_and_out_of_pools_keep_exact_books() {
                             unsafe { accalloc_free(p as *mut c_void) },
                             AccallocStatus::ACCALLOC_OK
                         );
+                    }
+                    if in_pool && round % 100 == 40 {
+                        assert_eq!(
+                            unsafe { accalloc_pool_checkpoint(0, pool, &mut checkpoint) },
+                            AccallocStatus::ACCALLOC_OK
+                        );
+                    }
+                    if in_pool && round % 100 == 80 {
+                        // The pool's blocks live now go, those live at the checkpoint come back:
+                        // none of them anyone else's.
+                        let restored = restore(checkpoint, pool);
+                        let mut held = HELD.lock().unwrap();
+                        let held = held.as_mut().unwrap();
+                        for p in restored.0 {
+                            assert!(held.remove(&p), "a freed block was this thread's");
+                            mine.retain(|&q| q != p);
+                        }
+                        for p in restored.1 {
+                            assert!(held.insert(p), "a restored block was live elsewhere");
+                            mine.push(p);
+                        }
+                        unsafe { accalloc_pool_checkpoint_destroy(checkpoint) };
                     }
                     if in_pool && round % 100 == 99 {
                         assert_eq!(accalloc_pool_end(0, pool), AccallocStatus::ACCALLOC_OK);
@@ -102,4 +127,37 @@ fn threads_in_and_out_of_pools_keep_exact_books() {
     );
     assert_eq!(stat("segment.all.current"), 0);
     assert_eq!(stat("num_device_alloc"), stat("num_device_free"));
+}
+
+/// Put `checkpoint` back into `pool` of device 0: (the addresses freed, those handed out again).
+fn restore(
+    checkpoint: *mut AccallocPoolCheckpoint,
+    pool: AccallocPoolId,
+) -> (Vec<usize>, Vec<usize>) {
+    let (mut live, mut held) = (0, 0);
+    unsafe {
+        accalloc_pool_live_allocations(0, pool, std::ptr::null_mut(), 0, &mut live);
+        accalloc_pool_checkpoint_allocations(checkpoint, &mut held);
+    }
+    let mut freed = vec![std::ptr::null_mut(); live];
+    let (mut made, mut sizes) = (vec![std::ptr::null_mut(); held], vec![0; held]);
+    let (mut freed_count, mut made_count) = (0, 0);
+    let status = unsafe {
+        accalloc_pool_checkpoint_restore(
+            checkpoint,
+            freed.as_mut_ptr(),
+            live,
+            &mut freed_count,
+            made.as_mut_ptr(),
+            sizes.as_mut_ptr(),
+            held,
+            &mut made_count,
+        )
+    };
+    assert_eq!(status, AccallocStatus::ACCALLOC_OK);
+    let addresses = |list: &[*mut c_void]| list.iter().map(|&p| p as usize).collect();
+    (
+        addresses(&freed[..freed_count]),
+        addresses(&made[..made_count]),
+    )
 }
