@@ -169,17 +169,23 @@ fn an_unwritable_trace_file_is_a_configuration_error() {
     );
 }
 
+/// `size` bytes on the current device, which must be had.
+fn malloc(size: usize) -> *mut c_void {
+    let mut ptr: *mut c_void = std::ptr::null_mut();
+    let status = unsafe { accalloc_malloc(&mut ptr, size, -1, std::ptr::null_mut()) };
+    assert_eq!(status, AccallocStatus::ACCALLOC_OK);
+    ptr
+}
+
+/// Free `ptr`, which must be live.
+fn free(ptr: *mut c_void) {
+    assert_eq!(unsafe { accalloc_free(ptr) }, AccallocStatus::ACCALLOC_OK);
+}
+
 /// A program with a private pool: allocations in and out of it, the pool released while a tensor
 /// of it lives, empty_cache around. Prints its statistics.
 fn pool_program() {
     use accalloc::capi::pools::*;
-    let malloc = |size: usize| {
-        let mut ptr: *mut c_void = std::ptr::null_mut();
-        let status = unsafe { accalloc_malloc(&mut ptr, size, -1, std::ptr::null_mut()) };
-        assert_eq!(status, AccallocStatus::ACCALLOC_OK);
-        ptr
-    };
-    let free = |ptr| assert_eq!(unsafe { accalloc_free(ptr) }, AccallocStatus::ACCALLOC_OK);
     let mut pool = AccallocPoolId {
         first: 0,
         second: 0,
@@ -247,13 +253,6 @@ fn a_recorded_program_with_a_pool_replays_with_its_figures() {
 fn checkpoint_program() {
     use accalloc::capi::pool_checkpoint::*;
     use accalloc::capi::pools::*;
-    let malloc = |size: usize| {
-        let mut ptr: *mut c_void = std::ptr::null_mut();
-        let status = unsafe { accalloc_malloc(&mut ptr, size, -1, std::ptr::null_mut()) };
-        assert_eq!(status, AccallocStatus::ACCALLOC_OK);
-        ptr
-    };
-    let free = |ptr| assert_eq!(unsafe { accalloc_free(ptr) }, AccallocStatus::ACCALLOC_OK);
     let ok = |status| assert_eq!(status, AccallocStatus::ACCALLOC_OK);
     let mut pool = AccallocPoolId {
         first: 0,
