@@ -174,7 +174,9 @@ struct AccallocCudaAllocator final : public torch::cuda::CUDAPluggableAllocator:
         "accalloc_pool_live_allocations");
     accalloc_torch::check(accalloc_pool_checkpoint_allocations(pool_state->checkpoint, &allocations),
                           "accalloc_pool_checkpoint_allocations");
-    std::vector<void*> freed(live), allocated(allocations);
+    // Room for a few more than are live now: another thread may allocate in the pool meanwhile (with
+    // too little room the restore refuses, and changes nothing).
+    std::vector<void*> freed(live + 64), allocated(allocations);
     std::vector<size_t> sizes(allocations);
     size_t freed_count = 0, allocated_count = 0;
     accalloc_torch::check(accalloc_pool_checkpoint_restore(pool_state->checkpoint, freed.data(), freed.size(),
@@ -185,7 +187,7 @@ struct AccallocCudaAllocator final : public torch::cuda::CUDAPluggableAllocator:
     delta.ptrs_freed.assign(freed.begin(), freed.begin() + static_cast<std::ptrdiff_t>(freed_count));
     {
       // The freed blocks leave the pluggable allocator's records; the blocks handed out again need
-      // none (raw_delete below frees without them).
+      // none (raw_delete frees without them).
       const std::lock_guard<std::mutex> lock(allocator_mutex_);
       for (void* ptr : delta.ptrs_freed) {
         allocation_metadata_.erase(ptr);
