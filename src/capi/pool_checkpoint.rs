@@ -5,7 +5,7 @@
 use super::guard::{current_type, guard, on, out_ptr};
 use super::pools::AccallocPoolId;
 use super::types::{AccallocDeviceType, AccallocStatus};
-use crate::error::Error;
+use crate::error::{Error, Result};
 use accalloc_core::caching::PoolCheckpoint;
 use std::ffi::c_void;
 
@@ -15,6 +15,14 @@ pub struct AccallocPoolCheckpoint {
     device_type: AccallocDeviceType,
     device: i32,
     checkpoint: PoolCheckpoint,
+}
+
+/// The checkpoint a C caller passed (NULL refused).
+fn checkpoint_arg<'a>(
+    checkpoint: *const AccallocPoolCheckpoint,
+) -> Result<&'a AccallocPoolCheckpoint> {
+    // SAFETY: a non-NULL checkpoint is one accalloc_pool_checkpoint_on made (the header's contract).
+    unsafe { checkpoint.as_ref() }.ok_or_else(|| Error::invalid_argument("checkpoint is NULL"))
 }
 
 /// Take a checkpoint of `pool` on `device` into `*out`: accalloc_pool_checkpoint_on on the current
@@ -65,9 +73,7 @@ pub unsafe extern "C" fn accalloc_pool_checkpoint_allocations(
 ) -> AccallocStatus {
     guard(|| {
         let count = out_ptr(count, "count")?;
-        // SAFETY: a non-NULL checkpoint is one accalloc_pool_checkpoint_on made (the header's contract).
-        let checkpoint = unsafe { checkpoint.as_ref() }
-            .ok_or_else(|| Error::invalid_argument("checkpoint is NULL"))?;
+        let checkpoint = checkpoint_arg(checkpoint)?;
         *count = checkpoint.checkpoint.allocations().count();
         Ok(())
     })
@@ -101,9 +107,7 @@ pub unsafe extern "C" fn accalloc_pool_checkpoint_restore(
     allocated_count: *mut usize,
 ) -> AccallocStatus {
     guard(|| {
-        // SAFETY: a non-NULL checkpoint is one accalloc_pool_checkpoint_on made (the header's contract).
-        let checkpoint = unsafe { checkpoint.as_ref() }
-            .ok_or_else(|| Error::invalid_argument("checkpoint is NULL"))?;
+        let checkpoint = checkpoint_arg(checkpoint)?;
         let freed_count = out_ptr(freed_count, "freed_count")?;
         let allocated_count = out_ptr(allocated_count, "allocated_count")?;
         for (array, name, capacity) in [

@@ -7,9 +7,10 @@
 //!
 //! Putting back checks everything first and changes nothing when it refuses: the pool exists and is
 //! in use, no block of it waits for a stream, and each checkpointed segment is still the pool's,
-//! with the same address and stream and at least its size (an expandable segment may have grown). Statistics move as PyTorch's do: the live blocks are
-//! freed, then every checkpointed block is handed out in turn (its size asked for) and those free
-//! at the checkpoint are freed again; no segment is taken or given back.
+//! with the same address and stream and at least its size (an expandable segment may have grown).
+//! Statistics move as PyTorch's do: the live blocks are freed, then every checkpointed block is
+//! handed out in turn (its size asked for) and those free at the checkpoint are freed again; no
+//! segment is taken or given back.
 
 use super::*;
 use crate::caching::pools::MempoolId;
@@ -69,7 +70,7 @@ impl CachingAllocator {
     /// getCheckpointState: the layout of pool `id` now. Refused while one of its blocks waits for
     /// a stream's event (PyTorch's rule: synchronize first) or while it is paused.
     pub fn pool_checkpoint(&self, id: MempoolId) -> Result<PoolCheckpoint> {
-        let index = self.checkpointable_pool(id)?;
+        self.checkpointable_pool(id)?;
         let mut segments = Vec::new();
         for segment in self.segments().into_iter().filter(|s| s.pool_id == id) {
             let mut blocks = Vec::with_capacity(segment.blocks.len());
@@ -89,7 +90,6 @@ impl CachingAllocator {
                 blocks,
             });
         }
-        debug_assert!(self.private_pools.index_of(id) == Some(index));
         Ok(PoolCheckpoint { pool: id, segments })
     }
 
@@ -127,22 +127,14 @@ impl CachingAllocator {
             )));
         }
         // Once its live blocks are freed, each segment of the pool is one free block: the
-        // checkpoint's segments must be these, as they were.
+        // checkpoint's segments must be these, as they were. The pool's layout now (refused, as a
+        // checkpoint is, while a block of it waits for a stream).
         let now: HashMap<usize, (usize, StreamId)> = self
-            .segments()
-            .into_iter()
-            .filter(|s| s.pool_id == id)
-            .map(|s| {
-                let pending = s
-                    .blocks
-                    .iter()
-                    .find(|b| b.state == BlockState::ActivePendingFree);
-                match pending {
-                    Some(b) => Err(waits_for_a_stream(id, b.address)),
-                    None => Ok((s.address, (s.total_size, s.stream))),
-                }
-            })
-            .collect::<Result<_>>()?;
+            .pool_checkpoint(id)?
+            .segments
+            .iter()
+            .map(|s| (s.address, (s.size(), s.stream)))
+            .collect();
         let mut addresses: Vec<usize> = checkpoint.segments.iter().map(|s| s.address).collect();
         addresses.sort_unstable();
         if let Some(twice) = addresses.windows(2).find(|pair| pair[0] == pair[1]) {
@@ -187,7 +179,6 @@ impl CachingAllocator {
         let mut allocated = Vec::new();
         for segment in &checkpoint.segments {
             let rest = self.free_block_at(index, segment.address);
-            let mut handed = Vec::with_capacity(segment.blocks.len());
             for block in &segment.blocks {
                 let found = self.blocks[rest];
                 debug_assert_eq!(
@@ -196,16 +187,12 @@ impl CachingAllocator {
                 );
                 self.pool_mut(found.private, found.pool)
                     .remove_key(&BlockPool::key(&found));
-                // The block handed out takes the front; `rest` keeps what is left, cached again.
+                // The block handed out takes the front; `rest` keeps what is left, cached again
+                // (only the segment's last block may take all of it: the sizes were checked).
                 let split = block.size < found.size;
                 self.hand_out_block(rest, block.size, block.size, split);
-                handed.push(*block);
-                if !split {
-                    break;
-                }
             }
-            debug_assert_eq!(handed.len(), segment.blocks.len());
-            for block in handed {
+            for block in &segment.blocks {
                 if block.allocated {
                     allocated.push((block.ptr, block.size));
                 } else {
