@@ -148,9 +148,8 @@ struct Plan {
     latest: Option<(usize, usize)>,
     /// The next position expected.
     cursor: usize,
-    /// The last 64 requests, 1 where on the plan; `seen` of them so far.
-    recent: u64,
-    seen: u32,
+    /// Which of the last 64 requests were on the plan.
+    recent: RecentRequests,
     /// This pass through the template: positions skipped, requests off the plan, planned requests
     /// whose range was taken.
     skipped: usize,
@@ -178,6 +177,39 @@ struct Plan {
     /// there in a program that keeps to the template (0: it reports none): what it answers once a
     /// period and a window have kept to the plan, so that it need not be asked (`allocated`).
     window_back: Vec<u32>,
+}
+
+/// Which of the last 64 requests were on the plan, with their count kept as they come: the request
+/// path asks it at every request, and the baseline x86-64 target has no popcount instruction.
+#[derive(Clone, Copy, Debug, Default)]
+struct RecentRequests {
+    /// 1 where on the plan, the latest in the lowest bit.
+    bits: u64,
+    /// Requests seen, up to 64, and how many of those were on the plan.
+    seen: u32,
+    on_plan: u32,
+}
+
+impl RecentRequests {
+    #[inline]
+    fn push(&mut self, on_plan: bool) {
+        // The oldest of 64 leaves (the top bit is 0 before 64 have come).
+        self.on_plan = self.on_plan - (self.bits >> 63) as u32 + on_plan as u32;
+        self.bits = (self.bits << 1) | on_plan as u64;
+        self.seen = (self.seen + 1).min(64);
+        debug_assert_eq!(self.on_plan, self.bits.count_ones());
+    }
+
+    /// How many of the last `seen` requests were on the plan.
+    #[inline]
+    fn on_plan(&self) -> u32 {
+        self.on_plan
+    }
+
+    #[inline]
+    fn seen(&self) -> u32 {
+        self.seen
+    }
 }
 
 /// What the planner has done: for tools, tests and the C ABI's accalloc_planner_stats.
@@ -426,12 +458,29 @@ impl OnlinePlanner {
         self.advise_from_cursor(size, stream, false)
     }
 
-    /// `advise` for the request `expected_address` just answered (the one at the cursor): the
-    /// same, with no looking ahead.
+    /// `advise` for the request `expected_address` just answered: `advance(0, Fit::Exact)` where
+    /// what `expected_address` checked holds (the position at the cursor, not the step's last,
+    /// with an address; no position taken for another shape; half the last 64 on the plan), so
+    /// that no pass ends and the plan is not dropped: what is left of `advance` is moving the
+    /// cursor and counting.
     #[inline]
     pub fn advise_expected(&mut self) -> Option<usize> {
-        debug_assert!(self.plan.is_some(), "expected_address answered");
-        self.advance(0, Fit::Exact)
+        let plan = self.plan.as_mut().expect("expected_address answered");
+        let position = plan.cursor;
+        debug_assert!(position + 1 < plan.keys.len() && plan.resized.is_empty());
+        debug_assert!(plan.recent.on_plan() >= MIN_ON_PLAN);
+        plan.undone = false;
+        plan.cursor = position + 1;
+        if plan.quiet == position && plan.rebuild_wanted {
+            self.rebuild_now = true;
+        }
+        // One more on the plan keeps half of the last 64 on it (`note` drops nothing).
+        plan.recent.push(true);
+        let address = plan.addresses[position];
+        debug_assert!(address.is_some());
+        self.counters.advised += 1;
+        self.note_advised(Advised::Next(position));
+        address
     }
 
     /// The request at `step` positions past the cursor came: the cursor moves past it, a pass
@@ -457,8 +506,10 @@ impl OnlinePlanner {
             }
         }
         let length = plan.keys.len();
-        // No division where the cursor does not wrap (the request path's common case).
-        let wrap = |n: usize| if n < length { n } else { n % length };
+        // Positions and steps are below the length (LOOKAHEAD at most, the cursor a position), so
+        // every sum below is under twice the length and wraps with a subtraction, not a division.
+        debug_assert!(step < length && plan.cursor < length && plan.quiet < length);
+        let wrap = |n: usize| if n < length { n } else { n - length };
         let position = wrap(plan.cursor + step);
         self.note_advised(match fit {
             Fit::Exact if step == 0 => Advised::Next(position),
@@ -527,7 +578,8 @@ impl OnlinePlanner {
         // With half the last 64 on the plan already, one more on it keeps at least half.
         let expected = plan.cursor + 1 < plan.keys.len()
             && plan.keys[plan.cursor] == (size, stream)
-            && plan.recent.count_ones() >= MIN_ON_PLAN;
+            && plan.resized.is_empty()
+            && plan.recent.on_plan() >= MIN_ON_PLAN;
         expected.then(|| plan.addresses[plan.cursor]).flatten()
     }
 
@@ -583,9 +635,8 @@ impl OnlinePlanner {
     /// Count a request on or off the plan; drop a plan that most recent requests missed.
     fn note(&mut self, on_plan: bool) {
         let Some(plan) = &mut self.plan else { return };
-        plan.recent = (plan.recent << 1) | on_plan as u64;
-        plan.seen = (plan.seen + 1).min(64);
-        if plan.seen == 64 && plan.recent.count_ones() < MIN_ON_PLAN {
+        plan.recent.push(on_plan);
+        if plan.recent.seen() == 64 && plan.recent.on_plan() < MIN_ON_PLAN {
             self.banned.insert(plan.keys.len());
             self.abandon();
         }
@@ -609,6 +660,10 @@ impl OnlinePlanner {
         ptr: usize,
         slot: usize,
     ) -> Option<Candidate> {
+        if let Some(position) = self.kept_to_plan() {
+            self.allocated_on_plan(size, stream, ptr, slot, position);
+            return None;
+        }
         let number = self.log.next();
         self.log.push(Entry {
             size,
@@ -675,11 +730,78 @@ impl OnlinePlanner {
         let wanted = period <= MAX_PERIOD
             && number >= self.quiet_until
             && self.plan.as_ref().is_none_or(|plan| {
-                period > 2 * plan.keys.len() && plan.recent.count_ones() < plan.seen
+                period > 2 * plan.keys.len() && plan.recent.on_plan() < plan.recent.seen()
             })
             && candidate.from >= self.log.first()
             && !self.banned.contains(&period);
         wanted.then_some(candidate)
+    }
+
+    /// The position of the allocation being logged when it is the plan's next one (`advise` said
+    /// so) and the allocations before it kept to the plan for a period and a window: the matcher's
+    /// answer is then the plan's `window_back` (`match_stretch`), and nothing else `allocated` does
+    /// can come of it but the latest period like the plan's. `allocated_on_plan` does that.
+    #[inline]
+    fn kept_to_plan(&self) -> Option<usize> {
+        #[cfg(test)]
+        if self.always_match {
+            return None;
+        }
+        match (self.advised, &self.plan) {
+            (Advised::Next(position), Some(plan))
+                if self.kept + 1 >= plan.keys.len() + WINDOW
+                    && !self.rebuild_now
+                    && self.matcher_base + 2 * LOG_KEPT >= self.log.next() =>
+            {
+                Some(position)
+            }
+            _ => None,
+        }
+    }
+
+    /// `allocated` for an allocation `kept_to_plan` found at `position`: logged, its matcher
+    /// window skipped, and the period the matcher would find noted as `similar_period`. No
+    /// candidate comes of it: with no plan rebuild due, only a period over twice the plan's is one,
+    /// and the plan's `window_back` is at most its period.
+    #[inline]
+    fn allocated_on_plan(
+        &mut self,
+        size: usize,
+        stream: StreamId,
+        ptr: usize,
+        slot: usize,
+        position: usize,
+    ) {
+        let number = self.log.next();
+        self.log.push(Entry {
+            size,
+            stream,
+            start: self.time,
+            end: LIVE,
+            ptr,
+        });
+        self.time += 1;
+        if slot >= self.live.len() {
+            self.live.resize((slot + 1).next_power_of_two(), LIVE);
+        }
+        self.live[slot] = number;
+        self.advised = Advised::Nothing;
+        self.kept += 1;
+        self.matcher.skip();
+        let plan = self.plan.as_mut().expect("kept_to_plan");
+        plan.latest = Some((number, position));
+        let period = plan.keys.len();
+        self.owed_period = period;
+        let back = plan.window_back[position] as usize;
+        debug_assert!(back <= period);
+        #[cfg(test)]
+        {
+            self.matcher_record.matches.push((back > 0).then(|| number - back));
+            self.matcher_record.skipped += 1;
+        }
+        if back > 0 && 2 * back >= period && back <= MAX_PERIOD {
+            self.similar_period = Some(back);
+        }
     }
 
     /// Where the stretch matcher finds the last `WINDOW` allocations, allocation `number` (of
@@ -1293,8 +1415,7 @@ impl PlanJob {
             steady: false,
             undone: false,
             cursor: 0,
-            recent: 0,
-            seen: 0,
+            recent: RecentRequests::default(),
             skipped: 0,
             missed: 0,
             conflicts: 0,

@@ -124,7 +124,7 @@ impl CachingAllocator {
     /// The rounded size of a request the planner sees; None for one it never sees: captures and
     /// private pools keep their own rules, unplanned and unlogged, and a request of 0 bytes (or
     /// too large to round) has no block to plan.
-    #[inline]
+    #[inline(always)]
     fn plannable_size(&self, size: usize, stream: StreamId) -> Option<usize> {
         let routed_away =
             self.capturing || (self.routing && self.private_pools.route(stream) != DEFAULT_POOLS);
