@@ -653,6 +653,7 @@ impl OnlinePlanner {
     /// An allocation of `size` bytes (rounded) on `stream` was served at `ptr`, in the allocator's
     /// `slot` (a small number that names it until it is freed: `freed` gets the same). Some when a
     /// plan should be made now (the allocator then calls `build`).
+    #[inline]
     pub fn allocated(
         &mut self,
         size: usize,
@@ -664,6 +665,18 @@ impl OnlinePlanner {
             self.allocated_on_plan(size, stream, ptr, slot, position);
             return None;
         }
+        self.allocated_off_plan(size, stream, ptr, slot)
+    }
+
+    /// `allocated` for any allocation but one kept to the plan.
+    #[inline(never)]
+    fn allocated_off_plan(
+        &mut self,
+        size: usize,
+        stream: StreamId,
+        ptr: usize,
+        slot: usize,
+    ) -> Option<Candidate> {
         let number = self.log.next();
         self.log.push(Entry {
             size,
@@ -796,7 +809,9 @@ impl OnlinePlanner {
         debug_assert!(back <= period);
         #[cfg(test)]
         {
-            self.matcher_record.matches.push((back > 0).then(|| number - back));
+            self.matcher_record
+                .matches
+                .push((back > 0).then(|| number - back));
             self.matcher_record.skipped += 1;
         }
         if back > 0 && 2 * back >= period && back <= MAX_PERIOD {

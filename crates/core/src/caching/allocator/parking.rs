@@ -59,6 +59,7 @@ impl CachingAllocator {
 
     /// Park freed block `id` (see the module's comment); it counts as a free block from now on.
     /// Its address index entry, kept since it was handed out, stays.
+    #[inline]
     pub(super) fn park(&mut self, id: BlockId) {
         let block = self.blocks[id];
         self.trace(
@@ -76,7 +77,7 @@ impl CachingAllocator {
     }
 
     /// Remember that block `id` is parked at `ptr`.
-    #[inline]
+    #[inline(always)]
     fn hint_parked(&mut self, ptr: usize, id: BlockId) {
         if self.parked_hints.is_empty() {
             self.parked_hints = vec![(usize::MAX, BlockId::MAX); 2 * PARKED_HINT_SETS];
@@ -319,6 +320,7 @@ impl CachingAllocator {
     /// blocks after it taken in first when it is shorter (`parked_serves` said it can serve); the
     /// rest, if any, stays parked. Returns the block handed out and its address. The block keeps
     /// its address index entry: when the sizes repeat, a pass costs no index operation at all.
+    #[inline]
     pub(super) fn take_parked(
         &mut self,
         id: BlockId,

@@ -179,6 +179,7 @@ impl CachingAllocator {
     /// the one made off the request path when its allocation has come.
     /// Never fails: the request is served already, and a plan that cannot be made (the device
     /// refused the segment's reservation) is only memory not saved.
+    #[inline]
     fn planned_allocation(&mut self, rounded: usize, stream: StreamId, ptr: usize, id: BlockId) {
         let allocated = self.stats.allocated_bytes.current_all() as usize;
         self.pass_allocated_peaks[0] = self.pass_allocated_peaks[0].max(allocated);
