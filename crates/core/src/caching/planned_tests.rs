@@ -1580,6 +1580,7 @@ fn the_stretch_matcher_skipped_while_a_plan_is_kept_to_answers_as_if_asked() {
         assert_eq!(records.len(), asked.len());
         for (record, asked) in records.iter().zip(&asked) {
             assert_eq!(record.matches, asked.matches, "seed {seed}");
+            assert_eq!(record.similar, asked.similar, "seed {seed}");
             assert_eq!((asked.skipped, asked.caught_up), (0, 0));
             skipped += record.skipped;
             caught_up += record.caught_up;

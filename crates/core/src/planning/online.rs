@@ -296,6 +296,8 @@ pub struct OnlinePlanner {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct MatcherRecord {
     pub matches: Vec<Option<usize>>,
+    /// The latest period like the plan's after each allocation (what a plan is replaced from).
+    pub similar: Vec<Option<usize>>,
     pub skipped: usize,
     pub caught_up: usize,
 }
@@ -661,11 +663,16 @@ impl OnlinePlanner {
         ptr: usize,
         slot: usize,
     ) -> Option<Candidate> {
-        if let Some(position) = self.kept_to_plan() {
-            self.allocated_on_plan(size, stream, ptr, slot, position);
-            return None;
-        }
-        self.allocated_off_plan(size, stream, ptr, slot)
+        let candidate = match self.kept_to_plan() {
+            Some(position) => {
+                self.allocated_on_plan(size, stream, ptr, slot, position);
+                None
+            }
+            None => self.allocated_off_plan(size, stream, ptr, slot),
+        };
+        #[cfg(test)]
+        self.matcher_record.similar.push(self.similar_period);
+        candidate
     }
 
     /// `allocated` for any allocation but one kept to the plan.
@@ -1492,6 +1499,30 @@ fn quiet_position(live_bytes: &LiveBytes, starts: &[usize]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_recent_requests_count_the_last_64_on_the_plan() {
+        let mut recent = RecentRequests::default();
+        // 40 on the plan, then 30 off: after 64, the oldest leave one by one.
+        for n in 1..=40 {
+            recent.push(true);
+            assert_eq!((recent.seen(), recent.on_plan()), (n, n));
+        }
+        for n in 1..=24 {
+            recent.push(false);
+            assert_eq!((recent.seen(), recent.on_plan()), (40 + n, 40));
+        }
+        for n in 1..=6 {
+            recent.push(false);
+            assert_eq!((recent.seen(), recent.on_plan()), (64, 40 - n));
+        }
+        // The last 64: 34 on, then 30 off. 40 more on push out the 34 and 6 of the 30: 24 off,
+        // then 40 on.
+        for _ in 0..40 {
+            recent.push(true);
+        }
+        assert_eq!((recent.seen(), recent.on_plan()), (64, 40));
+    }
 
     #[test]
     fn a_free_ends_the_lifetime_logged_for_its_slot_across_a_renumbering() {
