@@ -1,7 +1,8 @@
 """What a PyTorch user tries in the first hour on a new device, on the accalloc device, each against the
 CPU's results: checkpoints (torch.save / torch.load), autocast, per-device generators, torch.compile with
 its default backend (Inductor), and the rest of a first session (printing, a DataLoader with pinned
-memory and workers, non-blocking copies, recovering from an out-of-memory error, two devices)."""
+memory and workers, non-blocking copies, recovering from an out-of-memory error, two devices), and streams
+and events as CUDA code uses them (a side stream, record_stream, timed events)."""
 import copy
 import io
 
@@ -229,3 +230,44 @@ def test_a_first_session_on_the_device(fresh_device):
         made = torch.ones(2, device="accalloc")
     assert made.device == torch.device("accalloc:1")
     assert DEVICE == "accalloc"
+
+
+# ---- streams and events -------------------------------------------------------------------------------
+
+def test_a_side_stream_record_stream_and_timed_events_work_as_on_cuda(fresh_device):
+    import time
+
+    # A stream made for the device without an index is the current device's, as on CUDA.
+    side = torch.Stream(device="accalloc")
+    assert side.device == torch.device("accalloc:0")
+    with torch.accelerator.device_index(1):
+        assert torch.Stream(device="accalloc").device == torch.device("accalloc:1")
+    # Work on a side stream, the tensor recorded there before it goes (a data prefetcher's pattern):
+    # accepted, and the block goes back when the tensor does.
+    with side:
+        made = torch.ones(1 << 18, device="accalloc") * 2
+    made.record_stream(side)
+    made.record_stream(torch.accelerator.current_stream())
+    assert made.sum().item() == 2 * (1 << 18)
+    del made
+    assert torch.accelerator.memory_allocated() == 0
+    # Timed events: the milliseconds between two records, within what the wall clock saw around them.
+    start = torch.Event(device="accalloc", enable_timing=True)
+    end = torch.Event(device="accalloc", enable_timing=True)
+    before = time.perf_counter()
+    start.record()
+    time.sleep(0.02)
+    end.record()
+    end.synchronize()
+    wall_ms = (time.perf_counter() - before) * 1000
+    assert 20 <= start.elapsed_time(end) <= wall_ms
+    # Recorded again, an event keeps its latest time.
+    start.record()
+    assert start.elapsed_time(end) < 0
+    # PyTorch's own refusals: an event without timing, and one never recorded.
+    untimed = torch.Event(device="accalloc")
+    untimed.record()
+    with pytest.raises(ValueError, match="enable_timing=True"):
+        untimed.elapsed_time(end)
+    with pytest.raises(ValueError, match="recorded"):
+        start.elapsed_time(torch.Event(device="accalloc", enable_timing=True))

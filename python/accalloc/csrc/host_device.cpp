@@ -32,6 +32,7 @@
 
 #include "host_device.h"
 
+#include <chrono>
 #include <cstring>
 #include <mutex>
 
@@ -69,6 +70,12 @@ c10::DeviceIndex device_count() noexcept {
 
 // ---- device guard -----------------------------------------------------------------------------------
 
+// An event created with enable_timing=True: when it was last recorded. Events complete when recorded
+// (the work before them already has), so the time of the record is the time the work was done.
+struct TimedEvent {
+  std::chrono::steady_clock::time_point recorded;
+};
+
 struct HostGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   c10::DeviceType type() const override { return kType; }
 
@@ -92,9 +99,11 @@ struct HostGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     (void)accalloc_set_device_on(kAccallocType, device.index());
   }
 
-  // Host memory is written synchronously: each device has one stream, the default one.
+  // Host memory is written synchronously: each device has one stream, the default one. A device
+  // named without an index (torch.Stream(device="accalloc")) is the current one, as on CUDA.
   c10::Stream getStream(c10::Device device) const override {
-    return c10::Stream(c10::Stream::DEFAULT, device);
+    return c10::Stream(c10::Stream::DEFAULT,
+                       device.has_index() ? device : c10::Device(kType, current_device()));
   }
   c10::Stream getDefaultStream(c10::Device device) const override { return getStream(device); }
   c10::Stream getStreamFromGlobalPool(c10::Device device, bool /*high_priority*/) const override {
@@ -112,13 +121,33 @@ struct HostGuardImpl final : public c10::impl::DeviceGuardImplInterface {
                           "accalloc_mem_get_info (synchronize)");
   }
 
-  // Events complete when recorded: the work before them already has.
-  void record(void** /*event*/, const c10::Stream& /*stream*/, const c10::DeviceIndex /*device_index*/,
-              const c10::EventFlag /*flag*/) const override {}
+  // Events complete when recorded: the work before them already has. Only a timed one
+  // (enable_timing=True: BACKEND_DEFAULT) has anything to keep, the time of its latest record.
+  void record(void** event, const c10::Stream& /*stream*/, const c10::DeviceIndex /*device_index*/,
+              const c10::EventFlag flag) const override {
+    if (flag != c10::EventFlag::BACKEND_DEFAULT) {
+      return;
+    }
+    if (*event == nullptr) {
+      *event = new TimedEvent();
+    }
+    static_cast<TimedEvent*>(*event)->recorded = std::chrono::steady_clock::now();
+  }
   void block(void* /*event*/, const c10::Stream& /*stream*/) const override {}
   bool queryEvent(void* /*event*/) const override { return true; }
   void synchronizeEvent(void* /*event*/) const override {}
-  void destroyEvent(void* /*event*/, const c10::DeviceIndex /*device_index*/) const noexcept override {}
+  void destroyEvent(void* event, const c10::DeviceIndex /*device_index*/) const noexcept override {
+    delete static_cast<TimedEvent*>(event);
+  }
+  // Milliseconds from event1's record to event2's. c10::Event has checked that both were created
+  // with timing and recorded, so both have their time.
+  double elapsedTime(void* event1, void* event2, const c10::DeviceIndex /*device_index*/) const override {
+    TORCH_CHECK(event1 != nullptr && event2 != nullptr,
+                "Both events must be recorded before calculating elapsed time.");
+    auto from = static_cast<TimedEvent*>(event1)->recorded;
+    auto to = static_cast<TimedEvent*>(event2)->recorded;
+    return std::chrono::duration<double, std::milli>(to - from).count();
+  }
   void recordDataPtrOnStream(const c10::DataPtr& /*data_ptr*/, const c10::Stream& /*stream*/) const override {}
 
   c10::DeviceIndex deviceCount() const noexcept override { return device_count(); }
@@ -265,8 +294,18 @@ at::Tensor& set_empty(at::Tensor& self) {
   return self.set_(std::move(storage), 0, {0}, {});
 }
 
+// tensor.record_stream(stream): every stream of a device is its default one, the one the tensor's block
+// was allocated on, and PyTorch's allocators record nothing for a block's own stream. A stream of
+// another device type is refused, as CUDA's record_stream refuses one.
+void record_stream(at::Tensor& self, c10::Stream stream) {
+  TORCH_CHECK(stream.device_type() == kType, "record_stream: the tensor is on ", self.device(),
+              ", the stream on ", stream.device(), "; a tensor of the ", kType,
+              " device is recorded on a stream of the same device type");
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("empty.memory_format", empty_memory_format);
+  m.impl("record_stream", record_stream);
   m.impl("empty_strided", empty_strided);
   m.impl("as_strided", as_strided);
   m.impl("resize_", resize_);
