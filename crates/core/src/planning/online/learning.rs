@@ -29,15 +29,10 @@ impl OnlinePlanner {
         candidate
     }
 
-    /// `allocated` for any allocation but one kept to the plan.
-    #[inline(never)]
-    pub(super) fn allocated_off_plan(
-        &mut self,
-        size: usize,
-        stream: StreamId,
-        ptr: usize,
-        slot: usize,
-    ) -> Option<Candidate> {
+    /// Log an allocation (its number the log's next) and name it by its slot until it is freed;
+    /// its number.
+    #[inline(always)]
+    fn log_allocation(&mut self, size: usize, stream: StreamId, ptr: usize, slot: usize) -> usize {
         let number = self.log.next();
         self.log.push(Entry {
             size,
@@ -51,6 +46,19 @@ impl OnlinePlanner {
             self.live.resize((slot + 1).next_power_of_two(), LIVE);
         }
         self.live[slot] = number;
+        number
+    }
+
+    /// `allocated` for any allocation but one kept to the plan.
+    #[inline(never)]
+    pub(super) fn allocated_off_plan(
+        &mut self,
+        size: usize,
+        stream: StreamId,
+        ptr: usize,
+        slot: usize,
+    ) -> Option<Candidate> {
+        let number = self.log_allocation(size, stream, ptr, slot);
         if let (Advised::Next(position) | Advised::Resized(position), Some(plan)) =
             (self.advised, self.plan.as_mut())
         {
@@ -146,19 +154,7 @@ impl OnlinePlanner {
         slot: usize,
         position: usize,
     ) {
-        let number = self.log.next();
-        self.log.push(Entry {
-            size,
-            stream,
-            start: self.time,
-            end: LIVE,
-            ptr,
-        });
-        self.time += 1;
-        if slot >= self.live.len() {
-            self.live.resize((slot + 1).next_power_of_two(), LIVE);
-        }
-        self.live[slot] = number;
+        let number = self.log_allocation(size, stream, ptr, slot);
         self.advised = Advised::Nothing;
         self.kept += 1;
         self.matcher.skip();
