@@ -7,14 +7,18 @@ use accalloc::caching::settings::parse_settings;
 use accalloc::caching::CachingConfig;
 use accalloc::runtime::ownership::SegmentIndex;
 use accalloc::runtime::Accelerator;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-/// A backend whose raw allocations of `slow_size` bytes wait until the test opens the gate.
+/// A backend whose raw allocations of `slow_size` bytes, after the first `gate_after` of them, wait
+/// until the test opens the gate.
 struct GatedBackend {
     inner: SimulatedBackend,
     slow_size: usize,
+    gate_after: usize,
+    calls: AtomicUsize,
     open: Mutex<bool>,
     opened: Condvar,
     entered: Mutex<Option<mpsc::Sender<()>>>,
@@ -34,7 +38,7 @@ impl accalloc::backend::Wrapper for GatedBackend {
         size: usize,
         stream: StreamId,
     ) -> Result<usize, BackendError> {
-        if size == self.slow_size {
+        if size == self.slow_size && self.calls.fetch_add(1, Ordering::SeqCst) >= self.gate_after {
             if let Some(entered) = self.entered.lock().unwrap().take() {
                 entered.send(()).unwrap();
             }
@@ -51,6 +55,8 @@ fn cached_allocations_proceed_while_a_device_allocation_waits() {
     let backend = Arc::new(GatedBackend {
         inner: SimulatedBackend::new(1, 1 << 30),
         slow_size: 64 << 20,
+        gate_after: 0,
+        calls: AtomicUsize::new(0),
         open: Mutex::new(false),
         opened: Condvar::new(),
         entered: Mutex::new(Some(entered_tx)),
@@ -105,6 +111,8 @@ fn the_memory_fraction_holds_while_segments_are_asked_for_without_the_lock() {
     let backend = Arc::new(GatedBackend {
         inner: SimulatedBackend::new(1, 64 << 20),
         slow_size: 20 << 20,
+        gate_after: 0,
+        calls: AtomicUsize::new(0),
         open: Mutex::new(false),
         opened: Condvar::new(),
         entered: Mutex::new(Some(entered_tx)),
@@ -146,4 +154,73 @@ fn the_memory_fraction_holds_while_segments_are_asked_for_without_the_lock() {
     let second = accelerator.malloc(0, 10 << 20, 0).unwrap();
     accelerator.lock(0).unwrap().free(second).unwrap();
     accelerator.lock(0).unwrap().free(first).unwrap();
+}
+
+#[test]
+fn the_retry_after_releasing_the_cache_asks_for_its_segment_without_the_lock_too() {
+    // A 64 MiB device, 40 MiB of it a cached segment: a 48 MiB request's first try is refused, the
+    // cache is released (PyTorch's last resort, counted as a retry), and the second try waits in
+    // the backend. PyTorch asks for each try without its lock; so does accalloc.
+    let (entered_tx, entered_rx) = mpsc::channel();
+    let backend = Arc::new(GatedBackend {
+        inner: SimulatedBackend::new(1, 64 << 20),
+        slow_size: 48 << 20,
+        gate_after: 1,
+        calls: AtomicUsize::new(0),
+        open: Mutex::new(false),
+        opened: Condvar::new(),
+        entered: Mutex::new(Some(entered_tx)),
+    });
+    let config = parse_settings("release_lock_on_malloc:True", &CachingConfig::default()).unwrap();
+    let accelerator = Arc::new(Accelerator::new(
+        7,
+        backend.clone(),
+        Arc::new(SegmentIndex::default()),
+        config,
+    ));
+    // A small block stays live (its segment is not released), and 40 MiB are cached.
+    let held = accelerator.malloc(0, 1000, 0).unwrap();
+    let cached = accelerator.malloc(0, 40 << 20, 0).unwrap();
+    accelerator.lock(0).unwrap().free(cached).unwrap();
+
+    let slow = {
+        let accelerator = accelerator.clone();
+        std::thread::spawn(move || accelerator.malloc(0, 48 << 20, 0))
+    };
+    entered_rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the retry reached the backend");
+    // The device lock is free while the retry waits: a free and a cached malloc complete.
+    let (done_tx, done_rx) = mpsc::channel();
+    {
+        let accelerator = accelerator.clone();
+        std::thread::spawn(move || {
+            accelerator.lock(0).unwrap().free(held).unwrap();
+            done_tx
+                .send(accelerator.malloc(0, 1000, 0).unwrap())
+                .unwrap();
+        });
+    }
+    let reused = done_rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("a cached malloc had to wait for the retry's device allocation");
+    assert_eq!(reused, held);
+
+    *backend.open.lock().unwrap() = true;
+    backend.opened.notify_all();
+    let big = slow.join().unwrap().unwrap();
+    assert_eq!(
+        backend.calls.load(Ordering::SeqCst),
+        2,
+        "the first try, then the retry"
+    );
+    let stats = accelerator.lock(0).unwrap().stats();
+    // Segments: the small pool's 2 MiB, the 40 MiB one (released for the retry), the 48 MiB one.
+    assert_eq!((stats.num_device_alloc, stats.num_device_free), (3, 1));
+    assert_eq!((stats.num_alloc_retries, stats.num_ooms), (1, 0));
+    assert_eq!(stats.reserved_bytes[0].current, (2 << 20) + (48 << 20));
+    assert_eq!(stats.allocated_bytes[0].current, (48 << 20) + 1024);
+    let mut device = accelerator.lock(0).unwrap();
+    device.free(big).unwrap();
+    device.free(reused).unwrap();
 }

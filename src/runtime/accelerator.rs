@@ -257,23 +257,27 @@ impl Accelerator {
         error
     }
 
-    /// The rest of a malloc the cache could not serve at once.
+    /// The rest of a malloc the cache could not serve at once: each segment it needs is asked for
+    /// with the device let go (release_lock_on_malloc), the retries after releasing cached memory
+    /// too, as PyTorch asks for each of its tries.
     fn malloc_miss(&self, index: usize, step: Result<MallocStep>) -> Result<usize> {
-        match step? {
-            MallocStep::Done(ptr) => Ok(ptr),
-            MallocStep::NeedSegment(request) => {
-                let raw = self.backend.raw_alloc(index, request.size, request.stream);
-                match self.lock(index) {
-                    Ok(mut device) => device.malloc_finish(request, raw),
-                    Err(error) => {
-                        // The device became unusable meanwhile: the new segment goes back.
-                        if let Ok(ptr) = raw {
-                            let _ = self.backend.raw_free(index, ptr, request.size);
-                        }
-                        Err(error)
+        let mut step = step?;
+        loop {
+            let request = match step {
+                MallocStep::Done(ptr) => return Ok(ptr),
+                MallocStep::NeedSegment(request) => request,
+            };
+            let raw = self.backend.raw_alloc(index, request.size, request.stream);
+            step = match self.lock(index) {
+                Ok(mut device) => device.malloc_finish(request, raw)?,
+                Err(error) => {
+                    // The device became unusable meanwhile: the new segment goes back.
+                    if let Ok(ptr) = raw {
+                        let _ = self.backend.raw_free(index, ptr, request.size);
                     }
+                    return Err(error);
                 }
-            }
+            };
         }
     }
 

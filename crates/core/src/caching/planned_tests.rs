@@ -923,10 +923,13 @@ fn malloc_by(
     }
     match a.malloc_begin(size, stream)? {
         MallocStep::Done(ptr) => Ok(ptr),
-        MallocStep::NeedSegment(request) => {
+        MallocStep::NeedSegment(mut request) => loop {
             let raw = backend.raw_alloc(0, request.size, request.stream);
-            a.malloc_finish(request, raw)
-        }
+            match a.malloc_finish(request, raw)? {
+                MallocStep::Done(ptr) => return Ok(ptr),
+                MallocStep::NeedSegment(next) => request = next,
+            }
+        },
     }
 }
 

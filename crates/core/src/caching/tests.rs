@@ -1077,6 +1077,61 @@ fn release_lock_on_malloc_keeps_every_figure() {
 }
 
 #[test]
+fn release_lock_on_malloc_tries_again_after_releasing_the_oversize_blocks_that_make_room() {
+    // 64 MiB, max_split_size 20 MiB: two cached oversize segments of 25 MiB, then 40 MiB asked for.
+    // The first try is refused (14 MiB free); no one oversize block is large enough, so the largest
+    // are released until 40 MiB are (both: PyTorch's release_available_cached_blocks, no retry
+    // counted), and the second try succeeds. Figures worked out by hand, the same with each try's
+    // segment asked for without the lock (a step each).
+    let run = |release_lock: bool| {
+        let config = CachingConfig {
+            max_split_size: 20 << 20,
+            release_lock_on_malloc: release_lock,
+            ..CachingConfig::default()
+        };
+        let (mut a, backend) = allocator_with(64 << 20, config);
+        let (one, two) = (a.malloc(25 << 20, 0).unwrap(), a.malloc(25 << 20, 0).unwrap());
+        a.free(one).unwrap();
+        a.free(two).unwrap();
+        let second = match a.malloc_begin(40 << 20, 0).unwrap() {
+            MallocStep::Done(ptr) => {
+                assert!(!release_lock, "the locked path serves it whole");
+                ptr
+            }
+            MallocStep::NeedSegment(request) => {
+                assert!(release_lock);
+                let refused = Err(crate::backend::BackendError::OutOfMemory);
+                let again = match a.malloc_finish(request, refused).unwrap() {
+                    MallocStep::NeedSegment(again) => again,
+                    MallocStep::Done(_) => panic!("the retry is a segment to ask for"),
+                };
+                assert_eq!(again.size, 40 << 20);
+                // Both released before the second try.
+                assert_eq!(a.stats().num_device_free, 2);
+                let raw =
+                    crate::backend::Backend::raw_alloc(&*backend, 0, again.size, again.stream);
+                match a.malloc_finish(again, raw).unwrap() {
+                    MallocStep::Done(ptr) => ptr,
+                    MallocStep::NeedSegment(_) => panic!("the second try succeeds"),
+                }
+            }
+        };
+        let stats = a.stats();
+        a.free(second).unwrap();
+        stats
+    };
+    let (locked, released) = (run(false), run(true));
+    assert_eq!(
+        (locked.num_device_alloc, locked.num_device_free),
+        (3, 2),
+        "25 and 25 MiB, released, then 40 MiB"
+    );
+    assert_eq!((locked.num_alloc_retries, locked.num_ooms), (0, 0));
+    assert_eq!(locked.reserved_bytes[0].current, 40 << 20);
+    assert_eq!(locked, released);
+}
+
+#[test]
 fn max_non_split_rounding_bounds_the_waste_of_a_large_request() {
     let run = |rounding_mb: usize| {
         let config = CachingConfig {

@@ -30,6 +30,7 @@ use crate::backend::{Backend, BackendError, EventId, MemInfo, StreamId};
 use crate::error::{Error, ErrorKind, Result};
 use crate::units::format_size;
 use expandable::LARGE_PAGE;
+use segments::{SegmentRetry, SegmentTry};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
@@ -55,6 +56,8 @@ pub struct SegmentRequest {
     rounded: usize,
     pool: PoolKind,
     private: PoolIndex,
+    /// Which of PyTorch's three tries this is (`segments::SegmentTry`).
+    attempt: SegmentTry,
 }
 
 /// One device's caching allocator.
@@ -234,12 +237,15 @@ impl CachingAllocator {
         }
         match self.malloc_begin(size, stream)? {
             MallocStep::Done(ptr) => Ok(ptr),
-            MallocStep::NeedSegment(request) => {
+            MallocStep::NeedSegment(mut request) => loop {
                 let raw = self
                     .backend
                     .raw_alloc(self.device, request.size, request.stream);
-                self.malloc_finish(request, raw)
-            }
+                match self.malloc_finish(request, raw)? {
+                    MallocStep::Done(ptr) => return Ok(ptr),
+                    MallocStep::NeedSegment(next) => request = next,
+                }
+            },
         }
     }
 
@@ -337,6 +343,7 @@ impl CachingAllocator {
                         rounded,
                         pool,
                         private,
+                        attempt: SegmentTry::First,
                     }));
                 }
                 self.allocate_after_first_failure(private, pool, stream, rounded, alloc_size)?
@@ -348,12 +355,15 @@ impl CachingAllocator {
         Ok(MallocStep::Done(self.hand_out_found(id, rounded, size)))
     }
 
-    /// Finish a malloc that needed a segment, given the backend's answer to `request`.
+    /// Go on with a malloc that needed a segment, given the backend's answer to `request`: the
+    /// block handed out, or, where the device had no room, the next segment to ask for without the
+    /// lock after releasing cached memory (PyTorch asks for each of its three tries unlocked), to be
+    /// finished the same way.
     pub fn malloc_finish(
         &mut self,
         request: SegmentRequest,
         raw: std::result::Result<usize, BackendError>,
-    ) -> Result<usize> {
+    ) -> Result<MallocStep> {
         let result = self.malloc_finish_unchecked(request, raw);
         self.verify("malloc");
         result
@@ -363,24 +373,27 @@ impl CachingAllocator {
         &mut self,
         request: SegmentRequest,
         raw: std::result::Result<usize, BackendError>,
-    ) -> Result<usize> {
-        let SegmentRequest {
-            size,
-            stream,
-            requested,
-            rounded,
-            pool,
-            private,
-        } = request;
-        self.reserving_unlocked -= size;
+    ) -> Result<MallocStep> {
+        self.reserving_unlocked -= request.size;
         let id = match raw {
-            Ok(ptr) => self.account_segment(private, pool, stream, ptr, size),
-            Err(BackendError::OutOfMemory) => {
-                self.allocate_after_first_failure(private, pool, stream, rounded, size)?
-            }
+            Ok(ptr) => self.account_segment(
+                request.private,
+                request.pool,
+                request.stream,
+                ptr,
+                request.size,
+            ),
+            Err(BackendError::OutOfMemory) => match self.retry_unlocked(request)? {
+                SegmentRetry::Found(id) => id,
+                SegmentRetry::Ask(next) => return Ok(MallocStep::NeedSegment(next)),
+            },
             Err(e) => return Err(backend_error(&*self.backend, self.device, "raw_alloc", e)),
         };
-        Ok(self.hand_out_found(id, rounded, requested))
+        Ok(MallocStep::Done(self.hand_out_found(
+            id,
+            request.rounded,
+            request.requested,
+        )))
     }
 
     #[inline]

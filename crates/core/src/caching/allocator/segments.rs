@@ -4,6 +4,34 @@
 use super::*;
 use crate::caching::observers::SegmentAction;
 
+/// PyTorch's three tries for a segment the cache cannot serve: as asked; after releasing the cached
+/// blocks that would make room; after releasing every cached segment (a retry, counted in
+/// num_alloc_retries).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SegmentTry {
+    First,
+    AfterReleasingAvailable,
+    AfterReleasingAll,
+}
+
+/// What to try after a try for a segment failed (`after_failed_try`).
+enum NextTry {
+    /// A free block of a use_on_oom pool serves the request.
+    Found(BlockId),
+    /// The segment again, as this try.
+    Segment(SegmentTry),
+    /// Nothing: out of memory.
+    OutOfMemory,
+}
+
+/// What comes of a segment refused to a request asked for without the lock (`retry_unlocked`).
+pub(super) enum SegmentRetry {
+    /// A free block of a use_on_oom pool serves it.
+    Found(BlockId),
+    /// Ask the backend for this segment, without the lock, and finish with its answer.
+    Ask(SegmentRequest),
+}
+
 impl CachingAllocator {
     /// The miss path: a new segment, else free oversize cached blocks and ask again, else free every
     /// cached segment and retry once, else out of memory.
@@ -26,6 +54,43 @@ impl CachingAllocator {
         self.allocate_after_first_failure(private, pool, stream, rounded, alloc_size)
     }
 
+    /// After a try for a segment failed, what to try next, in PyTorch's order, with what that needs
+    /// released first: after the first, a free block of a use_on_oom pool (PyTorch 2.15: a
+    /// default-pool request tries those before anything is released; the block stays its pool's),
+    /// else the segment again once the cached blocks that make room are released, if any were;
+    /// then, unless a capture is underway (as in PyTorch), once every cached segment is released;
+    /// then nothing.
+    fn after_failed_try(
+        &mut self,
+        private: PoolIndex,
+        pool: PoolKind,
+        stream: StreamId,
+        rounded: usize,
+        failed: SegmentTry,
+    ) -> Result<NextTry> {
+        if failed == SegmentTry::First {
+            if private == DEFAULT_POOLS {
+                for candidate in self.private_pools.use_on_oom_pools() {
+                    // A paused pool's free blocks have no memory behind them until it resumes.
+                    if self.pool_paused(candidate) {
+                        continue;
+                    }
+                    if let Some(id) = self.take_free_block(candidate, pool, stream, rounded) {
+                        return Ok(NextTry::Found(id));
+                    }
+                }
+            }
+            if self.release_available_cached_blocks(private, pool, stream, rounded)? {
+                return Ok(NextTry::Segment(SegmentTry::AfterReleasingAvailable));
+            }
+        }
+        if failed != SegmentTry::AfterReleasingAll && !self.capturing {
+            self.release_cached_blocks()?;
+            return Ok(NextTry::Segment(SegmentTry::AfterReleasingAll));
+        }
+        Ok(NextTry::OutOfMemory)
+    }
+
     /// The rest of the miss path once the first request for a segment failed.
     pub(super) fn allocate_after_first_failure(
         &mut self,
@@ -35,37 +100,54 @@ impl CachingAllocator {
         rounded: usize,
         alloc_size: usize,
     ) -> Result<BlockId> {
-        // PyTorch 2.15: a default-pool request whose segment could not be had first tries the free
-        // blocks of the use_on_oom pools (no new segment; the block stays its pool's).
-        if private == DEFAULT_POOLS {
-            for candidate in self.private_pools.use_on_oom_pools() {
-                // A paused pool's free blocks have no memory behind them until it resumes.
-                if self.pool_paused(candidate) {
-                    continue;
+        let mut failed = SegmentTry::First;
+        loop {
+            match self.after_failed_try(private, pool, stream, rounded, failed)? {
+                NextTry::Found(id) => return Ok(id),
+                NextTry::Segment(attempt) => {
+                    let is_retry = attempt == SegmentTry::AfterReleasingAll;
+                    if let Some(id) =
+                        self.allocate_segment(private, pool, stream, rounded, alloc_size, is_retry)?
+                    {
+                        return Ok(id);
+                    }
+                    failed = attempt;
                 }
-                if let Some(id) = self.take_free_block(candidate, pool, stream, rounded) {
-                    return Ok(id);
+                NextTry::OutOfMemory => return Err(self.out_of_memory(alloc_size, rounded, stream)),
+            }
+        }
+    }
+
+    /// `allocate_after_first_failure` for a request whose segment was asked for without the lock
+    /// (release_lock_on_malloc) and refused: the same tries in the same order and the same figures,
+    /// each segment asked for without the lock again (`SegmentRetry::Ask`).
+    pub(super) fn retry_unlocked(&mut self, request: SegmentRequest) -> Result<SegmentRetry> {
+        let SegmentRequest {
+            size,
+            stream,
+            rounded,
+            pool,
+            private,
+            ..
+        } = request;
+        let mut failed = request.attempt;
+        loop {
+            match self.after_failed_try(private, pool, stream, rounded, failed)? {
+                NextTry::Found(id) => return Ok(SegmentRetry::Found(id)),
+                NextTry::Segment(attempt) => {
+                    // As `allocate_segment` counts a retry: when tried, within the fraction or not.
+                    if attempt == SegmentTry::AfterReleasingAll {
+                        self.stats.num_alloc_retries += 1;
+                    }
+                    if self.within_fraction(size) {
+                        self.reserving_unlocked += size;
+                        return Ok(SegmentRetry::Ask(SegmentRequest { attempt, ..request }));
+                    }
+                    failed = attempt;
                 }
+                NextTry::OutOfMemory => return Err(self.out_of_memory(size, rounded, stream)),
             }
         }
-        if self.release_available_cached_blocks(private, pool, stream, rounded)? {
-            if let Some(id) =
-                self.allocate_segment(private, pool, stream, rounded, alloc_size, false)?
-            {
-                return Ok(id);
-            }
-        }
-        // The last resort, free every cached segment and retry, is not taken while a capture is
-        // underway, as in PyTorch.
-        if !self.capturing {
-            self.release_cached_blocks()?;
-            if let Some(id) =
-                self.allocate_segment(private, pool, stream, rounded, alloc_size, true)?
-            {
-                return Ok(id);
-            }
-        }
-        Err(self.out_of_memory(alloc_size, rounded, stream))
     }
 
     /// A request (of `rounded` bytes after rounding, needing a segment of `alloc_size`) that ends in
