@@ -1090,7 +1090,10 @@ fn release_lock_on_malloc_tries_again_after_releasing_the_oversize_blocks_that_m
             ..CachingConfig::default()
         };
         let (mut a, backend) = allocator_with(64 << 20, config);
-        let (one, two) = (a.malloc(25 << 20, 0).unwrap(), a.malloc(25 << 20, 0).unwrap());
+        let (one, two) = (
+            a.malloc(25 << 20, 0).unwrap(),
+            a.malloc(25 << 20, 0).unwrap(),
+        );
         a.free(one).unwrap();
         a.free(two).unwrap();
         let second = match a.malloc_begin(40 << 20, 0).unwrap() {
@@ -1129,6 +1132,37 @@ fn release_lock_on_malloc_tries_again_after_releasing_the_oversize_blocks_that_m
     assert_eq!((locked.num_alloc_retries, locked.num_ooms), (0, 0));
     assert_eq!(locked.reserved_bytes[0].current, 40 << 20);
     assert_eq!(locked, released);
+}
+
+#[test]
+fn a_retry_after_the_settings_turned_expandable_grows_a_segment_under_the_lock() {
+    // A segment asked for without the lock is refused; meanwhile expandable segments were turned
+    // on. The retry grows an expandable segment (as the locked path would) instead of asking for a
+    // plain one: the request is served, and the books are those of one expandable segment.
+    let config = CachingConfig {
+        release_lock_on_malloc: true,
+        ..CachingConfig::default()
+    };
+    let (mut a, _) = allocator_with(1 << 30, config);
+    let MallocStep::NeedSegment(request) = a.malloc_begin(30 << 20, 0).unwrap() else {
+        panic!("an empty cache needs a segment");
+    };
+    a.set_config(CachingConfig {
+        expandable_segments: true,
+        release_lock_on_malloc: true,
+        ..CachingConfig::default()
+    });
+    let refused = Err(crate::backend::BackendError::OutOfMemory);
+    let MallocStep::Done(ptr) = a.malloc_finish(request, refused).unwrap() else {
+        panic!("the retry is served under the lock");
+    };
+    let stats = a.stats();
+    assert_eq!(stats.allocated_bytes[0].current, 30 << 20);
+    // Mapped in the large pool's 20 MiB granules, as PyTorch maps them: two for 30 MiB.
+    assert_eq!(stats.reserved_bytes[0].current, 40 << 20);
+    assert_eq!(a.segments().len(), 1);
+    assert!(a.segments()[0].is_expandable);
+    a.free(ptr).unwrap();
 }
 
 #[test]

@@ -100,7 +100,26 @@ impl CachingAllocator {
         rounded: usize,
         alloc_size: usize,
     ) -> Result<BlockId> {
-        let mut failed = SegmentTry::First;
+        self.allocate_after_failure(
+            private,
+            pool,
+            stream,
+            rounded,
+            alloc_size,
+            SegmentTry::First,
+        )
+    }
+
+    /// The rest of the miss path once try `failed` for a segment failed, under the lock.
+    fn allocate_after_failure(
+        &mut self,
+        private: PoolIndex,
+        pool: PoolKind,
+        stream: StreamId,
+        rounded: usize,
+        alloc_size: usize,
+        mut failed: SegmentTry,
+    ) -> Result<BlockId> {
         loop {
             match self.after_failed_try(private, pool, stream, rounded, failed)? {
                 NextTry::Found(id) => return Ok(id),
@@ -131,6 +150,13 @@ impl CachingAllocator {
             ..
         } = request;
         let mut failed = request.attempt;
+        if self.grows_expandable() {
+            // The settings changed while the segment was asked for: expandable segments grow
+            // under the lock, as `allocate_segment` grows them.
+            return self
+                .allocate_after_failure(private, pool, stream, rounded, size, failed)
+                .map(SegmentRetry::Found);
+        }
         loop {
             match self.after_failed_try(private, pool, stream, rounded, failed)? {
                 NextTry::Found(id) => return Ok(SegmentRetry::Found(id)),
