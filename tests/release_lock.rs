@@ -49,25 +49,46 @@ impl accalloc::backend::Wrapper for GatedBackend {
     }
 }
 
-#[test]
-fn cached_allocations_proceed_while_a_device_allocation_waits() {
+/// An accelerator with `settings` over a gated backend of `capacity` bytes whose allocations of
+/// `slow_size` wait, after the first `gate_after`; and the channel that says one is waiting.
+fn gated_accelerator(
+    capacity: usize,
+    slow_size: usize,
+    gate_after: usize,
+    settings: &str,
+) -> (Arc<GatedBackend>, mpsc::Receiver<()>, Arc<Accelerator>) {
     let (entered_tx, entered_rx) = mpsc::channel();
     let backend = Arc::new(GatedBackend {
-        inner: SimulatedBackend::new(1, 1 << 30),
-        slow_size: 64 << 20,
-        gate_after: 0,
+        inner: SimulatedBackend::new(1, capacity),
+        slow_size,
+        gate_after,
         calls: AtomicUsize::new(0),
         open: Mutex::new(false),
         opened: Condvar::new(),
         entered: Mutex::new(Some(entered_tx)),
     });
-    let config = parse_settings("release_lock_on_malloc:True", &CachingConfig::default()).unwrap();
+    let config = parse_settings(settings, &CachingConfig::default()).unwrap();
     let accelerator = Arc::new(Accelerator::new(
         7,
         backend.clone(),
         Arc::new(SegmentIndex::default()),
         config,
     ));
+    (backend, entered_rx, accelerator)
+}
+
+impl GatedBackend {
+    /// Let the waiting allocations go on.
+    fn open_gate(&self) {
+        *self.open.lock().unwrap() = true;
+        self.opened.notify_all();
+    }
+}
+
+#[test]
+fn cached_allocations_proceed_while_a_device_allocation_waits() {
+    let (backend, entered_rx, accelerator) =
+        gated_accelerator(1 << 30, 64 << 20, 0, "release_lock_on_malloc:True");
     // Warm the small pool so the other thread's requests are cache hits.
     let warm = accelerator.malloc(0, 1000, 0).unwrap();
     accelerator.lock(0).unwrap().free(warm).unwrap();
@@ -95,8 +116,7 @@ fn cached_allocations_proceed_while_a_device_allocation_waits() {
         .expect("a cached malloc had to wait for the device allocation");
     assert_eq!(reused, warm);
 
-    *backend.open.lock().unwrap() = true;
-    backend.opened.notify_all();
+    backend.open_gate();
     let big = slow.join().unwrap().unwrap();
     let stats = accelerator.lock(0).unwrap().stats();
     assert_eq!(stats.num_device_alloc, 2);
@@ -107,27 +127,12 @@ fn cached_allocations_proceed_while_a_device_allocation_waits() {
 
 #[test]
 fn the_memory_fraction_holds_while_segments_are_asked_for_without_the_lock() {
-    let (entered_tx, entered_rx) = mpsc::channel();
-    let backend = Arc::new(GatedBackend {
-        inner: SimulatedBackend::new(1, 64 << 20),
-        slow_size: 20 << 20,
-        gate_after: 0,
-        calls: AtomicUsize::new(0),
-        open: Mutex::new(false),
-        opened: Condvar::new(),
-        entered: Mutex::new(Some(entered_tx)),
-    });
-    let config = parse_settings(
+    let (backend, entered_rx, accelerator) = gated_accelerator(
+        64 << 20,
+        20 << 20,
+        0,
         "release_lock_on_malloc:True,per_process_memory_fraction:0.5",
-        &CachingConfig::default(),
-    )
-    .unwrap();
-    let accelerator = Arc::new(Accelerator::new(
-        7,
-        backend.clone(),
-        Arc::new(SegmentIndex::default()),
-        config,
-    ));
+    );
     // 32 MiB allowed. One thread waits in the backend for a 20 MiB segment, without the lock...
     let slow = {
         let accelerator = accelerator.clone();
@@ -144,8 +149,7 @@ fn the_memory_fraction_holds_while_segments_are_asked_for_without_the_lock() {
         "{}",
         error.message
     );
-    *backend.open.lock().unwrap() = true;
-    backend.opened.notify_all();
+    backend.open_gate();
     let first = slow.join().unwrap().unwrap();
     let stats = accelerator.lock(0).unwrap().stats();
     assert_eq!(stats.reserved_bytes[0].current, 20 << 20);
@@ -161,23 +165,8 @@ fn the_retry_after_releasing_the_cache_asks_for_its_segment_without_the_lock_too
     // A 64 MiB device, 40 MiB of it a cached segment: a 48 MiB request's first try is refused, the
     // cache is released (PyTorch's last resort, counted as a retry), and the second try waits in
     // the backend. PyTorch asks for each try without its lock; so does accalloc.
-    let (entered_tx, entered_rx) = mpsc::channel();
-    let backend = Arc::new(GatedBackend {
-        inner: SimulatedBackend::new(1, 64 << 20),
-        slow_size: 48 << 20,
-        gate_after: 1,
-        calls: AtomicUsize::new(0),
-        open: Mutex::new(false),
-        opened: Condvar::new(),
-        entered: Mutex::new(Some(entered_tx)),
-    });
-    let config = parse_settings("release_lock_on_malloc:True", &CachingConfig::default()).unwrap();
-    let accelerator = Arc::new(Accelerator::new(
-        7,
-        backend.clone(),
-        Arc::new(SegmentIndex::default()),
-        config,
-    ));
+    let (backend, entered_rx, accelerator) =
+        gated_accelerator(64 << 20, 48 << 20, 1, "release_lock_on_malloc:True");
     // A small block stays live (its segment is not released), and 40 MiB are cached.
     let held = accelerator.malloc(0, 1000, 0).unwrap();
     let cached = accelerator.malloc(0, 40 << 20, 0).unwrap();
@@ -206,8 +195,7 @@ fn the_retry_after_releasing_the_cache_asks_for_its_segment_without_the_lock_too
         .expect("a cached malloc had to wait for the retry's device allocation");
     assert_eq!(reused, held);
 
-    *backend.open.lock().unwrap() = true;
-    backend.opened.notify_all();
+    backend.open_gate();
     let big = slow.join().unwrap().unwrap();
     assert_eq!(
         backend.calls.load(Ordering::SeqCst),
