@@ -118,6 +118,19 @@ impl PlannedBench {
     }
 }
 
+/// ns per request of `steps` steps of the benchmark's step on a fresh allocator, planned or from the
+/// cache, and nothing else: what a profiler or an instruction counter is pointed at
+/// (`examples/planned_steps.rs`; the first steps make the plan and fill the cache, so compare two
+/// step counts).
+pub fn steps_alone(planned: bool, steps: usize) -> f64 {
+    let settings = if planned {
+        "planned_placement:True"
+    } else {
+        ""
+    };
+    run_steps(&mut allocator(settings), &step(), steps)
+}
+
 fn allocator(settings: &str) -> CachingAllocator {
     let config = parse_settings(settings, &CachingConfig::default()).expect("a known setting");
     CachingAllocator::new(Arc::new(SimulatedBackend::new(1, 16 << 30)), 0, config)
