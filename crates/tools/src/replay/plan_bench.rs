@@ -120,8 +120,8 @@ impl PlannedBench {
 
 /// ns per request of `steps` steps of the benchmark's step on a fresh allocator, planned or from the
 /// cache, and nothing else: what a profiler or an instruction counter is pointed at
-/// (`examples/planned_steps.rs`; the first steps make the plan and fill the cache, so compare two
-/// step counts).
+/// (`crates/tools/examples/planned_steps.rs`; the first steps make the plan and fill the cache, so
+/// compare two step counts).
 pub fn steps_alone(planned: bool, steps: usize) -> f64 {
     let settings = if planned {
         "planned_placement:True"
