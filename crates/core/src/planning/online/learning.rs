@@ -71,15 +71,7 @@ impl OnlinePlanner {
             self.kept = 0;
         }
         let matched = self.match_stretch(number, size, stream);
-        #[cfg(test)]
-        self.matcher_record.matches.push(matched);
-        if let (Some(q), Some(plan)) = (matched, &self.plan) {
-            let (period, current) = (number - q, plan.keys.len());
-            // No step longer than MAX_PERIOD is planned: the log keeps a few of those only.
-            if 2 * period >= current && period <= 2 * current && period <= MAX_PERIOD {
-                self.similar_period = Some(period);
-            }
-        }
+        self.note_match(number, matched);
         if self.making {
             // The plan being made comes first.
             return None;
@@ -157,22 +149,40 @@ impl OnlinePlanner {
         let number = self.log_allocation(size, stream, ptr, slot);
         self.advised = Advised::Nothing;
         self.kept += 1;
-        self.matcher.skip();
-        let plan = self.plan.as_mut().expect("kept_to_plan");
-        plan.latest = Some((number, position));
+        self.plan.as_mut().expect("kept_to_plan").latest = Some((number, position));
+        let matched = self.match_from_plan(number, position);
+        self.note_match(number, matched);
+    }
+
+    /// What the stretch matcher answers for allocation `number` at `position` of the plan kept to:
+    /// the plan's `window_back` there; the matcher only counts the allocation.
+    #[inline]
+    fn match_from_plan(&mut self, number: usize, position: usize) -> Option<usize> {
+        let plan = self.plan.as_ref().expect("a plan kept to");
         let period = plan.keys.len();
+        self.matcher.skip();
         self.owed_period = period;
-        let back = plan.window_back[position] as usize;
-        debug_assert!(back <= period);
         #[cfg(test)]
         {
-            self.matcher_record
-                .matches
-                .push((back > 0).then(|| number - back));
             self.matcher_record.skipped += 1;
         }
-        if back > 0 && 2 * back >= period && back <= MAX_PERIOD {
-            self.similar_period = Some(back);
+        let back = plan.window_back[position] as usize;
+        debug_assert!(back <= period);
+        (back > 0).then(|| number - back)
+    }
+
+    /// The matcher found allocation `number`'s stretch at `matched`: a period like the plan's is
+    /// the one a replacement plan is made from.
+    #[inline]
+    fn note_match(&mut self, number: usize, matched: Option<usize>) {
+        #[cfg(test)]
+        self.matcher_record.matches.push(matched);
+        if let (Some(q), Some(plan)) = (matched, &self.plan) {
+            let (period, current) = (number - q, plan.keys.len());
+            // No step longer than MAX_PERIOD is planned: the log keeps a few of those only.
+            if 2 * period >= current && period <= 2 * current && period <= MAX_PERIOD {
+                self.similar_period = Some(period);
+            }
         }
     }
 
@@ -201,16 +211,8 @@ impl OnlinePlanner {
             self.kept = 0;
         }
         if let (Some(position), Some(plan)) = (position, &self.plan) {
-            let period = plan.keys.len();
-            if self.kept >= period + WINDOW {
-                self.matcher.skip();
-                self.owed_period = period;
-                #[cfg(test)]
-                {
-                    self.matcher_record.skipped += 1;
-                }
-                let back = plan.window_back[position] as usize;
-                return (back > 0).then(|| number - back);
+            if self.kept >= plan.keys.len() + WINDOW {
+                return self.match_from_plan(number, position);
             }
         }
         let skipped = self.matcher.skipped();
