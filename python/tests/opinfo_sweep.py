@@ -245,11 +245,3 @@ def main():
 
 if __name__ == "__main__":
     main()
-    # Every result is printed; leave without the interpreter's shutdown, where PyTorch's autograd
-    # device threads (the backward passes started one for this device) can race it and abort the
-    # process with "terminate called without an active exception": the device's autograd thread can
-    # drop a finished backward pass's Python context (stashed by PyTorch 2.15) during finalization
-    # (pytorch/pytorch#117762; seen in a CI run, and in a few exits in ten of a small program that ends
-    # right after a backward pass on a busy machine).
-    sys.stdout.flush()
-    os._exit(0)

@@ -13,6 +13,7 @@ Both registrations are explicit: importing this module changes nothing in PyTorc
 accalloc_torch::DeviceAllocator, is in include/accalloc/torch_device_allocator.h (include_dir()), for a
 vendor's PrivateUse1 backend to adopt.
 """
+import atexit
 import ctypes
 import importlib
 import sys
@@ -24,7 +25,7 @@ import torch
 
 import accalloc
 from accalloc._library import DEVICE_HOST, library
-from accalloc.torch import _inductor, _module_conversion
+from accalloc.torch import _autograd_exit, _inductor, _module_conversion
 from accalloc.torch._pools import MemPool, PluggableAllocator, use_mem_pool  # noqa: F401 - the package's API
 from accalloc.torch._sleep import forget, pause, paused_bytes, region, resume  # noqa: F401 - the package's API
 
@@ -213,6 +214,8 @@ def register_device(name, accalloc_device_type):
         # takes no memory, has PyTorch run _lazy_init and count the device as initialized, so that
         # empty_host_cache() works before the first tensor is made on the device.
         torch.empty(0, device=name)
+        # A backward pass on the device must not abort the process at exit (_autograd_exit).
+        atexit.register(_autograd_exit.settle_autograd_threads, name)
         _host_name = name
         return name
 
