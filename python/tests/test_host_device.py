@@ -132,6 +132,46 @@ def test_get_memory_info(fresh_device):
     del t
 
 
+def test_torch_cudas_names_on_the_device_module(fresh_device):
+    # What CUDA-minded code asks of torch.get_device_module(device) (torch.cuda's names), each
+    # answered with the device's own figures, on the device asked for.
+    module = torch.get_device_module("accalloc")
+    assert module is torch.accalloc
+    with torch.accelerator.device_index(1):
+        assert module.current_stream().device == torch.device("accalloc:1")
+        assert module.default_stream(0).device == torch.device("accalloc:0")
+        assert module.Stream().device == torch.device("accalloc:1")
+        event = module.Event(enable_timing=True)
+        event.record()  # an event takes its device when recorded, as a CUDA event does
+        assert event.device == torch.device("accalloc:1") and event.query()
+        assert module.mem_get_info() == torch.accelerator.get_memory_info(1)
+    assert module.mem_get_info(1) == accalloc.get_memory_info("accalloc:1")
+    properties = module.get_device_properties(1)
+    assert (properties.name, properties.index) == ("accalloc host", 1)
+    assert properties.total_memory == torch.accelerator.get_memory_info(1)[1] > 0
+    assert module.get_device_name() == "accalloc host"
+    side = module.Stream()
+    with module.stream(side):
+        assert module.current_stream() == side
+    with module.stream(None):
+        assert module.current_stream().device == torch.device("accalloc:0")
+    t = torch.empty(MiB, dtype=torch.uint8, device="accalloc")
+    assert [s["total_size"] for s in module.memory_snapshot()] == [2 * MiB]
+    assert module.memory_allocated() == MiB
+    del t
+    # The fraction caps this device's reserved memory: a request over it fails as out of memory.
+    total = module.get_device_properties(0).total_memory
+    module.set_per_process_memory_fraction(0.5, 0)
+    try:
+        with pytest.raises(torch.OutOfMemoryError):
+            torch.empty(total // 2 + 2 * MiB, dtype=torch.uint8, device="accalloc:0")
+        torch.empty(total // 2 + 2 * MiB, dtype=torch.uint8, device="accalloc:1")
+    finally:
+        module.set_per_process_memory_fraction(1.0, 0)
+    with pytest.raises(RuntimeError, match="device 7 does not exist"):
+        module.get_device_name(7)
+
+
 def test_out_of_memory_is_torchs_error_and_the_allocator_keeps_working(fresh_device):
     keep = torch.empty(MiB, device="accalloc")
     with pytest.raises(torch.OutOfMemoryError, match="out of memory. Tried to allocate 3.00 GiB"):

@@ -14,6 +14,7 @@ accalloc_torch::DeviceAllocator, is in include/accalloc/torch_device_allocator.h
 vendor's PrivateUse1 backend to adopt.
 """
 import atexit
+import contextlib
 import ctypes
 import importlib
 import sys
@@ -67,8 +68,10 @@ def _extension(name):
     return ctypes.CDLL(str(found[0]), mode=ctypes.RTLD_GLOBAL)
 
 
-def _device_module(accalloc_device_type):
-    """The Python module torch._register_device_module needs for the accelerator."""
+def _device_module(name, accalloc_device_type):
+    """The Python module torch._register_device_module needs for the accelerator `name`, with the
+    names torch.cuda has for what CUDA-minded code asks of a device (torch.<name>.current_stream(),
+    mem_get_info(), get_device_properties(i).total_memory, ...)."""
     module = types.ModuleType("accalloc.torch.device")
     lib = library()
 
@@ -126,6 +129,38 @@ def _device_module(accalloc_device_type):
                      "memory_summary", "get_memory_info"):
         setattr(module, function, getattr(torch.accelerator, function, getattr(accalloc, function)))
     module.empty_cache = torch.accelerator.empty_cache
+
+    # torch.cuda's names for streams, events and the device's figures, over torch.accelerator's.
+    def torch_device(device=None):
+        index = _device_index(device)
+        return torch.device(name, current_device() if index < 0 else index)
+
+    def get_device_properties(device=None):
+        """The device's name, type, index and total_memory (bytes), as attributes."""
+        device = torch_device(device)
+        total = accalloc.get_memory_info(device)[1]
+        return types.SimpleNamespace(name=get_device_name(device), type=name, index=device.index,
+                                     total_memory=total)
+
+    def get_device_name(device=None):
+        """ "accalloc host" for the host accelerator: accalloc and the backend's name."""
+        accalloc.get_memory_info(torch_device(device))  # a device that does not exist is an error
+        return f"accalloc {lib.accalloc_device_type_name(accalloc_device_type).decode()}"
+
+    module.current_stream = lambda device=None: torch.accelerator.current_stream(torch_device(device))
+    # Every stream of an accalloc device is its default one (csrc/host_device.cpp).
+    module.default_stream = module.current_stream
+    module.set_stream = torch.accelerator.set_stream
+    module.stream = lambda stream: contextlib.nullcontext() if stream is None else stream
+    module.Stream = lambda device=None, priority=0: torch.Stream(device=torch_device(device), priority=priority)
+    module.Event = lambda enable_timing=False, blocking=False, interprocess=False: torch.Event(
+        device=torch_device(), enable_timing=enable_timing, blocking=blocking, interprocess=interprocess)
+    module.mem_get_info = lambda device=None: accalloc.get_memory_info(torch_device(device))
+    module.set_per_process_memory_fraction = lambda fraction, device=None: (
+        accalloc.set_per_process_memory_fraction(fraction, torch_device(device)))
+    module.memory_snapshot = lambda: accalloc.memory_snapshot(name)["segments"]
+    module.get_device_name = get_device_name
+    module.get_device_properties = get_device_properties
     # torch.cuda's names for the pinned host allocator's figures (torch.<name>.host_memory_stats()).
     module.host_memory_stats = host_memory_stats
     module.reset_peak_host_memory_stats = reset_peak_host_memory_stats
@@ -201,7 +236,7 @@ def register_device(name, accalloc_device_type):
             raise RuntimeError(f"accalloc device type {accalloc_device_type} has no device")
         if current != name:
             torch.utils.rename_privateuse1_backend(name)
-        torch._register_device_module(name, _device_module(accalloc_device_type))
+        torch._register_device_module(name, _device_module(name, accalloc_device_type))
         torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True,
                                                               for_storage=True)
         accalloc._DEVICE_TYPES[name] = accalloc_device_type
