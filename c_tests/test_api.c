@@ -1471,6 +1471,54 @@ static void section_summary_snapshot(void)
 }
 
 /* ------------------------------------------------------------------------------------------------ */
+/* accalloc_allocation_info: what a profiler is told of a live allocation, worked out by hand. */
+static void section_allocation_info(void)
+{
+    void *p = NULL, *q = NULL;
+    uint64_t size = 7;
+    AccallocDeviceType type = -1;
+    int32_t device = -1;
+    int local = 0;
+
+    /* 1000 bytes round up to 1024 (a multiple of 512), on device 1 of the current accelerator. */
+    CHECK_STATUS(accalloc_malloc(&p, 1000, 1, NULL), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_allocation_info(p, &size, &type, &device), ACCALLOC_OK);
+    CHECK_EQ(size, 1024);
+    CHECK_EQ(type, accalloc_current_accelerator());
+    CHECK_EQ(device, 1);
+    /* 3 MiB + 1 byte: a large-pool block of 3 MiB + 512, the size memory_allocated counts. */
+    CHECK_STATUS(accalloc_malloc(&q, (3u << 20) + 1, 0, NULL), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_allocation_info(q, &size, NULL, NULL), ACCALLOC_OK);
+    CHECK_EQ(size, (3u << 20) + 512);
+    {
+        int64_t allocated = -1;
+        CHECK_STATUS(accalloc_memory_allocated(0, &allocated), ACCALLOC_OK);
+        CHECK_EQ(allocated, (int64_t)size);
+    }
+    /* Not the start of a block, a freed block, no block at all: INVALID_POINTER, nothing stored. */
+    size = 7;
+    CHECK_STATUS(accalloc_allocation_info((char *)p + 512, &size, &type, &device), ACCALLOC_ERROR_INVALID_POINTER);
+    CHECK_STATUS(accalloc_free(p), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_allocation_info(p, &size, &type, &device), ACCALLOC_ERROR_INVALID_POINTER);
+    CHECK_STATUS(accalloc_allocation_info(&local, &size, &type, &device), ACCALLOC_ERROR_INVALID_POINTER);
+    CHECK_STATUS(accalloc_allocation_info(NULL, &size, &type, &device), ACCALLOC_ERROR_INVALID_POINTER);
+    CHECK_EQ(size, 7);
+    CHECK_EQ(device, 1);
+    CHECK_STATUS(accalloc_allocation_info(q, NULL, &type, &device), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(accalloc_free(q), ACCALLOC_OK);
+    /* Both devices released and reset, as the next sections expect them. */
+    CHECK_STATUS(accalloc_empty_cache(), ACCALLOC_OK);
+    for (device = 0; device < 2; device++) {
+        CHECK_STATUS(accalloc_reset_accumulated_memory_stats(device), ACCALLOC_OK);
+        CHECK_STATUS(accalloc_reset_peak_memory_stats(device), ACCALLOC_OK);
+    }
+    fresh_expected(&e0);
+    fresh_expected(&e1);
+    expect_device(0, &e0, "allocation_info: device 0 released and reset");
+    expect_device(1, &e1, "allocation_info: device 1 released and reset");
+}
+
+/* ------------------------------------------------------------------------------------------------ */
 /* Every argument error of every function: the right status, a message, and no figure moves. */
 static void section_errors(void)
 {
@@ -2739,6 +2787,7 @@ int main(void)
     section_record_stream();
     section_pinned_host();
     section_summary_snapshot();
+    section_allocation_info();
     section_errors();
     section_ort_arguments();
     section_threads();

@@ -126,6 +126,7 @@ static void note_limit(AccallocDeviceType type, int64_t device, size_t alloc_siz
 }
 typedef AccallocStatus (*host_record_stream_fn)(const void *, int32_t, void *, bool *);
 typedef AccallocStatus (*host_is_pinned_fn)(const void *, bool *);
+typedef AccallocStatus (*allocation_info_fn)(const void *, uint64_t *, AccallocDeviceType *, int32_t *);
 typedef AccallocStatus (*host_json_fn)(char *, size_t, size_t *);
 typedef AccallocStatus (*host_stat_fn)(const char *, int64_t *);
 
@@ -203,6 +204,7 @@ int main(int argc, char **argv)
     free_fn p_host_free;
     host_record_stream_fn p_host_record_stream;
     host_is_pinned_fn p_host_is_pinned;
+    allocation_info_fn p_allocation_info;
     void_status_fn p_host_empty_cache, p_host_reset_accumulated, p_host_reset_peak;
     host_json_fn p_host_stats_json;
     host_stat_fn p_host_stat;
@@ -287,6 +289,7 @@ int main(int argc, char **argv)
     TYPECHECK(free_fn, accalloc_host_free);
     TYPECHECK(host_record_stream_fn, accalloc_host_record_stream);
     TYPECHECK(host_is_pinned_fn, accalloc_host_is_pinned);
+    TYPECHECK(allocation_info_fn, accalloc_allocation_info);
     TYPECHECK(void_status_fn, accalloc_host_empty_cache);
     TYPECHECK(void_status_fn, accalloc_host_reset_accumulated_memory_stats);
     TYPECHECK(void_status_fn, accalloc_host_reset_peak_memory_stats);
@@ -364,6 +367,7 @@ int main(int argc, char **argv)
     LOAD(p_host_free, "accalloc_host_free");
     LOAD(p_host_record_stream, "accalloc_host_record_stream");
     LOAD(p_host_is_pinned, "accalloc_host_is_pinned");
+    LOAD(p_allocation_info, "accalloc_allocation_info");
     LOAD(p_host_empty_cache, "accalloc_host_empty_cache");
     LOAD(p_host_reset_accumulated, "accalloc_host_reset_accumulated_memory_stats");
     LOAD(p_host_reset_peak, "accalloc_host_reset_peak_memory_stats");
@@ -436,6 +440,13 @@ int main(int argc, char **argv)
     CHECK_EQ(v, 2097152);
     CHECK_STATUS(p_memory_stat(0, "requested_bytes.all.current", &v), ACCALLOC_OK);
     CHECK_EQ(v, 1000);
+    {
+        uint64_t size = 0;
+        int32_t device = -1;
+        CHECK_STATUS(p_allocation_info(ptr, &size, NULL, &device), ACCALLOC_OK);
+        CHECK_EQ(size, 1024);
+        CHECK_EQ(device, 0);
+    }
     CHECK_STATUS(p_memory_stat(0, "inactive_split_bytes.small_pool.current", &v), ACCALLOC_OK);
     CHECK_EQ(v, 2096128);
     CHECK_STATUS(p_mem_get_info(0, &fr, &tot), ACCALLOC_OK);

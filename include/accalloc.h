@@ -726,6 +726,21 @@ enum AccallocStatus accalloc_malloc_on(AccallocDeviceType device_type,
 enum AccallocStatus accalloc_free(void *ptr);
 
 /**
+ * The live allocation at `ptr` (of any accelerator): the bytes it holds as memory_allocated counts
+ * them (the request rounded up by the allocator's rules) in `*size`, and where it lies in
+ * `*device_type` and `*device` (each of these two may be NULL when not wanted). For profilers, which
+ * are told each allocation's size when it is made and again when it is freed (PyTorch's
+ * reportMemoryUsageToProfiler); not meant for a hot path.
+ *
+ * Errors: ACCALLOC_ERROR_INVALID_ARGUMENT (size is NULL), ACCALLOC_ERROR_INVALID_POINTER when `ptr`
+ * is not a live allocation. On error nothing is stored.
+ */
+enum AccallocStatus accalloc_allocation_info(const void *ptr,
+                                             uint64_t *size,
+                                             AccallocDeviceType *device_type,
+                                             int32_t *device);
+
+/**
  * Note that `stream` uses the allocation at `ptr` (PyTorch's record_stream): when it is freed, the
  * block returns to the cache only after the work queued on `stream` until then has completed.
  * Uses on the stream the block was allocated on are ignored.

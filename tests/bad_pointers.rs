@@ -1,11 +1,12 @@
 //! Addresses that are not the start of a live block are refused with ACCALLOC_ERROR_INVALID_POINTER
-//! and change nothing: through accalloc_free, accalloc_record_stream and the pluggable entry points,
-//! first on the one-device shortcut, then on the general path (two host devices holding memory).
+//! and change nothing: through accalloc_free, accalloc_record_stream, accalloc_allocation_info and the
+//! pluggable entry points, first on the one-device shortcut, then on the general path (two host
+//! devices holding memory).
 //! This binary is its own process, so the shortcut's state is this test's alone.
 
 mod common;
 
-use accalloc::capi::memory::accalloc_record_stream;
+use accalloc::capi::memory::{accalloc_allocation_info, accalloc_record_stream};
 use accalloc::capi::pluggable::{accalloc_pluggable_free, accalloc_pluggable_record_stream};
 use accalloc::capi::AccallocDeviceStats;
 use accalloc::capi::AccallocStatus::{self, ACCALLOC_ERROR_INVALID_POINTER, ACCALLOC_OK};
@@ -57,6 +58,21 @@ fn every_bad_pointer_is_refused(live: &[(usize, usize)], freed: usize) {
             both_devices(),
             before,
             "record_stream({ptr:#x}) changed the books"
+        );
+
+        let mut size = 7u64;
+        let status = unsafe {
+            accalloc_allocation_info(
+                ptr as *const c_void,
+                &mut size,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            )
+        };
+        assert_eq!(
+            (status, size),
+            (ACCALLOC_ERROR_INVALID_POINTER, 7),
+            "allocation_info({ptr:#x})"
         );
 
         // The pluggable entry points return nothing: the last error says what happened.

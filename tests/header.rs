@@ -116,6 +116,8 @@ fn header_declares_every_exported_function() {
         "accalloc_host_free",
         "accalloc_host_record_stream",
         "accalloc_host_is_pinned",
+        // A pointer knows its owner.
+        "accalloc_allocation_info",
         // A checkpoint knows its accelerator.
         "accalloc_pool_checkpoint_allocations",
         "accalloc_pool_checkpoint_restore",

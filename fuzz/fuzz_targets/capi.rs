@@ -431,6 +431,15 @@ fuzz_target!(|data: &[u8]| {
                 5 if !live.is_empty() => {
                     let p = live[arg as usize % live.len()];
                     ok_or_expected(accalloc_record_stream(p as *mut c_void, (arg % 5) as usize as *mut c_void));
+                    // A live block's size as memory_allocated counts it: whole 512-byte units.
+                    let (mut size, mut at) = (0u64, -1i32);
+                    let status = accalloc_allocation_info(p as *const c_void, &mut size, std::ptr::null_mut(), &mut at);
+                    ok_or_expected(status);
+                    if status == AccallocStatus::ACCALLOC_OK {
+                        assert!(size >= 512 && size % 512 == 0 && at >= 0, "{size} on {at}");
+                    }
+                    let status = accalloc_allocation_info((p + 1) as *const c_void, &mut size, std::ptr::null_mut(), std::ptr::null_mut());
+                    assert_ne!(status, AccallocStatus::ACCALLOC_OK);
                 }
                 6 => ok_or_expected(accalloc_empty_cache()),
                 7 => ok_or_expected(accalloc_set_memory_fraction(f64::from_bits(arg), device)),

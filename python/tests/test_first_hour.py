@@ -2,8 +2,8 @@
 CPU's results: checkpoints (torch.save / torch.load), autocast, per-device generators, torch.compile with
 its default backend (Inductor), and the rest of a first session (printing, a DataLoader with pinned
 memory and workers, non-blocking copies, recovering from an out-of-memory error, two devices), and streams
-and events as CUDA code uses them (a side stream, record_stream, timed events), and leaving right after a
-backward pass."""
+and events as CUDA code uses them (a side stream, record_stream, timed events), the memory profiler, and
+leaving right after a backward pass."""
 import copy
 import io
 import json
@@ -276,6 +276,24 @@ def test_a_side_stream_record_stream_and_timed_events_work_as_on_cuda(fresh_devi
         untimed.elapsed_time(end)
     with pytest.raises(ValueError, match="recorded"):
         start.elapsed_time(torch.Event(device="accalloc", enable_timing=True))
+
+
+# ---- profiling ----------------------------------------------------------------------------------------
+
+def test_the_profiler_sees_the_devices_memory(fresh_device):
+    # torch.profiler(profile_memory=True) is told of each allocation and free on the device, with
+    # the bytes accalloc counts (1000 bytes are a block of 1024), as CUDA's allocator tells it.
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1], profile_memory=True) as prof:
+        small = torch.empty(1000, dtype=torch.uint8, device="accalloc")
+        large = torch.empty(3 * MiB, dtype=torch.uint8, device="accalloc")
+        del small, large
+    made = [e.device_memory_usage for e in prof.events() if e.name == "aten::empty"]
+    freed = [e.device_memory_usage for e in prof.events() if e.name == "[memory]" and e.device_memory_usage]
+    assert made == [1024, 3 * MiB] and freed == [-1024, -3 * MiB]
+    assert "Self ACCALLOC Mem" in prof.key_averages().table()
+    # Off the profiler nothing is reported, and the books are as ever.
+    assert torch.accelerator.memory_allocated() == 0
 
 
 # ---- leaving ------------------------------------------------------------------------------------------

@@ -55,6 +55,37 @@ pub unsafe extern "C" fn accalloc_free(ptr: *mut c_void) -> AccallocStatus {
     guard(|| runtime()?.free(ptr as usize))
 }
 
+/// The live allocation at `ptr` (of any accelerator): the bytes it holds as memory_allocated counts
+/// them (the request rounded up by the allocator's rules) in `*size`, and where it lies in
+/// `*device_type` and `*device` (each of these two may be NULL when not wanted). For profilers, which
+/// are told each allocation's size when it is made and again when it is freed (PyTorch's
+/// reportMemoryUsageToProfiler); not meant for a hot path.
+///
+/// Errors: ACCALLOC_ERROR_INVALID_ARGUMENT (size is NULL), ACCALLOC_ERROR_INVALID_POINTER when `ptr`
+/// is not a live allocation. On error nothing is stored.
+#[no_mangle]
+pub unsafe extern "C" fn accalloc_allocation_info(
+    ptr: *const c_void,
+    size: *mut u64,
+    device_type: *mut AccallocDeviceType,
+    device: *mut i32,
+) -> AccallocStatus {
+    guard(|| {
+        let size = out_ptr(size, "size")?;
+        let (of_type, index, bytes) = runtime()?.allocation_of(ptr as usize)?;
+        *size = bytes as u64;
+        if !device_type.is_null() {
+            // SAFETY: non-NULL out-pointers are valid for a write (the header's contract).
+            unsafe { *device_type = of_type };
+        }
+        if !device.is_null() {
+            // SAFETY: as above.
+            unsafe { *device = index as i32 };
+        }
+        Ok(())
+    })
+}
+
 /// Note that `stream` uses the allocation at `ptr` (PyTorch's record_stream): when it is freed, the
 /// block returns to the cache only after the work queued on `stream` until then has completed.
 /// Uses on the stream the block was allocated on are ignored.

@@ -371,6 +371,18 @@ impl Runtime {
         }
     }
 
+    /// The live allocation at `ptr`: its device type, device index and the bytes it holds (as
+    /// memory_allocated counts them). Not on a hot path: the segment index answers, under its lock.
+    pub fn allocation_of(&self, ptr: usize) -> Result<(i32, usize, usize)> {
+        let (_, _, (device_type, device)) =
+            self.index.segment_of(ptr).ok_or_else(|| not_ours(ptr))?;
+        let size = self
+            .accelerator(device_type)?
+            .lock(device)?
+            .allocation_size(ptr)?;
+        Ok((device_type, device, size))
+    }
+
     /// Note that `stream` uses the allocation at `ptr` (PyTorch's record_stream).
     pub fn record_stream(&self, ptr: usize, stream: StreamId) -> Result<()> {
         let result = self.with_owner(ptr, |device| device.record_stream(ptr, stream));

@@ -21,7 +21,9 @@
 
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 #include <utility>
 
 #include "accalloc.h"
@@ -84,11 +86,56 @@ inline c10::CachingDeviceAllocator::DeviceStats to_device_stats(const AccallocDe
   return out;
 }
 
+// PyTorch's memory profiler (torch.profiler's profile_memory=True) is told of every allocation made
+// and freed while it records, with the device's allocated and reserved bytes after it, as CUDA's
+// allocator tells it. The c10::DeviceType each accalloc device type serves as (a deleter gets only the
+// pointer) is noted by the DeviceAllocator serving it.
+inline std::mutex& profiled_types_lock() {
+  static std::mutex lock;
+  return lock;
+}
+
+inline std::unordered_map<AccallocDeviceType, c10::DeviceType>& profiled_types() {
+  static std::unordered_map<AccallocDeviceType, c10::DeviceType> types;
+  return types;
+}
+
+// Tell the profiler that `bytes` (negative: freed) moved at `ptr` on accalloc's `type` device `device`.
+inline void report_to_profiler(void* ptr, int64_t bytes, AccallocDeviceType type, int32_t device) {
+  c10::DeviceType torch_type;
+  {
+    std::lock_guard<std::mutex> guard(profiled_types_lock());
+    auto found = profiled_types().find(type);
+    if (found == profiled_types().end()) {
+      return;  // a device type no DeviceAllocator serves: nothing PyTorch knows it as
+    }
+    torch_type = found->second;
+  }
+  int64_t allocated = 0;
+  int64_t reserved = 0;
+  if (accalloc_memory_allocated_on(type, device, &allocated) != ACCALLOC_OK ||
+      accalloc_memory_reserved_on(type, device, &reserved) != ACCALLOC_OK) {
+    return;
+  }
+  c10::reportMemoryUsageToProfiler(ptr, bytes, static_cast<size_t>(allocated), static_cast<size_t>(reserved),
+                                   c10::Device(torch_type, static_cast<c10::DeviceIndex>(device)));
+}
+
 // The deleter of every DataPtr: a pointer knows the device type and device that own it. A deleter
 // cannot throw, so a failure (a bug elsewhere: a double free) is a warning with accalloc's message.
 inline void free_block(void* ptr) {
+  uint64_t size = 0;
+  AccallocDeviceType type = 0;
+  int32_t device = 0;
+  // While the profiler records memory: the block's size and device, asked before it goes.
+  const bool profiled = C10_UNLIKELY(c10::memoryProfilingEnabled()) && ptr != nullptr &&
+                        accalloc_allocation_info(ptr, &size, &type, &device) == ACCALLOC_OK;
   if (accalloc_free(ptr) != ACCALLOC_OK) {
     TORCH_WARN("accalloc_free(", ptr, "): ", accalloc_last_error_message());
+    return;
+  }
+  if (profiled) {
+    report_to_profiler(ptr, -static_cast<int64_t>(size), type, device);
   }
 }
 
@@ -102,7 +149,10 @@ class DeviceAllocator : public c10::DeviceAllocator {
 
   DeviceAllocator(AccallocDeviceType accalloc_type, c10::DeviceType torch_type, CopyFn copy = nullptr,
                   StreamHandleFn stream_handle = nullptr)
-      : accalloc_type_(accalloc_type), torch_type_(torch_type), copy_(copy), stream_handle_(stream_handle) {}
+      : accalloc_type_(accalloc_type), torch_type_(torch_type), copy_(copy), stream_handle_(stream_handle) {
+    std::lock_guard<std::mutex> guard(profiled_types_lock());
+    profiled_types()[accalloc_type] = torch_type;
+  }
 
   AccallocDeviceType accalloc_type() const { return accalloc_type_; }
 
@@ -113,6 +163,11 @@ class DeviceAllocator : public c10::DeviceAllocator {
     void* stream = stream_handle_ ? stream_handle_(guard->getStream(device)) : nullptr;
     void* ptr = nullptr;
     check(accalloc_malloc_on(accalloc_type_, &ptr, n, device.index(), stream), "accalloc_malloc");
+    uint64_t size = 0;
+    if (C10_UNLIKELY(c10::memoryProfilingEnabled()) && ptr != nullptr &&
+        accalloc_allocation_info(ptr, &size, nullptr, nullptr) == ACCALLOC_OK) {
+      report_to_profiler(ptr, static_cast<int64_t>(size), accalloc_type_, device.index());
+    }
     return {ptr, ptr, &free_block, device};
   }
 

@@ -404,6 +404,20 @@ impl CachingAllocator {
         self.hand_out(id, rounded, requested, split)
     }
 
+    /// The bytes the live allocation at `ptr` holds, as allocated_bytes counts them (the request
+    /// rounded up by the allocator's rules): what PyTorch's memory profiler is told when it is made
+    /// and when it is freed.
+    pub fn allocation_size(&self, ptr: usize) -> Result<usize> {
+        match self.active.get(&ptr) {
+            Some(&id) => Ok(self.blocks[id].size),
+            None => Err(Error::invalid_pointer(format!(
+                "pointer {ptr:#x} is not a live allocation of {} device {}",
+                self.backend.name(),
+                self.device
+            ))),
+        }
+    }
+
     /// Return a block handed out by `malloc`.
     #[inline]
     pub fn free(&mut self, ptr: usize) -> Result<()> {
