@@ -237,6 +237,31 @@ def test_a_first_session_on_the_device(fresh_device):
     assert DEVICE == "accalloc"
 
 
+# ---- what the device supports ---------------------------------------------------------------------
+
+@pytest.mark.filterwarnings("ignore:ComplexHalf support is experimental")
+@pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor.*deprecated")
+def test_the_device_capability_lists_the_dtypes_that_work(fresh_device):
+    # torch.accelerator.get_device_capability(): every dtype listed can be made on the device and
+    # converted to and from float32 there, as on the CPU; the quantized ones, which cannot be made
+    # on the device, and the sub-byte ones, which the CPU cannot convert, are left out.
+    supported = torch.accelerator.get_device_capability()["supported_dtypes"]
+    assert {torch.float32, torch.bfloat16, torch.float8_e4m3fn, torch.complex64, torch.uint64} <= supported
+    assert not {torch.qint8, torch.quint8, torch.qint32, torch.int4, torch.uint4, torch.bits8} & supported
+    values = torch.tensor([0.0, 1.0, 2.5, -3.0])
+    for dtype in supported:
+        if dtype.is_complex:
+            values_as = values.to(dtype)
+        else:
+            values_as = values.abs().to(dtype) if not dtype.is_signed else values.to(dtype)
+        on_device = values_as.to("accalloc")
+        assert on_device.dtype == dtype
+        assert torch.equal(on_device.to(torch.complex64 if dtype.is_complex else torch.float32).cpu(),
+                           values_as.to(torch.complex64 if dtype.is_complex else torch.float32)), dtype
+    with pytest.raises(NotImplementedError):
+        torch.quantize_per_tensor(torch.ones(4), 0.1, 0, torch.qint8).to("accalloc")
+
+
 # ---- streams and events -------------------------------------------------------------------------------
 
 def test_a_side_stream_record_stream_and_timed_events_work_as_on_cuda(fresh_device):

@@ -121,6 +121,25 @@ struct HostGuardImpl final : public c10::impl::DeviceGuardImplInterface {
                           "accalloc_mem_get_info (synchronize)");
   }
 
+  // torch.accelerator.get_device_capability(): the dtypes whose tensors can be made on the device and
+  // converted to and from the others there. Operators run on the CPU, so these are the ones the CPU
+  // converts (not the quantized ones, which have no kernels for the device, nor the sub-byte and bits
+  // types, which the CPU cannot convert either).
+  c10::DeviceCapability getDeviceCapability(c10::Device /*device*/) const override {
+    c10::DeviceCapability capability;
+    capability.capability_data.capability_bits = 0;
+    for (int index :
+         {c10::kIndex_Byte, c10::kIndex_Char, c10::kIndex_Short, c10::kIndex_Int, c10::kIndex_Long,
+          c10::kIndex_Half, c10::kIndex_Float, c10::kIndex_Double, c10::kIndex_ComplexHalf,
+          c10::kIndex_ComplexFloat, c10::kIndex_ComplexDouble, c10::kIndex_Bool, c10::kIndex_BFloat16,
+          c10::kIndex_Float8_e5m2, c10::kIndex_Float8_e4m3fn, c10::kIndex_Float8_e5m2fnuz,
+          c10::kIndex_Float8_e4m3fnuz, c10::kIndex_Float8_e8m0fnu, c10::kIndex_UInt16, c10::kIndex_UInt32,
+          c10::kIndex_UInt64}) {
+      capability.capability_data.capability_bits |= 1ULL << index;
+    }
+    return capability;
+  }
+
   // Events complete when recorded: the work before them already has. Only a timed one
   // (enable_timing=True: BACKEND_DEFAULT) has anything to keep, the time of its latest record.
   void record(void** event, const c10::Stream& /*stream*/, const c10::DeviceIndex /*device_index*/,
