@@ -304,6 +304,13 @@ void run_cpu_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     }
   }
 
+  if (graph_capturing()) {
+    std::vector<c10::IValue> written_arguments;
+    for (const auto& [index, cpu_value] : written) {
+      written_arguments.push_back(arguments[index]);
+    }
+    save_for_graph(written_arguments);
+  }
   op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
 
   for (auto& [index, cpu_value] : written) {
@@ -349,6 +356,9 @@ void run_cpu_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       }
       slot = std::move(device_list);
     }
+  }
+  if (graph_capturing()) {
+    record_for_graph(op, arguments, *stack, returns_begin);
   }
 }
 

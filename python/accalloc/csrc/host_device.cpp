@@ -275,7 +275,13 @@ at::Tensor view(const at::Tensor& self, c10::IntArrayRef size) { return at::nati
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   c10::Device device = dst.device().type() == kType ? dst.device() : self.device();
   CpuCall call(device);
+  if (graph_capturing()) {
+    save_for_graph({dst});
+  }
   call.cpu(dst).copy_(call.cpu(self));
+  if (graph_capturing()) {
+    record_for_graph("aten::_copy_from", "", {self, dst, non_blocking}, {dst});
+  }
   if (non_blocking) {
     for (const at::Tensor* cpu : {&self, &dst}) {
       if (cpu->device().is_cpu() && cpu->is_pinned()) {
@@ -294,6 +300,10 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 }
 
 at::Scalar local_scalar_dense(const at::Tensor& self) {
+  // As on CUDA, where reading the device synchronizes, which a capture forbids: a value read now
+  // would not be read again by a replay.
+  TORCH_CHECK(!graph_capturing(), "reading a tensor's value (item(), a Python bool or number of it) on the ",
+              self.device(), " during a graph capture: a replay would not read it again");
   CpuCall call(self.device());
   return at::_local_scalar_dense(call.cpu(self));
 }

@@ -3,7 +3,8 @@
 // host_device.cpp: the allocator, device guard, hooks and the kernels that create, view and copy
 // tensors. host_cpu_call.cpp: CpuCall, and the boxed fallback that runs every other operator's CPU
 // kernel over the device's memory. host_routes.cpp: where PyTorch would not take the device to the
-// CPU's kernels by itself (convolution, attention, composites).
+// CPU's kernels by itself (convolution, attention, composites). host_graph.cpp: torch.accelerator.Graph
+// (capture records what the kernels run, replay runs it again).
 #pragma once
 
 #include <ATen/core/Generator.h>
@@ -79,6 +80,19 @@ void install_cpu_allocator();
 
 // The boxed kernel of every operator that runs the CPU's kernel over the device's memory.
 void cpu_kernel_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+// Graphs (host_graph.cpp): whether a torch.accelerator.Graph is capturing (cheap: every kernel asks),
+// and the recording of one operator the device ran for it: its arguments as given and its results
+// (the stack from `returns_begin`), or, for a kernel registered unboxed, by the operator's name.
+bool graph_capturing();
+void record_for_graph(const c10::OperatorHandle& op, const std::vector<c10::IValue>& arguments,
+                      const torch::jit::Stack& results, size_t returns_begin);
+void record_for_graph(const char* name, const char* overload, std::vector<c10::IValue> arguments,
+                      std::vector<c10::IValue> results);
+// Before a kernel writes: the tensors it writes (of its arguments), whose bytes a capture keeps to put
+// back at its end when they are from before it.
+void save_for_graph(const std::vector<c10::IValue>& written);
+void register_graphs();
 
 // Sends the operators for which PyTorch would give the device a composite kernel, though the CPU
 // has its own, to the CPU's (once; at registration: see host_routes.cpp).

@@ -39,7 +39,14 @@ at::Tensor convolution_overrideable(const at::Tensor& input, const at::Tensor& w
   }
   at::Tensor output = at::convolution(call.cpu(input), call.cpu(weight), cpu_bias, stride, padding, dilation,
                                       transposed, output_padding, groups);
-  return call.device(output);
+  at::Tensor result = call.device(output);
+  if (graph_capturing()) {
+    record_for_graph("aten::convolution_overrideable", "",
+                     {input, weight, bias, stride.vec(), padding.vec(), dilation.vec(), transposed,
+                      output_padding.vec(), groups},
+                     {result});
+  }
+  return result;
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable(
@@ -53,7 +60,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable
       at::convolution_backward(call.cpu(grad_output), call.cpu(input), call.cpu(weight),
                                output_mask[2] ? at::OptionalIntArrayRef(bias_sizes) : std::nullopt, stride,
                                padding, dilation, transposed, output_padding, groups, output_mask);
-  return {call.device(grad_input), call.device(grad_weight), call.device(grad_bias)};
+  std::tuple<at::Tensor, at::Tensor, at::Tensor> results{call.device(grad_input), call.device(grad_weight),
+                                                          call.device(grad_bias)};
+  if (graph_capturing()) {
+    record_for_graph("aten::convolution_backward_overrideable", "",
+                     {grad_output, input, weight, stride.vec(), padding.vec(), dilation.vec(), transposed,
+                      output_padding.vec(), groups, c10::List<bool>({output_mask[0], output_mask[1], output_mask[2]})},
+                     {std::get<0>(results), std::get<1>(results), std::get<2>(results)});
+  }
+  return results;
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {

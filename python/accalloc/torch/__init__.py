@@ -236,6 +236,8 @@ def register_device(name, accalloc_device_type):
             raise RuntimeError(f"accalloc device type {accalloc_device_type} has no device")
         if current != name:
             torch.utils.rename_privateuse1_backend(name)
+        # torch.accelerator.Graph: PyTorch finds a graph by the device type's name, so once named.
+        extension.accalloc_torch_register_graphs()
         torch._register_device_module(name, _device_module(name, accalloc_device_type))
         torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True,
                                                               for_storage=True)
