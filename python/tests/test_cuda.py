@@ -51,6 +51,25 @@ def test_cuda_statistics_are_accallocs():
     assert code == 0 and "cuda ok" in out, out
 
 
+def test_the_memory_profiler_sees_cuda_memory_under_use_for_cuda():
+    # PyTorch's pluggable allocator reports nothing to torch.profiler; accalloc reports each
+    # allocation and free with the bytes it counts, as CUDA's own allocator does.
+    code, out = run_python("""
+        import torch, accalloc.torch
+        from torch.profiler import ProfilerActivity, profile
+        accalloc.torch.use_for_cuda()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], profile_memory=True) as prof:
+            small = torch.empty(1000, dtype=torch.uint8, device="cuda")
+            large = torch.empty(3 << 20, dtype=torch.uint8, device="cuda")
+            del small, large
+        made = [e.device_memory_usage for e in prof.events() if e.name == "aten::empty"]
+        freed = [e.device_memory_usage for e in prof.events() if e.name == "[memory]" and e.device_memory_usage]
+        assert made == [1024, 3 << 20] and freed == [-1024, -(3 << 20)], (made, freed)
+        print("ok")
+    """)
+    assert code == 0 and "ok" in out.splitlines(), out
+
+
 def test_use_for_cuda_too_late_says_what_to_do():
     code, out = run_python("""
         import torch, accalloc.torch

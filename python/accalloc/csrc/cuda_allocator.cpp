@@ -25,6 +25,13 @@ constexpr AccallocDeviceType kCuda = ACCALLOC_DEVICE_CUDA;
 void* cuda_malloc(size_t size, int device, cudaStream_t stream) {
   void* ptr = nullptr;
   accalloc_torch::check(accalloc_malloc_on(kCuda, &ptr, size, device, stream), "accalloc_malloc");
+  // PyTorch's pluggable allocator tells the memory profiler nothing: accalloc does, as CUDA's own
+  // allocator would (the free side is free_block's).
+  uint64_t bytes = 0;
+  if (C10_UNLIKELY(c10::memoryProfilingEnabled()) && ptr != nullptr &&
+      accalloc_allocation_info(ptr, &bytes, nullptr, nullptr) == ACCALLOC_OK) {
+    accalloc_torch::report_to_profiler(ptr, static_cast<int64_t>(bytes), kCuda, device);
+  }
   return ptr;
 }
 
@@ -62,6 +69,7 @@ struct PoolState final : public c10::cuda::CUDACachingAllocator::AllocatorState 
 
 struct AccallocCudaAllocator final : public torch::cuda::CUDAPluggableAllocator::CUDAPluggableAllocator {
   AccallocCudaAllocator() : CUDAPluggableAllocator(&cuda_malloc, &cuda_free) {
+    accalloc_torch::serve_profiler_as(kCuda, c10::DeviceType::CUDA);
     set_reset_fn([] { accalloc_torch::check(accalloc_empty_cache_on(kCuda), "accalloc_empty_cache"); });
     set_memory_fraction_fn([](double fraction, int device) {
       accalloc_torch::check(accalloc_set_memory_fraction_on(kCuda, fraction, device), "accalloc_set_memory_fraction");

@@ -100,7 +100,14 @@ inline std::unordered_map<AccallocDeviceType, c10::DeviceType>& profiled_types()
   return types;
 }
 
-// Tell the profiler that `bytes` (negative: freed) moved at `ptr` on accalloc's `type` device `device`.
+// Report accalloc's `type` to the profiler as PyTorch's `torch_type` (a DeviceAllocator does it for
+// the type it serves; use_for_cuda for CUDA).
+inline void serve_profiler_as(AccallocDeviceType type, c10::DeviceType torch_type) {
+  std::lock_guard<std::mutex> guard(profiled_types_lock());
+  profiled_types()[type] = torch_type;
+}
+
+// Tell the profiler that `bytes` (negative: freed) at `ptr` on accalloc's `type` device `device`.
 inline void report_to_profiler(void* ptr, int64_t bytes, AccallocDeviceType type, int32_t device) {
   c10::DeviceType torch_type;
   {
@@ -150,8 +157,7 @@ class DeviceAllocator : public c10::DeviceAllocator {
   DeviceAllocator(AccallocDeviceType accalloc_type, c10::DeviceType torch_type, CopyFn copy = nullptr,
                   StreamHandleFn stream_handle = nullptr)
       : accalloc_type_(accalloc_type), torch_type_(torch_type), copy_(copy), stream_handle_(stream_handle) {
-    std::lock_guard<std::mutex> guard(profiled_types_lock());
-    profiled_types()[accalloc_type] = torch_type;
+    serve_profiler_as(accalloc_type, torch_type);
   }
 
   AccallocDeviceType accalloc_type() const { return accalloc_type_; }
