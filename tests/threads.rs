@@ -3,7 +3,8 @@
 
 use accalloc::capi::device::accalloc_set_device;
 use accalloc::capi::memory::{
-    accalloc_empty_cache, accalloc_free, accalloc_malloc, accalloc_record_stream,
+    accalloc_allocation_info, accalloc_empty_cache, accalloc_free, accalloc_malloc,
+    accalloc_record_stream,
 };
 
 use accalloc::capi::{AccallocStatus, ACCALLOC_STAT_ALL};
@@ -39,6 +40,20 @@ fn concurrent_malloc_free_keeps_exact_books() {
                         AccallocStatus::ACCALLOC_OK
                     );
                     unsafe { *(p as *mut u8) = t as u8 };
+                    if round % 13 == 0 {
+                        // A block this thread holds is its own, whatever the others do meanwhile:
+                        // its size at least the request's, in 512-byte units, on this device.
+                        let (mut bytes, mut on) = (0u64, -1i32);
+                        let status = unsafe {
+                            accalloc_allocation_info(p, &mut bytes, std::ptr::null_mut(), &mut on)
+                        };
+                        assert_eq!(status, AccallocStatus::ACCALLOC_OK);
+                        assert!(
+                            bytes as usize >= size && bytes % 512 == 0,
+                            "{bytes} for {size}"
+                        );
+                        assert_eq!(on, device);
+                    }
                     held.push(p as usize);
                     if round % 3 != 0 || held.len() > 64 {
                         let victim = held.swap_remove((state as usize >> 7) % held.len());
