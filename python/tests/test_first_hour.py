@@ -2,8 +2,8 @@
 CPU's results: checkpoints (torch.save / torch.load), autocast, per-device generators, torch.compile with
 its default backend (Inductor), and the rest of a first session (printing, a DataLoader with pinned
 memory and workers, non-blocking copies, recovering from an out-of-memory error, two devices), and streams
-and events as CUDA code uses them (a side stream, record_stream, timed events), the memory profiler, and
-leaving right after a backward pass."""
+and events as CUDA code uses them (a side stream, record_stream, timed events), the memory profiler,
+recurrent networks (LSTM, GRU), and leaving right after a backward pass."""
 import copy
 import io
 import json
@@ -260,6 +260,51 @@ def test_the_device_capability_lists_the_dtypes_that_work(fresh_device):
                            values_as.to(torch.complex64 if dtype.is_complex else torch.float32)), dtype
     with pytest.raises(NotImplementedError):
         torch.quantize_per_tensor(torch.ones(4), 0.1, 0, torch.qint8).to("accalloc")
+
+
+# ---- recurrent networks -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.nn.LSTM(6, 8, num_layers=2, batch_first=True, bidirectional=True),
+    lambda: torch.nn.LSTM(6, 8, bias=False, proj_size=4),
+    lambda: torch.nn.GRU(6, 8, num_layers=2, bidirectional=True),
+    lambda: torch.nn.GRU(6, 8, bias=False),
+    lambda: torch.nn.LSTMCell(6, 8),
+    lambda: torch.nn.GRUCell(6, 8),
+], ids=["lstm", "lstm-no-bias-proj", "gru", "gru-no-bias", "lstm-cell", "gru-cell"])
+@pytest.mark.filterwarnings("ignore:LSTM with projections is not supported with oneDNN")
+def test_recurrent_networks_train_as_on_the_cpu(fresh_device, make):
+    # PyTorch runs LSTM and GRU cells on any device but the CPU through fused kernels the CPU does
+    # not have (csrc/host_rnn_cells.cpp): outputs and every gradient as the CPU's.
+    torch.manual_seed(0)
+    on_cpu = make()
+    on_device = copy.deepcopy(on_cpu).to("accalloc")
+    x = torch.randn(3, 5, 6) if not isinstance(on_cpu, (torch.nn.LSTMCell, torch.nn.GRUCell)) else torch.randn(5, 6)
+    results = []
+    for model, inputs in ((on_cpu, x), (on_device, x.to("accalloc"))):
+        out = model(inputs)
+        out = out[0] if isinstance(out, tuple) else out
+        (out * out).sum().backward()
+        results.append((out, [p.grad for p in model.parameters()]))
+    (cpu_out, cpu_grads), (device_out, device_grads) = results
+    torch.testing.assert_close(device_out.cpu(), cpu_out, rtol=1e-5, atol=1e-6)
+    for device_grad, cpu_grad in zip(device_grads, cpu_grads):
+        torch.testing.assert_close(device_grad.cpu(), cpu_grad, rtol=1e-5, atol=1e-5)
+
+
+def test_a_recurrent_network_double_backward_as_on_the_cpu(fresh_device):
+    # create_graph=True takes PyTorch's differentiable cell formulas over the fused cells' inputs.
+    torch.manual_seed(0)
+    on_cpu = torch.nn.GRU(4, 4)
+    on_device = copy.deepcopy(on_cpu).to("accalloc")
+    x = torch.randn(2, 3, 4)
+    seconds = []
+    for model, inputs in ((on_cpu, x.clone()), (on_device, x.to("accalloc"))):
+        inputs.requires_grad_()
+        grad, = torch.autograd.grad(model(inputs)[0].pow(2).sum(), inputs, create_graph=True)
+        second, = torch.autograd.grad(grad.sum(), inputs)
+        seconds.append(second.cpu())
+    torch.testing.assert_close(seconds[1], seconds[0], rtol=1e-5, atol=1e-6)
 
 
 # ---- streams and events -------------------------------------------------------------------------------

@@ -3,8 +3,9 @@
 // host_device.cpp: the allocator, device guard, hooks and the kernels that create, view and copy
 // tensors. host_cpu_call.cpp: CpuCall, and the boxed fallback that runs every other operator's CPU
 // kernel over the device's memory. host_routes.cpp: where PyTorch would not take the device to the
-// CPU's kernels by itself (convolution, attention, composites). host_graph.cpp: torch.accelerator.Graph
-// (capture records what the kernels run, replay runs it again).
+// CPU's kernels by itself (convolution, attention, composites). host_rnn_cells.cpp: the fused LSTM and
+// GRU cells PyTorch takes on the device, which the CPU has no kernel for. host_graph.cpp:
+// torch.accelerator.Graph (capture records what the kernels run, replay runs it again).
 #pragma once
 
 #include <ATen/core/Generator.h>
