@@ -7,6 +7,7 @@ device tensors in place, synchronously, and its work is complete when it returns
 the device tensors, as DistributedDataParallel's communication hooks expect. CPU tensors go to gloo as
 they are. `dist.init_process_group("accalloc")` (or with no backend named, once the device is
 registered: PyTorch takes a device's registered backend), then DDP on the device as on CUDA.
+Imported only where torch.distributed and gloo are available (accalloc.torch.register_device).
 """
 import ctypes
 import datetime
@@ -96,6 +97,6 @@ def _create(store, rank, size, timeout):
 
 def register(device_name):
     """Register the "accalloc" backend for the CPU and the device `device_name` (once)."""
-    if BACKEND.upper() in dist.Backend._plugins or not dist.is_available() or not dist.is_gloo_available():
+    if BACKEND.upper() in dist.Backend._plugins:
         return
     dist.Backend.register_backend(BACKEND, _create, devices=["cpu", device_name])
