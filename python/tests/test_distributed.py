@@ -1,7 +1,7 @@
 """torch.distributed on the accalloc device: the "accalloc" process group backend (gloo's collectives
 over the device's memory). Two processes, started as torchrun would (spawn): every collective's
 results worked out by hand, and DistributedDataParallel training to the weights one process reaches on
-the CPU with the whole batch."""
+the CPU with the whole batch, its time statistics kept."""
 import subprocess
 import sys
 import textwrap
@@ -47,6 +47,9 @@ PROGRAM = textwrap.dedent('''
             loss = torch.nn.functional.mse_loss(ddp(x.chunk(world)[rank].to(dev)), y.chunk(world)[rank].to(dev))
             loss.backward()
             optimizer.step()
+        # DDP's time statistics, from the device's timer (host_ddp_timer.cpp).
+        logged = ddp._get_ddp_logging_data()
+        assert logged["avg_forward_compute_time"] > 0 and logged["avg_backward_compute_time"] > 0, logged
         weights = {k: v.cpu().tolist() for k, v in model.state_dict().items()}
         results.put((rank, collectives, weights))
         dist.destroy_process_group()
@@ -88,3 +91,5 @@ def test_collectives_and_ddp_on_the_device(tmp_path):
     program.write_text(PROGRAM)
     done = subprocess.run([sys.executable, str(program)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0 and "agreed" in done.stdout.splitlines(), done.stdout + done.stderr[-4000:]
+    # Without a timer for the device, DDP warns that it times only the CPU and CUDA.
+    assert "Time stats are currently only collected" not in done.stderr

@@ -4,7 +4,8 @@
 // tensors. host_cpu_call.cpp: CpuCall, and the boxed fallback that runs every other operator's CPU
 // kernel over the device's memory. host_routes.cpp: where PyTorch would not take the device to the
 // CPU's kernels by itself (convolution, attention, composites). host_rnn_cells.cpp: the fused LSTM and
-// GRU cells PyTorch takes on the device, which the CPU has no kernel for. host_graph.cpp:
+// GRU cells PyTorch takes on the device, which the CPU has no kernel for. host_ddp_timer.cpp: DDP's
+// time statistics on the device. host_graph.cpp:
 // torch.accelerator.Graph (capture records what the kernels run, replay runs it again).
 #pragma once
 
