@@ -1,7 +1,11 @@
 """torch.accelerator.Graph on the accalloc device: a capture records the device's work, a replay runs it
 again on the inputs as they are then (results against eager ones and the CPU's), the capture leaves
-what it found unchanged, and its memory lives in the graph's private pool by PyTorch's rules."""
+what it found unchanged, and its memory lives in the graph's private pool by PyTorch's rules; work
+another thread does during a capture is part of it, and a graph dropped mid-capture leaves no capture
+behind."""
 import copy
+import gc
+import threading
 
 import pytest
 import torch
@@ -127,3 +131,42 @@ def test_reading_a_value_during_a_capture_is_refused_and_the_device_goes_on(fres
     assert torch.equal(y.cpu(), torch.full((4,), 2.0))
     with pytest.raises(RuntimeError, match="not been captured"):
         torch.accelerator.Graph().replay()
+
+
+def test_work_another_thread_does_during_a_capture_is_part_of_it(fresh_device):
+    # The device has one stream: as on a capturing CUDA stream, whatever runs on it is captured, here
+    # from any thread (the backward pass's own thread among them).
+    x = torch.ones(2, device="accalloc")
+    made = {}
+
+    def other_thread():
+        made["y"] = x * 5
+
+    graph = torch.accelerator.Graph()
+    with graph:
+        worker = threading.Thread(target=other_thread)
+        worker.start()
+        worker.join()
+    x.fill_(2.0)
+    graph.replay()
+    assert torch.equal(made["y"].cpu(), torch.full((2,), 10.0))
+
+
+def test_a_graph_dropped_while_capturing_leaves_the_device_as_it_was(fresh_device):
+    x = torch.ones(4, device="accalloc")
+    graph = torch.accelerator.Graph()
+    graph.capture_begin()
+    y = x * 2
+    del graph
+    gc.collect()
+    # No capture is underway: the device computes, allocates in its default pool, and captures anew.
+    assert (x * 3).sum().item() == 12
+    again = torch.accelerator.Graph()
+    with again:
+        z = x + 1
+    again.replay()
+    assert torch.equal(z.cpu(), torch.full((4,), 2.0))
+    del y, z, again
+    gc.collect()
+    torch.accelerator.empty_cache()
+    assert pools_of_segments() == [(0, 0)]
