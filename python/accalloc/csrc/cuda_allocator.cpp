@@ -27,11 +27,7 @@ void* cuda_malloc(size_t size, int device, cudaStream_t stream) {
   accalloc_torch::check(accalloc_malloc_on(kCuda, &ptr, size, device, stream), "accalloc_malloc");
   // PyTorch's pluggable allocator tells the memory profiler nothing: accalloc does, as CUDA's own
   // allocator would (the free side is free_block's).
-  uint64_t bytes = 0;
-  if (C10_UNLIKELY(c10::memoryProfilingEnabled()) && ptr != nullptr &&
-      accalloc_allocation_info(ptr, &bytes, nullptr, nullptr) == ACCALLOC_OK) {
-    accalloc_torch::report_to_profiler(ptr, static_cast<int64_t>(bytes), kCuda, device);
-  }
+  accalloc_torch::report_allocation_to_profiler(ptr, kCuda, device);
   return ptr;
 }
 

@@ -48,13 +48,13 @@ accalloc_torch::DeviceAllocator& allocator() {
   return *instance;
 }
 
-namespace {
-
 c10::DeviceIndex current_device() {
   int32_t device = 0;
   accalloc_torch::check(accalloc_current_device_on(kAccallocType, &device), "accalloc_current_device");
   return static_cast<c10::DeviceIndex>(device);
 }
+
+namespace {
 
 void set_current_device(c10::DeviceIndex device) {
   accalloc_torch::check(accalloc_set_device_on(kAccallocType, device), "accalloc_set_device");

@@ -5,8 +5,8 @@
 // kernel over the device's memory. host_routes.cpp: where PyTorch would not take the device to the
 // CPU's kernels by itself (convolution, attention, composites). host_rnn_cells.cpp: the fused LSTM and
 // GRU cells PyTorch takes on the device, which the CPU has no kernel for. host_ddp_timer.cpp: DDP's
-// time statistics on the device. host_graph.cpp:
-// torch.accelerator.Graph (capture records what the kernels run, replay runs it again).
+// time statistics on the device. host_graph.cpp: torch.accelerator.Graph (capture records what the
+// kernels run, replay runs it again).
 #pragma once
 
 #include <ATen/core/Generator.h>
@@ -29,6 +29,9 @@ constexpr c10::DispatchKey kPrivateUse1Key = c10::DispatchKey::PrivateUse1;
 
 // The device allocator of PrivateUse1 (over the accalloc device type chosen at registration).
 accalloc_torch::DeviceAllocator& allocator();
+
+// This thread's current device (accalloc's, of the type chosen at registration).
+c10::DeviceIndex current_device();
 
 // A new random number generator of the device (host_generator.cpp): torch.Generator(device=...).
 at::Generator new_generator(c10::DeviceIndex index);

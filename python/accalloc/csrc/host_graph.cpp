@@ -79,7 +79,7 @@ class HostGraph final : public at::GraphImplInterface {
 
   void capture_begin(at::MempoolId_t pool, at::GraphCaptureMode /*mode*/) override {
     TORCH_CHECK(!captured_, "this graph has been captured already: reset() it before capturing again");
-    c10::DeviceIndex device = static_cast<c10::DeviceIndex>(current_device());
+    c10::DeviceIndex device = current_device();
     if (pool.first == 0 && pool.second == 0) {
       // A graph's own pool: {n, 0}, n counting from 1 in the process, as PyTorch's graphs number
       // theirs (a user's pools are {0, n}).
@@ -279,8 +279,7 @@ class HostGraph final : public at::GraphImplInterface {
           return -1;  // the result is an argument, or a view of one
         }
       }
-      auto found = by_storage_.find(storage);
-      if (found != by_storage_.end() && made_by_a_call(storage) == found->second) {
+      if (made_by_a_call(storage) >= 0) {
         return -1;  // a storage a former call made (two results of one call over one storage)
       }
       const int64_t made = static_cast<int64_t>(made_.size());
@@ -374,12 +373,6 @@ class HostGraph final : public at::GraphImplInterface {
     }
     // The pool's use from capture_begin: at none, empty_cache gives its free segments back.
     (void)accalloc_pool_release_on(allocator().accalloc_type(), device_, AccallocPoolId{pool_.first, pool_.second});
-  }
-
-  static int32_t current_device() {
-    int32_t device = 0;
-    accalloc_torch::check(accalloc_current_device_on(allocator().accalloc_type(), &device), "accalloc_current_device");
-    return device;
   }
 
   std::vector<RecordedCall> calls_;

@@ -135,17 +135,19 @@ def _device_module(name, accalloc_device_type):
         index = _device_index(device)
         return torch.device(name, current_device() if index < 0 else index)
 
+    # "accalloc host" for the host accelerator: accalloc and the backend's name.
+    device_name = f"accalloc {lib.accalloc_device_type_name(accalloc_device_type).decode()}"
+
     def get_device_properties(device=None):
-        """The device's name, type, index and total_memory (bytes), as attributes."""
+        """The device's name, type, index and total_memory (bytes), as attributes (a device that does
+        not exist is an error)."""
         device = torch_device(device)
         total = accalloc.get_memory_info(device)[1]
-        return types.SimpleNamespace(name=get_device_name(device), type=name, index=device.index,
-                                     total_memory=total)
+        return types.SimpleNamespace(name=device_name, type=name, index=device.index, total_memory=total)
 
     def get_device_name(device=None):
-        """ "accalloc host" for the host accelerator: accalloc and the backend's name."""
-        accalloc.get_memory_info(torch_device(device))  # a device that does not exist is an error
-        return f"accalloc {lib.accalloc_device_type_name(accalloc_device_type).decode()}"
+        """The device's name (a device that does not exist is an error)."""
+        return get_device_properties(device).name
 
     module.current_stream = lambda device=None: torch.accelerator.current_stream(torch_device(device))
     # Every stream of an accalloc device is its default one (csrc/host_device.cpp).

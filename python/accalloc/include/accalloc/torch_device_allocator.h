@@ -128,6 +128,16 @@ inline void report_to_profiler(void* ptr, int64_t bytes, AccallocDeviceType type
                                    c10::Device(torch_type, static_cast<c10::DeviceIndex>(device)));
 }
 
+// After an allocation of `ptr` on accalloc's `type` device `device`: tell the profiler, while it records
+// memory, of the bytes accalloc counts for it.
+inline void report_allocation_to_profiler(void* ptr, AccallocDeviceType type, int32_t device) {
+  uint64_t size = 0;
+  if (C10_UNLIKELY(c10::memoryProfilingEnabled()) && ptr != nullptr &&
+      accalloc_allocation_info(ptr, &size, nullptr, nullptr) == ACCALLOC_OK) {
+    report_to_profiler(ptr, static_cast<int64_t>(size), type, device);
+  }
+}
+
 // The deleter of every DataPtr: a pointer knows the device type and device that own it. A deleter
 // cannot throw, so a failure (a bug elsewhere: a double free) is a warning with accalloc's message.
 inline void free_block(void* ptr) {
@@ -169,11 +179,7 @@ class DeviceAllocator : public c10::DeviceAllocator {
     void* stream = stream_handle_ ? stream_handle_(guard->getStream(device)) : nullptr;
     void* ptr = nullptr;
     check(accalloc_malloc_on(accalloc_type_, &ptr, n, device.index(), stream), "accalloc_malloc");
-    uint64_t size = 0;
-    if (C10_UNLIKELY(c10::memoryProfilingEnabled()) && ptr != nullptr &&
-        accalloc_allocation_info(ptr, &size, nullptr, nullptr) == ACCALLOC_OK) {
-      report_to_profiler(ptr, static_cast<int64_t>(size), accalloc_type_, device.index());
-    }
+    report_allocation_to_profiler(ptr, accalloc_type_, device.index());
     return {ptr, ptr, &free_block, device};
   }
 

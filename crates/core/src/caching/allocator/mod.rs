@@ -410,12 +410,19 @@ impl CachingAllocator {
     pub fn allocation_size(&self, ptr: usize) -> Result<usize> {
         match self.active.get(&ptr) {
             Some(&id) => Ok(self.blocks[id].size),
-            None => Err(Error::invalid_pointer(format!(
-                "pointer {ptr:#x} is not a live allocation of {} device {}",
-                self.backend.name(),
-                self.device
-            ))),
+            None => Err(self.not_a_live_allocation(ptr)),
         }
+    }
+
+    /// The error for a pointer that is not a block this device handed out and has not taken back.
+    #[cold]
+    fn not_a_live_allocation(&self, ptr: usize) -> Error {
+        Error::invalid_pointer(format!(
+            "pointer {ptr:#x} is not a live allocation of {} device {}: it was already freed, or it is \
+             not the start of a block that accalloc handed out",
+            self.backend.name(),
+            self.device
+        ))
     }
 
     /// Return a block handed out by `malloc`.
@@ -436,12 +443,7 @@ impl CachingAllocator {
             self.prepare_stream_events(ptr)?
         };
         let Some(id) = self.active.remove(&ptr) else {
-            return Err(Error::invalid_pointer(format!(
-                "pointer {ptr:#x} is not a live allocation of {} device {}: it was already freed, or it \
-                 is not the start of a block that accalloc handed out",
-                self.backend.name(),
-                self.device
-            )));
+            return Err(self.not_a_live_allocation(ptr));
         };
         let block = &mut self.blocks[id];
         block.allocated = false;
