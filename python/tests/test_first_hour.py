@@ -401,16 +401,24 @@ def test_a_program_that_ends_right_after_a_backward_pass_exits_cleanly():
 
 def test_the_pass_at_exit_allocates_nothing(tmp_path):
     # ACCALLOC_TRACE records every allocation up to the process's end: the pass at exit must leave the
-    # recording as it is without it (its tensors have no elements).
+    # recording as it is without it (its tensors have no elements). The program without the pass is
+    # the one that can abort at exit, and an aborted process writes no last lines: it is run until it
+    # exits cleanly (unpinned, it aborts a few times in a hundred).
     def recorded(*args):
         trace = tmp_path / f"trace{len(args)}.jsonl"
-        result = run_on_one_cpu(*args, env={**os.environ, "ACCALLOC_TRACE": str(trace)})
+        result = subprocess.run([sys.executable, "-c", ENDS_RIGHT_AFTER_A_BACKWARD_PASS, *args],
+                                capture_output=True, text=True, timeout=300,
+                                env={**os.environ, "ACCALLOC_TRACE": str(trace)})
         ops = [json.loads(line) for line in trace.read_text().splitlines()]
         return result, ops
 
     settled, with_pass = recorded()
-    _, without_pass = recorded("--without-settling")
     assert settled.returncode == 0, settled.stderr[-2000:]
+    for _ in range(5):
+        unsettled, without_pass = recorded("--without-settling")
+        if unsettled.returncode == 0:
+            break
+    assert unsettled.returncode == 0, unsettled.stderr[-2000:]
     # x, then seven for each of the three passes (the product, its sum, the sum's gradient, and the
     # product's gradients with their temporaries): the recording is the program's, whole.
     assert sum(op["op"] == "alloc" for op in with_pass) == 1 + 3 * 7
