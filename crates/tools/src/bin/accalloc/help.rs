@@ -27,7 +27,10 @@ const REPLAY: &str = "  accalloc replay FILE [--json] [--simulate|--cuda|--backe
                                      the trace needed, as after a long run's first steps
                                    --plan: what planned placement could reach, per device: the
                                      floor (most bytes live at once), the best offline placement
-                                     of the whole trace and its steady period (its iteration)";
+                                     of the whole trace and its steady period (its iteration);
+                                     and the growth floor: the fewest map calls of 2 MiB pages
+                                     any allocator makes if it keeps 0.99 (or 0.97) utilization
+                                     wherever the trace could have stopped";
 
 const TUNE: &str = "  accalloc tune FILE [--capacity SIZE] [--json] [--threads N] [--top N] [--frontier]
                                    replay under a search of the settings that matter, on all cores,

@@ -137,6 +137,17 @@ pub fn replay_command(args: &[String]) -> Result<(), String> {
                 bound.order.name(),
                 bound.utilization(),
             );
+            let growth: Vec<String> = bound
+                .growth_calls
+                .iter()
+                .map(|(utilization, calls)| format!("{calls} at {utilization:.2}"))
+                .collect();
+            println!(
+                "growth floor, device {}: map calls any allocator of 2 MiB pages makes if it keeps \
+                 that utilization wherever the trace could have stopped: {}",
+                bound.device,
+                growth.join(", "),
+            );
         }
     }
     if args.has("--summary") {
