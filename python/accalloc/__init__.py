@@ -14,6 +14,7 @@ integration is in accalloc.torch.
 import ctypes
 import importlib.metadata
 import json
+import sys
 
 from ._library import (ABI_VERSION, ACCALLOC_ERROR_BUFFER_TOO_SMALL, DEVICE_CUDA, DEVICE_HOST, AccallocError,
                        DeviceStats, PlannerStats, check, library, library_path)
@@ -27,7 +28,7 @@ __all__ = [
     "set_allocator_settings", "get_allocator_settings", "set_per_process_memory_fraction",
     "current_accelerator", "library_path", "host_memory_stats", "reset_accumulated_host_memory_stats",
     "reset_peak_host_memory_stats", "empty_host_cache", "host_malloc", "host_free", "is_pinned",
-    "planner_stats", "memory_snapshot",
+    "planner_stats", "memory_snapshot", "record_memory_history",
 ]
 
 # Device type names and the accalloc device types they mean; accalloc.torch adds the name it registers.
@@ -168,6 +169,16 @@ def memory_snapshot(device_type=None):
     segment with paused pages, "planned_range" ([start, end)) on each segment a plan in force spans
     (planned_placement)."""
     return json.loads(_text(library().accalloc_memory_snapshot_json_on, _device_type(device_type)))
+
+
+def record_memory_history(enabled=True, max_entries=sys.maxsize, device_type=None):
+    """Start (`enabled`) or stop recording the history of an accelerator's allocator events (default:
+    the current accelerator), keeping the newest `max_entries` per device: alloc, free_requested,
+    free_completed, segment_alloc, segment_free, segment_map, segment_unmap and oom, with their
+    addresses, sizes, streams and microsecond times, in memory_snapshot()'s "device_traces". Starting
+    clears what was recorded before."""
+    entries = max_entries if enabled else 0
+    check(library().accalloc_record_memory_history_on(_device_type(device_type), int(bool(enabled)), entries))
 
 
 def host_memory_stats(device_type=None):

@@ -148,6 +148,7 @@ def _declare(lib):
         "accalloc_pool_reserved_bytes_on": (S, [i32, i32, PoolId, ctypes.POINTER(Stat),
                                                 ctypes.POINTER(Stat), ctypes.POINTER(Stat)]),
         "accalloc_memory_snapshot_json_on": (S, [i32, ctypes.c_char_p, ctypes.c_size_t, size_p]),
+        "accalloc_record_memory_history_on": (S, [i32, i32, ctypes.c_size_t]),
         "accalloc_host_free": (S, [ctypes.c_void_p]),
         "accalloc_host_is_pinned": (S, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_bool)]),
         "accalloc_host_record_stream": (S, [ctypes.c_void_p, i32, ctypes.c_void_p, ctypes.POINTER(ctypes.c_bool)]),

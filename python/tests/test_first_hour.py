@@ -237,6 +237,45 @@ def test_a_first_session_on_the_device(fresh_device):
     assert DEVICE == "accalloc"
 
 
+CALLS = {
+    "add": lambda a, b: a + b,
+    "mul_": lambda a, b: a.clone().mul_(b),
+    "matmul": lambda a, b: a.reshape(1, 3) @ b.reshape(3, 1),
+    "cat": lambda a, b: torch.cat([a, b]),
+    "where": lambda a, b: torch.where(a > 0, a, b),
+    "index": lambda a, b: a[b.long()],
+}
+
+
+@pytest.mark.parametrize("name, other", [(name, other) for name in CALLS for other in ["accalloc:1", "cpu"]
+                                         # Index tensors may be on the CPU, as on CUDA (below).
+                                         if (name, other) != ("index", "cpu")])
+def test_tensors_of_two_devices_in_one_operation_are_refused_as_on_cuda(fresh_device, name, other):
+    # On CUDA an operation given tensors of two devices raises before it runs; without the same check
+    # here, a program mixing them would work on this device and fail first on a GPU.
+    a = torch.ones(3, device="accalloc:0")
+    b = torch.ones(3, device=other)
+    with pytest.raises(RuntimeError, match=f"Expected all tensors to be on the same device, but found at least "
+                                           f"two devices, accalloc:0 and {other}!"):
+        CALLS[name](a, b)
+    # The same on one device runs.
+    assert CALLS[name](a, torch.ones(3, device="accalloc:0")).device == torch.device("accalloc:0")
+
+
+def test_what_cuda_lets_cross_devices_still_does(fresh_device):
+    a = torch.arange(3.0, device="accalloc:0")
+    # A CPU tensor of no dimensions is a scalar to any operation; copies go anywhere; index tensors
+    # may stay on the CPU, for reading and for writing.
+    assert (a + torch.tensor(2.0)).cpu().tolist() == [2.0, 3.0, 4.0]
+    on_one = torch.empty(3, device="accalloc:1").copy_(a)
+    assert on_one.device == torch.device("accalloc:1") and on_one.cpu().tolist() == [0.0, 1.0, 2.0]
+    assert a.to("accalloc:1").cpu().tolist() == [0.0, 1.0, 2.0]
+    assert a[torch.tensor([2, 0])].cpu().tolist() == [2.0, 0.0]
+    b = a.clone()
+    b[torch.tensor([1])] = torch.tensor(9.0)
+    assert b.cpu().tolist() == [0.0, 9.0, 2.0]
+
+
 # ---- what the device supports ---------------------------------------------------------------------
 
 @pytest.mark.filterwarnings("ignore:ComplexHalf support is experimental")

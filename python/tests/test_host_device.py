@@ -172,6 +172,47 @@ def test_torch_cudas_names_on_the_device_module(fresh_device):
         module.get_device_name(7)
 
 
+def test_the_memory_history_for_pytorchs_memory_viewer(fresh_device, tmp_path):
+    # torch.cuda.memory's way to a file for pytorch.org/memory_viz, on the device module: record the
+    # history, then a snapshot pickled; PyTorch's own viewer code reads it.
+    import pickle
+
+    from torch.cuda import _memory_viz
+
+    memory = torch.get_device_module("accalloc").memory
+    assert memory.memory_allocated is torch.accalloc.memory_allocated
+    memory._record_memory_history(max_entries=1000)
+    try:
+        t = torch.empty(MiB, dtype=torch.uint8, device="accalloc")
+        address = t.data_ptr()
+        del t
+        snapshot = memory._snapshot()
+        memory._dump_snapshot(str(tmp_path / "snapshot.pickle"))
+    finally:
+        memory._record_memory_history(enabled=None)
+    # Device 0's history: the small pool's 2 MiB segment, then the tensor's allocation and free.
+    trace = snapshot["device_traces"][0]
+    assert [(e["action"], e["size"]) for e in trace if e["action"] == "segment_alloc"] == [("segment_alloc", 2 * MiB)]
+    assert [(e["action"], e["size"]) for e in trace if e["addr"] == address and "segment" not in e["action"]] == [
+        ("alloc", MiB), ("free_requested", MiB), ("free_completed", MiB)]
+    assert snapshot["device_traces"][1] == []
+    assert [s["total_size"] for s in snapshot["segments"]] == [2 * MiB]
+    with open(tmp_path / "snapshot.pickle", "rb") as f:
+        dumped = pickle.load(f)
+    assert dumped["segments"] == snapshot["segments"] and dumped["device_traces"] == snapshot["device_traces"]
+    assert "total_reserved: 2.0MiB" in _memory_viz.segsum(dumped)
+    assert "<html" in _memory_viz.trace_plot(dumped).lower()
+    # Stopped, the history is gone (as PyTorch clears it) and nothing more is recorded; "state"
+    # records none either.
+    assert memory._snapshot()["device_traces"][0] == []
+    torch.empty(MiB, device="accalloc")
+    memory._record_memory_history("state")
+    torch.empty(MiB, device="accalloc")
+    assert memory._snapshot()["device_traces"][0] == []
+    with pytest.raises(ValueError, match="enabled must be None"):
+        memory._record_memory_history("everything")
+
+
 def test_out_of_memory_is_torchs_error_and_the_allocator_keeps_working(fresh_device):
     keep = torch.empty(MiB, device="accalloc")
     with pytest.raises(torch.OutOfMemoryError, match="out of memory. Tried to allocate 3.00 GiB"):

@@ -17,6 +17,8 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <string>
 
 namespace accalloc_host {
@@ -267,9 +269,78 @@ uint32_t holders_of(const at::Tensor& result, const torch::jit::Stack& stack, si
   return holders;
 }
 
+// What other devices an operator's tensors may be on, as on CUDA: copies take any; indexing takes
+// index tensors on the CPU; every other operator, a CPU tensor of no dimensions (a scalar) at most.
+enum class OtherDevices { ScalarsOnly, Cpu, Any };
+
+OtherDevices other_devices_of(const c10::OperatorName& name) {
+  static const std::set<std::string> copies = {
+      "aten::copy_", "aten::_copy_from", "aten::_copy_from_and_resize", "aten::_to_copy", "aten::to",
+      "aten::_foreach_copy_", "aten::set_", "aten::is_set_to", "aten::_pin_memory", "aten::is_pinned",
+  };
+  static const std::set<std::string> indexing = {
+      "aten::index", "aten::index_put", "aten::index_put_", "aten::_index_put_impl_", "aten::_unsafe_index",
+      "aten::_unsafe_index_put",
+  };
+  if (copies.count(name.name) != 0) {
+    return OtherDevices::Any;
+  }
+  return indexing.count(name.name) != 0 ? OtherDevices::Cpu : OtherDevices::ScalarsOnly;
+}
+
+// The check CUDA's kernels make before they take anything: every tensor of a call on one device,
+// but for what other_devices_of allows. Without it a program adding a CPU tensor to a device
+// tensor, or tensors of two accalloc devices, would run here and fail only on a GPU.
+void check_same_device(const c10::FunctionSchema& schema, const torch::jit::Stack& stack, size_t begin) {
+  const OtherDevices allowed = other_devices_of(schema.operator_name());
+  if (allowed == OtherDevices::Any) {
+    return;
+  }
+  std::optional<c10::Device> device;
+  std::optional<c10::Device> other;
+  size_t other_argument = 0;
+  auto look = [&](const at::Tensor& t, size_t argument) {
+    if (!t.defined() || other) {
+      return;
+    }
+    const c10::Device d = t.device();
+    if (d.type() == kType) {
+      if (!device) {
+        device = d;
+      } else if (*device != d) {
+        other = d;
+        other_argument = argument;
+      }
+    } else if (!(d.is_cpu() && (t.dim() == 0 || allowed == OtherDevices::Cpu))) {
+      other = d;
+      other_argument = argument;
+    }
+  };
+  for (size_t i = begin; i < stack.size(); ++i) {
+    const c10::IValue& v = stack[i];
+    if (v.isTensor()) {
+      look(v.toTensor(), i - begin);
+    } else if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorList().vec()) {
+        look(t, i - begin);
+      }
+    } else if (v.isOptionalTensorList()) {
+      for (const std::optional<at::Tensor>& t : v.toOptionalTensorVector()) {
+        if (t.has_value()) {
+          look(*t, i - begin);
+        }
+      }
+    }
+  }
+  TORCH_CHECK(!device || !other, "Expected all tensors to be on the same device, but found at least two devices, ",
+              *device, " and ", *other, "! (argument '", schema.arguments()[other_argument].name(), "' of ",
+              schema.operator_name(), ")");
+}
+
 void run_cpu_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = op.schema();
   const size_t arguments_begin = stack->size() - schema.arguments().size();
+  check_same_device(schema, *stack, arguments_begin);
   CpuCall call(device_of(*stack, arguments_begin));
 
   // The arguments, kept for what the kernel writes to (in place and out=).

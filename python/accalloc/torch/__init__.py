@@ -167,6 +167,54 @@ def _device_module(name, accalloc_device_type):
     module.host_memory_stats = host_memory_stats
     module.reset_peak_host_memory_stats = reset_peak_host_memory_stats
     module.reset_accumulated_host_memory_stats = reset_accumulated_host_memory_stats
+    # torch.<name>.memory, as torch.cuda.memory: the functions above and the memory history.
+    module.memory = _memory_module(module, name)
+    return module
+
+
+def _memory_module(device_module, name):
+    """torch.<name>.memory, with torch.cuda.memory's names: the device module's memory functions, and
+    the memory history a snapshot file for PyTorch's memory viewer (pytorch.org/memory_viz) is made of:
+    _record_memory_history, _snapshot, _dump_snapshot."""
+    module = types.ModuleType(f"{device_module.__name__}.memory")
+    for function in ("memory_stats", "memory_allocated", "max_memory_allocated", "memory_reserved",
+                     "max_memory_reserved", "reset_peak_memory_stats", "reset_accumulated_memory_stats",
+                     "memory_summary", "empty_cache", "mem_get_info", "set_per_process_memory_fraction",
+                     "memory_snapshot", "host_memory_stats", "reset_peak_host_memory_stats",
+                     "reset_accumulated_host_memory_stats"):
+        setattr(module, function, getattr(device_module, function))
+
+    def _record_memory_history(enabled="all", context="all", stacks="all", max_entries=sys.maxsize,
+                               device=None, clear_history=False, **ignored):
+        """As torch.cuda.memory._record_memory_history: "all" records every allocator event of every
+        device (the newest max_entries each) for _snapshot()'s "device_traces"; None stops; "state"
+        keeps only the blocks' state, which a snapshot has anyway (the history stops). True and False
+        are "all" and None, as in PyTorch's older form. Stopping clears the history, as in PyTorch;
+        so does starting while recording (PyTorch's clear_history=True). The entries' "frames" are
+        empty: accalloc records no stacks."""
+        if enabled is True:
+            enabled = "all"
+        elif enabled is False:
+            enabled = None
+        if enabled not in (None, "state", "all"):
+            raise ValueError(f'enabled must be None, "state" or "all", not {enabled!r}')
+        accalloc.record_memory_history(enabled == "all", max_entries, name)
+
+    def _snapshot(device=None):
+        """As torch.cuda.memory._snapshot(): every device's "segments" (with their blocks), the
+        "device_traces" recorded (_record_memory_history) and the "allocator_settings"."""
+        return accalloc.memory_snapshot(name)
+
+    def _dump_snapshot(filename="dump_snapshot.pickle"):
+        """_snapshot() pickled to `filename`, the file PyTorch's memory viewer opens."""
+        import pickle
+
+        with open(filename, "wb") as f:
+            pickle.dump(_snapshot(), f)
+
+    module._record_memory_history = _record_memory_history
+    module._snapshot = _snapshot
+    module._dump_snapshot = _dump_snapshot
     return module
 
 
