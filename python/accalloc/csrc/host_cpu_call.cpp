@@ -290,52 +290,81 @@ OtherDevices other_devices_of(const c10::OperatorName& name) {
 
 // The check CUDA's kernels make before they take anything: every tensor of a call on one device,
 // but for what other_devices_of allows. Without it a program adding a CPU tensor to a device
-// tensor, or tensors of two accalloc devices, would run here and fail only on a GPU.
-void check_same_device(const c10::FunctionSchema& schema, const torch::jit::Stack& stack, size_t begin) {
-  const OtherDevices allowed = other_devices_of(schema.operator_name());
-  if (allowed == OtherDevices::Any) {
-    return;
-  }
+// tensor, or tensors of two accalloc devices, would run here and fail only on a GPU. Tensors are
+// looked at in argument order: the first device tensor's device, and the first tensor found on
+// another (either may come first).
+struct OneDevice {
+  OtherDevices allowed;
   std::optional<c10::Device> device;
   std::optional<c10::Device> other;
   size_t other_argument = 0;
-  auto look = [&](const at::Tensor& t, size_t argument) {
-    if (!t.defined() || other) {
+
+  void look(const at::Tensor& t, size_t argument) {
+    if (!t.defined()) {
       return;
     }
     const c10::Device d = t.device();
-    if (d.type() == kType) {
-      if (!device) {
-        device = d;
-      } else if (*device != d) {
-        other = d;
-        other_argument = argument;
-      }
-    } else if (!(d.is_cpu() && (t.dim() == 0 || allowed == OtherDevices::Cpu))) {
+    const bool same = d.type() == kType ? (!device || *device == d)
+                                         : d.is_cpu() && (t.dim() == 0 || allowed == OtherDevices::Cpu);
+    if (d.type() == kType && !device) {
+      device = d;
+    }
+    if (!same && !other) {
       other = d;
       other_argument = argument;
     }
-  };
+  }
+
+  // PyTorch's error, naming the argument and the operator.
+  void check(const std::string& argument, const std::string& op) const {
+    TORCH_CHECK(!device || !other, "Expected all tensors to be on the same device, but found at least two devices, ",
+                *device, " and ", *other, "! (argument '", argument, "' of ", op, ")");
+  }
+};
+
+void check_same_device(const c10::FunctionSchema& schema, const torch::jit::Stack& stack, size_t begin) {
+  OneDevice one{other_devices_of(schema.operator_name())};
+  if (one.allowed == OtherDevices::Any) {
+    return;
+  }
   for (size_t i = begin; i < stack.size(); ++i) {
     const c10::IValue& v = stack[i];
     if (v.isTensor()) {
-      look(v.toTensor(), i - begin);
+      one.look(v.toTensor(), i - begin);
     } else if (v.isTensorList()) {
       for (const at::Tensor& t : v.toTensorList().vec()) {
-        look(t, i - begin);
+        one.look(t, i - begin);
       }
     } else if (v.isOptionalTensorList()) {
       for (const std::optional<at::Tensor>& t : v.toOptionalTensorVector()) {
         if (t.has_value()) {
-          look(*t, i - begin);
+          one.look(*t, i - begin);
         }
       }
     }
   }
-  TORCH_CHECK(!device || !other, "Expected all tensors to be on the same device, but found at least two devices, ",
-              *device, " and ", *other, "! (argument '", schema.arguments()[other_argument].name(), "' of ",
-              schema.operator_name(), ")");
+  if (one.device && one.other) {
+    one.check(schema.arguments()[one.other_argument].name(), c10::toString(schema.operator_name()));
+  }
 }
+
+}  // namespace
+
+void check_same_device(const char* op, std::initializer_list<std::pair<const char*, const at::Tensor*>> tensors) {
+  OneDevice one{OtherDevices::ScalarsOnly};
+  std::vector<const char*> names;
+  for (const auto& [name, tensor] : tensors) {
+    if (tensor != nullptr) {
+      one.look(*tensor, names.size());
+    }
+    names.push_back(name);
+  }
+  if (one.device && one.other) {
+    one.check(names[one.other_argument], op);
+  }
+}
+
+namespace {
 
 void run_cpu_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = op.schema();

@@ -19,6 +19,7 @@
 #include <accalloc/torch_device_allocator.h>
 #include <accalloc/torch_host_allocator.h>
 
+#include <initializer_list>
 #include <utility>
 #include <vector>
 
@@ -85,6 +86,11 @@ void install_cpu_allocator();
 
 // The boxed kernel of every operator that runs the CPU's kernel over the device's memory.
 void cpu_kernel_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+// For a kernel registered unboxed, the check the fallback makes of every operator (host_cpu_call.cpp):
+// `tensors` (argument name, tensor or nullptr) on one device, a CPU scalar aside, else PyTorch's
+// "Expected all tensors to be on the same device" error naming the argument and `op`.
+void check_same_device(const char* op, std::initializer_list<std::pair<const char*, const at::Tensor*>> tensors);
 
 // Graphs (host_graph.cpp): whether a torch.accelerator.Graph is capturing (cheap: every kernel asks),
 // and the recording of one operator the device ran for it: its arguments as given and its results

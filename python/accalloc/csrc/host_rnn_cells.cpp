@@ -31,6 +31,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_lstm_cell(const at::Tensor&
                                                                const at::Tensor& hidden_gates, const at::Tensor& cx,
                                                                const std::optional<at::Tensor>& input_bias,
                                                                const std::optional<at::Tensor>& hidden_bias) {
+  check_same_device("aten::_thnn_fused_lstm_cell", {{"input_gates", &input_gates}, {"hidden_gates", &hidden_gates},
+                                                    {"cx", &cx}, {"input_bias", input_bias.has_value() ? &*input_bias : nullptr},
+                                                    {"hidden_bias", hidden_bias.has_value() ? &*hidden_bias : nullptr}});
   CpuCall call(input_gates.device());
   std::vector<at::Tensor> gates =
       (with_bias(call, input_gates, input_bias) + with_bias(call, hidden_gates, hidden_bias)).chunk(4, 1);
@@ -55,6 +58,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_lstm_cell_backward(const st
                                                                         const std::optional<at::Tensor>& grad_cy,
                                                                         const at::Tensor& cx, const at::Tensor& cy,
                                                                         const at::Tensor& workspace, bool has_bias) {
+  check_same_device("aten::_thnn_fused_lstm_cell_backward_impl",
+                    {{"grad_hy", grad_hy.has_value() ? &*grad_hy : nullptr}, {"grad_cy", grad_cy.has_value() ? &*grad_cy : nullptr}, {"cx", &cx}, {"cy", &cy},
+                     {"workspace", &workspace}});
   CpuCall call(workspace.device());
   std::vector<at::Tensor> gates = call.cpu(workspace).chunk(4, 1);
   const at::Tensor &input = gates[0], &forget = gates[1], &cell = gates[2], &output = gates[3];
@@ -81,6 +87,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_lstm_cell_backward(const st
 std::tuple<at::Tensor, at::Tensor> fused_gru_cell(const at::Tensor& input_gates, const at::Tensor& hidden_gates,
                                                   const at::Tensor& hx, const std::optional<at::Tensor>& input_bias,
                                                   const std::optional<at::Tensor>& hidden_bias) {
+  check_same_device("aten::_thnn_fused_gru_cell", {{"input_gates", &input_gates}, {"hidden_gates", &hidden_gates},
+                                                   {"hx", &hx}, {"input_bias", input_bias.has_value() ? &*input_bias : nullptr},
+                                                   {"hidden_bias", hidden_bias.has_value() ? &*hidden_bias : nullptr}});
   CpuCall call(input_gates.device());
   std::vector<at::Tensor> in = with_bias(call, input_gates, input_bias).chunk(3, 1);
   std::vector<at::Tensor> hidden = with_bias(call, hidden_gates, hidden_bias).chunk(3, 1);
@@ -101,6 +110,7 @@ std::tuple<at::Tensor, at::Tensor> fused_gru_cell(const at::Tensor& input_gates,
 // The gradients of the input gates, the hidden gates, hx, and the two biases where the cell has them.
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> fused_gru_cell_backward(
     const at::Tensor& grad_hy, const at::Tensor& workspace, bool has_bias) {
+  check_same_device("aten::_thnn_fused_gru_cell_backward", {{"grad_hy", &grad_hy}, {"workspace", &workspace}});
   CpuCall call(workspace.device());
   std::vector<at::Tensor> saved = call.cpu(workspace).chunk(5, 1);
   const at::Tensor &reset = saved[0], &update = saved[1], &fresh = saved[2], &hx = saved[3], &hidden_new = saved[4];

@@ -32,6 +32,8 @@ at::Tensor convolution_overrideable(const at::Tensor& input, const at::Tensor& w
                                     const std::optional<at::Tensor>& bias, at::IntArrayRef stride,
                                     at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed,
                                     at::IntArrayRef output_padding, int64_t groups) {
+  check_same_device("aten::convolution_overrideable",
+                    {{"input", &input}, {"weight", &weight}, {"bias", bias.has_value() ? &*bias : nullptr}});
   CpuCall call(input.device());
   std::optional<at::Tensor> cpu_bias;
   if (bias.has_value() && bias->defined()) {
@@ -53,6 +55,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable
     const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight, at::IntArrayRef stride,
     at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed, at::IntArrayRef output_padding,
     int64_t groups, std::array<bool, 3> output_mask) {
+  check_same_device("aten::convolution_backward_overrideable",
+                    {{"grad_output", &grad_output}, {"input", &input}, {"weight", &weight}});
   CpuCall call(input.device());
   // The bias has one element per output channel (the CPU's backward only needs its size).
   std::vector<int64_t> bias_sizes{transposed ? weight.size(1) * groups : weight.size(0)};
