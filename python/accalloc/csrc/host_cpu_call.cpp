@@ -20,6 +20,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <unordered_map>
 
 namespace accalloc_host {
 namespace {
@@ -323,7 +324,14 @@ struct OneDevice {
 };
 
 void check_same_device(const c10::FunctionSchema& schema, const torch::jit::Stack& stack, size_t begin) {
-  OneDevice one{other_devices_of(schema.operator_name())};
+  // By the schema's address (the dispatcher keeps each operator's for the process's life): the
+  // names compared once per operator and thread, not at every call.
+  thread_local std::unordered_map<const c10::FunctionSchema*, OtherDevices> known;
+  auto [entry, added] = known.try_emplace(&schema, OtherDevices::ScalarsOnly);
+  if (added) {
+    entry->second = other_devices_of(schema.operator_name());
+  }
+  OneDevice one{entry->second};
   if (one.allowed == OtherDevices::Any) {
     return;
   }
