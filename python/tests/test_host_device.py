@@ -213,6 +213,50 @@ def test_the_memory_history_for_pytorchs_memory_viewer(fresh_device, tmp_path):
         memory._record_memory_history("everything")
 
 
+def _allocate_a_mebibyte():
+    return torch.empty(MiB, dtype=torch.uint8, device="accalloc")
+
+
+def _let_go(tensors):
+    tensors.clear()
+
+
+@pytest.mark.parametrize("context", ["all", "alloc", None])
+def test_the_memory_history_has_the_python_stack_of_each_allocation_and_free(fresh_device, context):
+    # As torch.cuda.memory's history: each event, and each live block, with the Python stack that made
+    # it, innermost frame first (context "alloc": allocations only; None: no stacks).
+    memory = torch.accalloc.memory
+    memory._record_memory_history(context=context, max_entries=1000)
+    try:
+        tensors = [_allocate_a_mebibyte(), _allocate_a_mebibyte()]
+        kept, freed = tensors[0].data_ptr(), tensors[1].data_ptr()
+        held = tensors[0]
+        _let_go(tensors)
+        snapshot = memory._snapshot()
+    finally:
+        memory._record_memory_history(enabled=None)
+    trace = snapshot["device_traces"][0]
+
+    def innermost(action, address):
+        frames = [e["frames"] for e in trace if e["action"] == action and e["addr"] == address]
+        assert len(frames) == 1
+        return (frames[0][0]["name"], frames[0][0]["filename"]) if frames[0] else None
+
+    here = __file__
+    made = ("_allocate_a_mebibyte", here) if context else None
+    assert innermost("alloc", kept) == innermost("alloc", freed) == made
+    # The segment the first allocation mapped has that allocation's stack.
+    assert innermost("segment_alloc", trace[0]["addr"]) == made
+    let_go = ("_let_go", here) if context == "all" else None
+    assert innermost("free_requested", freed) == innermost("free_completed", freed) == let_go
+    block = next(b for s in snapshot["segments"] for b in s["blocks"] if b["address"] == kept)
+    assert block["state"] == "active_allocated"
+    assert (block["frames"][0]["name"] if block["frames"] else None) == (made[0] if made else None)
+    if context:
+        assert block["frames"][0]["line"] == _allocate_a_mebibyte.__code__.co_firstlineno + 1
+    del held
+
+
 def test_out_of_memory_is_torchs_error_and_the_allocator_keeps_working(fresh_device):
     keep = torch.empty(MiB, device="accalloc")
     with pytest.raises(torch.OutOfMemoryError, match="out of memory. Tried to allocate 3.00 GiB"):

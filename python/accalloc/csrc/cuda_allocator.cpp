@@ -27,7 +27,7 @@ void* cuda_malloc(size_t size, int device, cudaStream_t stream) {
   accalloc_torch::check(accalloc_malloc_on(kCuda, &ptr, size, device, stream), "accalloc_malloc");
   // PyTorch's pluggable allocator tells the memory profiler nothing: accalloc does, as CUDA's own
   // allocator would (the free side is free_block's).
-  accalloc_torch::report_allocation_to_profiler(ptr, kCuda, device);
+  accalloc_torch::report_allocation(ptr, kCuda, device);
   return ptr;
 }
 

@@ -84,9 +84,15 @@ class CpuAllocator final : public c10::Allocator {
 
  private:
   static void raw_free(void* ptr) {
-    if (ptr != nullptr && accalloc_free(ptr) != ACCALLOC_OK) {
-      cpu_raw_deleter(ptr);
+    if (ptr == nullptr) {
+      return;
     }
+    const accalloc_torch::Freeing freeing(ptr);
+    if (accalloc_free(ptr) != ACCALLOC_OK) {
+      cpu_raw_deleter(ptr);
+      return;
+    }
+    freeing.freed(ptr);
   }
 
   c10::Allocator* cpu_;

@@ -19,6 +19,7 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 
+#include <atomic>
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -128,32 +129,75 @@ inline void report_to_profiler(void* ptr, int64_t bytes, AccallocDeviceType type
                                    c10::Device(torch_type, static_cast<c10::DeviceIndex>(device)));
 }
 
+// The memory history's stacks (accalloc.torch's torch.<device>.memory._record_memory_history, for the
+// host accelerator): while set, called after each allocation and before each free of a block PyTorch's
+// face hands out, with the block's size as accalloc counts it, its device type and device. It records
+// the caller's stack for the snapshot (accalloc's own history has none).
+using HistoryRecorder = void (*)(void* ptr, bool allocated, uint64_t size, AccallocDeviceType type, int32_t device);
+
+inline std::atomic<HistoryRecorder>& history_recorder() {
+  static std::atomic<HistoryRecorder> recorder{nullptr};
+  return recorder;
+}
+
 // After an allocation of `ptr` on accalloc's `type` device `device`: tell the profiler, while it records
-// memory, of the bytes accalloc counts for it.
-inline void report_allocation_to_profiler(void* ptr, AccallocDeviceType type, int32_t device) {
+// memory, of the bytes accalloc counts for it, and the memory history's recorder, while one is set.
+inline void report_allocation(void* ptr, AccallocDeviceType type, int32_t device) {
+  const HistoryRecorder recorder = history_recorder().load(std::memory_order_acquire);
+  const bool profiling = c10::memoryProfilingEnabled();
   uint64_t size = 0;
-  if (C10_UNLIKELY(c10::memoryProfilingEnabled()) && ptr != nullptr &&
-      accalloc_allocation_info(ptr, &size, nullptr, nullptr) == ACCALLOC_OK) {
+  if (C10_LIKELY(!profiling && recorder == nullptr) || ptr == nullptr ||
+      accalloc_allocation_info(ptr, &size, nullptr, nullptr) != ACCALLOC_OK) {
+    return;
+  }
+  if (profiling) {
     report_to_profiler(ptr, static_cast<int64_t>(size), type, device);
   }
+  if (recorder != nullptr) {
+    recorder(ptr, true, size, type, device);
+  }
 }
+
+// A block of accalloc's about to be freed: its size, type and device, asked while the profiler records
+// memory or the memory history's recorder is set (`known` false otherwise, or for a pointer that is not
+// a live block of accalloc's), and the recorder told of the free before it, while the address is still
+// the block's (after, another thread could be given it first).
+struct Freeing {
+  bool known = false;
+  bool profiled = false;
+  uint64_t size = 0;
+  AccallocDeviceType type = 0;
+  int32_t device = 0;
+
+  explicit Freeing(void* ptr) {
+    const HistoryRecorder recorder = history_recorder().load(std::memory_order_acquire);
+    profiled = c10::memoryProfilingEnabled();
+    if (C10_LIKELY(!profiled && recorder == nullptr) || ptr == nullptr) {
+      return;
+    }
+    known = accalloc_allocation_info(ptr, &size, &type, &device) == ACCALLOC_OK;
+    if (known && recorder != nullptr) {
+      recorder(ptr, false, size, type, device);
+    }
+  }
+
+  // After the free: the profiler told of the bytes gone.
+  void freed(void* ptr) const {
+    if (known && profiled) {
+      report_to_profiler(ptr, -static_cast<int64_t>(size), type, device);
+    }
+  }
+};
 
 // The deleter of every DataPtr: a pointer knows the device type and device that own it. A deleter
 // cannot throw, so a failure (a bug elsewhere: a double free) is a warning with accalloc's message.
 inline void free_block(void* ptr) {
-  uint64_t size = 0;
-  AccallocDeviceType type = 0;
-  int32_t device = 0;
-  // While the profiler records memory: the block's size and device, asked before it goes.
-  const bool profiled = C10_UNLIKELY(c10::memoryProfilingEnabled()) && ptr != nullptr &&
-                        accalloc_allocation_info(ptr, &size, &type, &device) == ACCALLOC_OK;
+  const Freeing freeing(ptr);
   if (accalloc_free(ptr) != ACCALLOC_OK) {
     TORCH_WARN("accalloc_free(", ptr, "): ", accalloc_last_error_message());
     return;
   }
-  if (profiled) {
-    report_to_profiler(ptr, -static_cast<int64_t>(size), type, device);
-  }
+  freeing.freed(ptr);
 }
 
 class DeviceAllocator : public c10::DeviceAllocator {
@@ -179,7 +223,7 @@ class DeviceAllocator : public c10::DeviceAllocator {
     void* stream = stream_handle_ ? stream_handle_(guard->getStream(device)) : nullptr;
     void* ptr = nullptr;
     check(accalloc_malloc_on(accalloc_type_, &ptr, n, device.index(), stream), "accalloc_malloc");
-    report_allocation_to_profiler(ptr, accalloc_type_, device.index());
+    report_allocation(ptr, accalloc_type_, device.index());
     return {ptr, ptr, &free_block, device};
   }
 
