@@ -257,6 +257,51 @@ def test_the_memory_history_has_the_python_stack_of_each_allocation_and_free(fre
     del held
 
 
+def test_stacks_are_recorded_from_threads_and_backward_passes_while_snapshots_are_taken(fresh_device):
+    # Stacks are gathered under the GIL and kept under a lock of their own: threads allocating and
+    # freeing (and the autograd engine's thread, which holds no GIL) against snapshots and restarts of
+    # the recording must neither deadlock nor lose an event.
+    import threading
+    import time
+
+    memory = torch.accalloc.memory
+    memory._record_memory_history(max_entries=2000)
+    stop = threading.Event()
+    errors = []
+
+    def work(k):
+        try:
+            layer = torch.nn.Linear(16, 16).to("accalloc")
+            while not stop.is_set():
+                layer(torch.randn(8, 16, device="accalloc", requires_grad=True)).sum().backward()
+                tensors = [torch.empty(100 + k, device="accalloc") for _ in range(5)]
+                del tensors
+        except Exception as e:  # reported below: a thread's exception would be lost
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(3)]
+    for thread in threads:
+        thread.start()
+    try:
+        snapshots = 0
+        end = time.monotonic() + 3
+        while time.monotonic() < end:
+            snapshot = memory._snapshot()
+            snapshots += 1
+            if snapshots % 5 == 0:
+                memory._record_memory_history(max_entries=2000)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=60)
+        memory._record_memory_history(enabled=None)
+    assert not any(thread.is_alive() for thread in threads) and not errors
+    trace = snapshot["device_traces"][0]
+    assert trace and all(isinstance(e["frames"], list) for e in trace)
+    # The threads' own allocations (not the backward passes') have their frames.
+    assert any(f["name"] == "work" for e in trace if e["action"] == "alloc" for f in e["frames"])
+
+
 def test_out_of_memory_is_torchs_error_and_the_allocator_keeps_working(fresh_device):
     keep = torch.empty(MiB, device="accalloc")
     with pytest.raises(torch.OutOfMemoryError, match="out of memory. Tried to allocate 3.00 GiB"):
