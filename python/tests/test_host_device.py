@@ -302,6 +302,47 @@ def test_stacks_are_recorded_from_threads_and_backward_passes_while_snapshots_ar
     assert any(f["name"] == "work" for e in trace if e["action"] == "alloc" for f in e["frames"])
 
 
+def test_a_child_forked_while_stacks_are_recorded_lets_go_of_its_tensors_and_exits(fresh_device):
+    # fork() copies the stacks' lock as some thread held it; the child must not wait for it. It lets
+    # go of the tensors it inherited and is refused a new one (accalloc refuses a fork child's
+    # requests, as CUDA does: its error, not a hang), so the recorder is never called there.
+    import os
+    import threading
+
+    memory = torch.accalloc.memory
+    memory._record_memory_history(max_entries=1000)
+    stop = threading.Event()
+
+    def churn():
+        while not stop.is_set():
+            del [torch.empty(64, device="accalloc") for _ in range(10)][:]
+
+    thread = threading.Thread(target=churn)
+    thread.start()
+    try:
+        inherited = [torch.ones(100, device="accalloc") for _ in range(5)]
+        statuses = []
+        for _ in range(5):
+            pid = os.fork()
+            if pid == 0:  # the child: let go, try to allocate, and leave at once
+                code = 1
+                try:
+                    inherited.clear()
+                    try:
+                        torch.ones(10, device="accalloc")
+                    except RuntimeError as e:
+                        code = 0 if "fork() child" in str(e) else 2
+                finally:
+                    os._exit(code)
+            statuses.append(os.waitpid(pid, 0)[1])
+    finally:
+        stop.set()
+        thread.join()
+        memory._record_memory_history(enabled=None)
+    assert statuses == [0] * 5
+    del inherited
+
+
 def test_out_of_memory_is_torchs_error_and_the_allocator_keeps_working(fresh_device):
     keep = torch.empty(MiB, device="accalloc")
     with pytest.raises(torch.OutOfMemoryError, match="out of memory. Tried to allocate 3.00 GiB"):

@@ -8,6 +8,8 @@
 // Stacks are gathered as PyTorch's CUDA allocator gathers them (torch::CapturedTraceback, which takes
 // the GIL), outside this file's lock; a stack is let go outside it too (letting go of Python frames
 // takes the GIL: under the lock, a thread waiting for the GIL would keep another out that holds it).
+// A child of fork() never gets here: accalloc refuses its requests (the recorder is told only of
+// allocations made and blocks known), so the lock a fork copied is never taken there.
 #include "host_device.h"
 
 #include <torch/csrc/profiler/combined_traceback.h>
