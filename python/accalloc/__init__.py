@@ -177,7 +177,11 @@ def record_memory_history(enabled=True, max_entries=sys.maxsize, device_type=Non
     free_completed, segment_alloc, segment_free, segment_map, segment_unmap and oom, with their
     addresses, sizes, streams and microsecond times, in memory_snapshot()'s "device_traces". Starting
     clears what was recorded before."""
-    entries = max_entries if enabled else 0
+    if not isinstance(max_entries, int) or isinstance(max_entries, bool):
+        raise TypeError(f"max_entries must be an int, not {type(max_entries).__name__}")
+    if enabled and max_entries < 1:
+        raise ValueError(f"max_entries must be 1 or more to record, not {max_entries}")
+    entries = min(max_entries, ctypes.c_size_t(-1).value) if enabled else 0
     check(library().accalloc_record_memory_history_on(_device_type(device_type), int(bool(enabled)), entries))
 
 

@@ -211,6 +211,20 @@ def test_the_memory_history_for_pytorchs_memory_viewer(fresh_device, tmp_path):
     assert memory._snapshot()["device_traces"][0] == []
     with pytest.raises(ValueError, match="enabled must be None"):
         memory._record_memory_history("everything")
+    for bad in (-5, 1.5, "10", True):
+        with pytest.raises(TypeError, match="max_entries must be an int"):
+            memory._record_memory_history(max_entries=bad)
+        with pytest.raises(TypeError, match="max_entries must be an int"):
+            accalloc.record_memory_history(True, bad if bad != -5 else 2.0)
+    with pytest.raises(ValueError, match="max_entries must be 1 or more"):
+        accalloc.record_memory_history(True, 0)
+    # 0 keeps the newest entry, as in PyTorch.
+    memory._record_memory_history(max_entries=0)
+    try:
+        torch.empty(MiB, device="accalloc")
+        assert len(memory._snapshot()["device_traces"][0]) == 1
+    finally:
+        memory._record_memory_history(enabled=None)
 
 
 def _allocate_a_mebibyte():

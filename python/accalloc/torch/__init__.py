@@ -212,9 +212,12 @@ def _memory_module(device_module, name, extension):
             raise ValueError(f'context must be None, "state", "alloc" or "all", not {context!r}')
         if stacks not in ("python", "all"):
             raise ValueError(f'stacks must be "python" or "all", not {stacks!r}')
+        if not isinstance(max_entries, int) or isinstance(max_entries, bool) or max_entries < 0:
+            raise TypeError(f"max_entries must be an int of 0 or more, not {max_entries!r}")
+        max_entries = min(max(max_entries, 1), ctypes.c_size_t(-1).value)  # 0 keeps one, as in PyTorch
         accalloc.record_memory_history(enabled == "all", max_entries, name)
         keep = enabled is not None and context is not None
-        extension.accalloc_torch_record_stacks(int(keep), min(max_entries, ctypes.c_size_t(-1).value))
+        extension.accalloc_torch_record_stacks(int(keep), max_entries)
         recording["stacks"] = context if keep else None
 
     def stacks():
