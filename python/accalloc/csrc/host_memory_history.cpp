@@ -3,7 +3,7 @@
 // keeps each event's action, address, size, stream and time; this keeps, per device, the stack of each
 // allocation and free that PyTorch's face made (accalloc_torch::history_recorder), in the same order,
 // and the stack of each live block. accalloc.torch joins the two when it takes a snapshot: an event
-// takes the next stack recorded for its address and kind (python/accalloc/torch/__init__.py).
+// takes the next stack recorded for its address and kind (python/accalloc/torch/_memory_history.py).
 //
 // Stacks are gathered as PyTorch's CUDA allocator gathers them (torch::CapturedTraceback, which takes
 // the GIL), outside this file's lock; a stack is let go outside it too (letting go of Python frames
