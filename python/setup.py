@@ -127,7 +127,7 @@ def torch_extensions(lib_dir: Path, soname: str):
                     "accalloc/csrc/host_routes.cpp", "accalloc/csrc/host_generator.cpp",
                     "accalloc/csrc/host_autocast.cpp", "accalloc/csrc/host_graph.cpp",
                     "accalloc/csrc/host_rnn_cells.cpp", "accalloc/csrc/host_ddp_timer.cpp",
-                    "accalloc/csrc/host_memory_history.cpp"]
+                    "accalloc/csrc/host_memory_history.cpp", "accalloc/csrc/host_sparse.cpp"]
     extensions = [CppExtension("accalloc._torch_host", host_sources, **common)]
     left_out = {}
     torch_lib = Path(torch.__file__).parent / "lib"

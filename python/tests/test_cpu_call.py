@@ -114,11 +114,19 @@ def test_a_result_lands_on_its_arguments_device_whatever_the_current_one(fresh_d
     del x, y
 
 
-def test_a_sparse_result_is_a_clear_error_naming_the_device(fresh_device):
-    x = torch.randn(3, 3, device=DEVICE)
-    with pytest.raises(NotImplementedError, match="accalloc device .* holds strided tensors only"):
-        x.to_sparse()
-    del x
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta state")
+def test_a_sparse_coo_result_is_the_devices_and_another_layout_a_clear_error(fresh_device):
+    # A sparse COO tensor is its indices and values, made in the device's memory; a compressed layout
+    # (CSR and the like) is refused with an error naming the device.
+    x = torch.tensor([[0.0, 2.0, 0.0], [3.0, 0.0, 4.0]], device=DEVICE)
+    sparse = x.to_sparse()
+    assert sparse.layout == torch.sparse_coo and sparse.device == torch.device(f"{DEVICE}:0")
+    assert sparse._values().device == sparse._indices().device == sparse.device
+    assert torch.accelerator.memory_allocated(0) == 512 + 512 + 512  # x, the indices, the values
+    assert torch.equal(sparse.cpu().to_dense(), x.cpu())
+    with pytest.raises(NotImplementedError, match="accalloc device .* holds strided and sparse COO tensors only"):
+        x.to_sparse_csr()
+    del x, sparse
     gc.collect()
     assert torch.accelerator.memory_allocated(0) == 0
 

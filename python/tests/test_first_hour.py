@@ -282,6 +282,47 @@ def test_what_cuda_lets_cross_devices_still_does(fresh_device):
     assert b.cpu().tolist() == [0.0, 9.0, 2.0]
 
 
+# ---- sparse tensors --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("optimizer", [torch.optim.SGD, torch.optim.SparseAdam])
+def test_a_sparse_embedding_trains_as_on_the_cpu(fresh_device, optimizer):
+    # nn.Embedding(sparse=True) gives sparse COO gradients; SGD and SparseAdam step with them.
+    torch.manual_seed(0)
+    on_cpu = torch.nn.Embedding(20, 4, sparse=True)
+    on_device = copy.deepcopy(on_cpu).to("accalloc")
+    steps = [optimizer(m.parameters(), lr=0.1) for m in (on_cpu, on_device)]
+    for step in range(3):
+        torch.manual_seed(step)
+        indices = torch.randint(0, 20, (6,))
+        for model, optimizer_of, where in ((on_cpu, steps[0], "cpu"), (on_device, steps[1], "accalloc")):
+            optimizer_of.zero_grad()
+            model(indices.to(where)).pow(2).sum().backward()
+            assert model.weight.grad.is_sparse and model.weight.grad.device.type == where
+            optimizer_of.step()
+        torch.testing.assert_close(on_device.weight.detach().cpu(), on_cpu.weight.detach())
+
+
+@pytest.mark.filterwarnings("ignore:Sparse invariant checks are implicitly disabled")
+def test_sparse_tensors_compute_print_and_copy_as_on_the_cpu(fresh_device):
+    dense = torch.tensor([[0.0, 2.0, 0.0], [3.0, 0.0, 4.0]])
+    made = torch.sparse_coo_tensor(torch.tensor([[0, 1, 1], [1, 0, 2]]), torch.tensor([2.0, 3.0, 4.0]), (2, 3),
+                                   device="accalloc")
+    moved = dense.to_sparse().to("accalloc")
+    for sparse in (made, moved, dense.to("accalloc").to_sparse()):
+        assert sparse.is_sparse and sparse.device == torch.device("accalloc:0")
+        assert "device='accalloc:0'" in repr(sparse) and "nnz=3" in repr(sparse)
+        assert torch.equal(sparse.cpu().to_dense(), dense) and torch.equal(sparse.to_dense().cpu(), dense)
+        assert sparse.coalesce().is_coalesced() and sparse._nnz() == 3
+        assert torch.equal((sparse + sparse).to_dense().cpu(), 2 * dense)
+        right = torch.arange(6.0).reshape(3, 2)
+        torch.testing.assert_close(torch.sparse.mm(sparse, right.to("accalloc")).cpu(), dense @ right)
+        assert torch.equal(torch.zeros(2, 3, device="accalloc").add_(sparse).cpu(), dense)
+    # Indices out of range are refused where the CPU refuses them (invariants checked).
+    with pytest.raises(RuntimeError, match="index"):
+        torch.sparse_coo_tensor(torch.tensor([[0, 5]]), torch.tensor([1.0, 2.0]), (3,), device="accalloc",
+                                check_invariants=True)
+
+
 # ---- what the device supports ---------------------------------------------------------------------
 
 @pytest.mark.filterwarnings("ignore:ComplexHalf support is experimental")

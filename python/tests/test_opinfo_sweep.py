@@ -3,7 +3,8 @@ CPU kernel, every sample input, its results, its in-place writes and its gradien
 
 The sweep runs in worker processes (opinfo_sweep.py), two at once, each over half of the operators,
 so that an operator that kills its process is reported by name and the sweep goes on after it. The
-one thing the device may do that the CPU does not is refuse a sparse result, with a clear error.
+one thing the device may do that the CPU does not is refuse a result of a compressed sparse layout (CSR and
+the like: sparse COO results are the device's), with a clear error.
 """
 import json
 import os
@@ -17,8 +18,9 @@ from opinfo_sweep import op_name, sweep_operators
 
 WORKER = Path(__file__).with_name("opinfo_sweep.py")
 ALL_SAMPLES = 1 << 30
-# The device holds strided tensors only: an operator whose CPU kernel makes a sparse tensor raises.
-SPARSE_REFUSAL = "holds strided tensors only"
+# The device holds strided and sparse COO tensors: an operator whose CPU kernel makes a tensor of another
+# layout raises.
+SPARSE_REFUSAL = "holds strided and sparse COO tensors only"
 
 
 def sweep(first, last, samples=ALL_SAMPLES, **env):

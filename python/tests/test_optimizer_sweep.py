@@ -2,8 +2,8 @@
 optimizer with the configurations PyTorch tests) on the accalloc device against the CPU: each
 configuration, as written and with foreach=True and fused=True where the optimizer takes them, three
 steps over the same parameters and gradients, the same parameters after. An implementation the CPU
-refuses must be refused on the device too, and the other way round. SparseAdam aside: it takes sparse
-gradients, and the device has no sparse tensors (docs/PYTHON.md)."""
+refuses must be refused on the device too, and the other way round. SparseAdam, which takes sparse
+gradients only, is given sparse COO gradients on both."""
 import pytest
 import torch
 from torch.testing._internal.common_optimizers import optim_db
@@ -23,7 +23,8 @@ def stepped(info, kwargs, device):
         for step in range(STEPS):
             for i, p in enumerate(params):
                 torch.manual_seed(10 * step + i)
-                p.grad = torch.randn(p.shape).to(device)
+                grad = torch.randn(p.shape)
+                p.grad = (grad.to_sparse() if info.optim_cls is torch.optim.SparseAdam else grad).to(device)
             if info.step_requires_closure:
                 optimizer.step(lambda: sum((p * p).sum() for p in params))
             else:
@@ -34,8 +35,7 @@ def stepped(info, kwargs, device):
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
-@pytest.mark.parametrize("info", [i for i in optim_db if i.optim_cls is not torch.optim.SparseAdam],
-                         ids=lambda i: i.optim_cls.__name__)
+@pytest.mark.parametrize("info", optim_db, ids=lambda i: i.optim_cls.__name__)
 def test_the_optimizer_steps_as_on_the_cpu(fresh_device, info):
     takes = info.optim_cls.__init__.__code__.co_varnames
     implementations = [{}] + [{key: True} for key in ("foreach", "fused") if key in takes]

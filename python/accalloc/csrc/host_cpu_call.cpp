@@ -10,6 +10,9 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
+#include <ATen/SparseTensorImpl.h>
+#include <ATen/native/SparseTensorUtils.h>
+#include <ATen/ops/_sparse_coo_tensor_with_dims_and_tensors.h>
 #include <ATen/ops/empty_strided.h>
 #include <c10/core/CPUAllocator.h>
 #include <torch/library.h>
@@ -149,6 +152,15 @@ at::Tensor CpuCall::cpu(const at::Tensor& t) {
   if (!t.defined() || t.device().type() != kType) {
     return t;
   }
+  if (t.layout() == c10::kSparse) {
+    // A sparse COO tensor is its indices and values, two strided tensors: a CPU sparse tensor over
+    // theirs (read from the tensor itself: asking through the dispatcher would come back here).
+    at::SparseTensorImpl* impl = at::sparse::get_sparse_impl(t);
+    at::Tensor cpu_sparse = at::_sparse_coo_tensor_with_dims_and_tensors(
+        impl->sparse_dim(), impl->dense_dim(), t.sizes(), cpu(impl->indices()), cpu(impl->values()),
+        t.options().device(c10::kCPU), impl->coalesced());
+    return cpu_sparse;
+  }
   c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
   for (auto& [device_storage, cpu_storage] : cpu_storages_) {
     if (device_storage == impl) {
@@ -194,12 +206,29 @@ void CpuCall::adopt_resize(const at::Tensor& device_tensor, const at::Tensor& cp
   }
 }
 
+void CpuCall::adopt_sparse(const at::Tensor& device_sparse, const at::Tensor& cpu_sparse) {
+  at::SparseTensorImpl* from = at::sparse::get_sparse_impl(cpu_sparse);
+  at::SparseTensorImpl* to = at::sparse::get_sparse_impl(device_sparse);
+  at::Tensor indices = device(from->indices());
+  at::Tensor values = device(from->values());
+  to->resize_(from->sparse_dim(), from->dense_dim(), cpu_sparse.sizes());
+  to->set_indices_and_values_unsafe(indices, values);
+  to->set_coalesced(from->coalesced());
+}
+
 at::Tensor CpuCall::device(const at::Tensor& r, uint32_t holders) {
   if (!r.defined() || r.device().type() != c10::kCPU) {
     return r;
   }
+  if (r.layout() == c10::kSparse) {
+    at::Tensor sparse = at::detail::make_tensor<at::SparseTensorImpl>(
+        c10::DispatchKeySet(c10::DispatchKey::SparsePrivateUse1), r.dtype());
+    adopt_sparse(sparse, r);
+    return sparse;
+  }
   TORCH_CHECK_NOT_IMPLEMENTED(r.layout() == c10::kStrided, "the accalloc device (", device_,
-                              ") holds strided tensors only: the CPU's kernel made a ", r.layout(), " tensor");
+                              ") holds strided and sparse COO tensors only: the CPU's kernel made a ",
+                              r.layout(), " tensor");
   c10::StorageImpl* impl = r.storage().unsafeGetStorageImpl();
   for (auto& [cpu_storage, device_storage] : device_storages_) {
     if (cpu_storage == impl) {
@@ -380,7 +409,9 @@ void check_same_device(const char* op, std::initializer_list<std::pair<const cha
 
 namespace {
 
-void run_cpu_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+// `cpu_key`: the CPU's key the kernel is taken from: CPU for the device's strided tensors, SparseCPU
+// when the call came for SparsePrivateUse1 (a sparse tensor among the arguments, or one to make).
+void run_cpu_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::DispatchKey cpu_key) {
   const c10::FunctionSchema& schema = op.schema();
   const size_t arguments_begin = stack->size() - schema.arguments().size();
   check_same_device(schema, *stack, arguments_begin);
@@ -425,11 +456,13 @@ void run_cpu_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     }
     save_for_graph(written_arguments);
   }
-  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  op.redispatchBoxed(c10::DispatchKeySet(cpu_key), stack);
 
   for (auto& [index, cpu_value] : written) {
     const c10::IValue& original = arguments[index];
-    if (original.isTensor()) {
+    if (original.isTensor() && original.toTensor().layout() == c10::kSparse) {
+      call.adopt_sparse(original.toTensor(), cpu_value.toTensor());
+    } else if (original.isTensor()) {
       call.adopt_resize(original.toTensor(), cpu_value.toTensor());
     } else if (original.isTensorList()) {
       auto device_list = original.toTensorList().vec();
@@ -480,7 +513,7 @@ void run_cpu_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
 void cpu_kernel_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   try {
-    run_cpu_kernel(op, stack);
+    run_cpu_kernel(op, stack, c10::DispatchKey::CPU);
   } catch (c10::NotImplementedError& e) {
     // Name the operator: a sparse or other non-strided result is refused deep inside.
     e.add_context(c10::str("in ", op.schema().operator_name(), " on the accalloc device"));
@@ -488,8 +521,22 @@ void cpu_kernel_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack
   }
 }
 
+// Sparse COO tensors on the device: the CPU's sparse kernels over the device's indices and values.
+void sparse_kernel_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  try {
+    run_cpu_kernel(op, stack, c10::DispatchKey::SparseCPU);
+  } catch (c10::NotImplementedError& e) {
+    e.add_context(c10::str("in ", op.schema().operator_name(), " on the accalloc device (sparse)"));
+    throw;
+  }
+}
+
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_kernel_fallback>());
+}
+
+TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&sparse_kernel_fallback>());
 }
 
 }  // namespace accalloc_host

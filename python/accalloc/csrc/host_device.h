@@ -66,6 +66,9 @@ class CpuCall {
   // After the kernel: a device tensor whose CPU tensor it resized (out= arguments) takes the new
   // sizes, strides and, where the storage grew, the new block.
   void adopt_resize(const at::Tensor& device_tensor, const at::Tensor& cpu_tensor);
+  // A sparse device tensor takes the CPU sparse tensor's sizes, indices and values (those of a result,
+  // or what an in-place kernel made of a sparse argument) and whether they are coalesced.
+  void adopt_sparse(const at::Tensor& device_sparse, const at::Tensor& cpu_sparse);
   // `holders`: how many of the kernel's results share r's storage (they are all handed over together;
   // a storage with other holders is copied instead).
   at::Tensor device(const at::Tensor& r, uint32_t holders = 1);
@@ -86,6 +89,8 @@ void install_cpu_allocator();
 
 // The boxed kernel of every operator that runs the CPU's kernel over the device's memory.
 void cpu_kernel_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+// The same for sparse COO tensors of the device: the CPU's sparse kernels over their indices and values.
+void sparse_kernel_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
 // For a kernel registered unboxed, the check the fallback makes of every operator (host_cpu_call.cpp):
 // `tensors` (argument name, tensor or nullptr) on one device, a CPU scalar aside, else PyTorch's

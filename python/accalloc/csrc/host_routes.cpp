@@ -130,6 +130,40 @@ void route_cpu_kernels() {
     return by_namespace;
   }();
   (void)libraries;
+  // The same for sparse COO tensors: an operator with a SparseCPU kernel and a composite one (sum,
+  // is_coalesced, ...) would give the device's sparse tensors the composite, another result (the
+  // composite sum of a sparse tensor is sparse, the CPU's is dense): the fallback gives them the CPU's.
+  static std::map<std::string, std::unique_ptr<torch::Library>>* sparse_libraries = [] {
+    auto* by_namespace = new std::map<std::string, std::unique_ptr<torch::Library>>();  // kept for good
+    c10::Dispatcher& dispatcher = c10::Dispatcher::singleton();
+    for (const c10::OperatorName& name : dispatcher.getAllOpNames()) {
+      std::optional<c10::OperatorHandle> op = dispatcher.findOp(name);
+      if (!op.has_value() || !op->hasSchema() || !op->hasKernelForDispatchKey(c10::DispatchKey::SparseCPU) ||
+          !(op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) ||
+            op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional)) ||
+          op->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd) ||
+          op->hasKernelForDispatchKey(c10::DispatchKey::SparsePrivateUse1)) {
+        continue;
+      }
+      auto separator = name.name.find("::");
+      if (separator == std::string::npos) {
+        continue;
+      }
+      std::string ns = name.name.substr(0, separator);
+      std::string overload = name.name.substr(separator + 2);
+      if (!name.overload_name.empty()) {
+        overload += "." + name.overload_name;
+      }
+      auto& library = (*by_namespace)[ns];
+      if (!library) {
+        library = std::make_unique<torch::Library>(torch::Library::IMPL, ns, c10::DispatchKey::SparsePrivateUse1,
+                                                   __FILE__, __LINE__);
+      }
+      library->impl(overload.c_str(), torch::CppFunction::makeFromBoxedFunction<&sparse_kernel_fallback>());
+    }
+    return by_namespace;
+  }();
+  (void)sparse_libraries;
 }
 
 }  // namespace accalloc_host
