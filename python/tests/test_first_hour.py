@@ -317,6 +317,15 @@ def test_sparse_tensors_compute_print_and_copy_as_on_the_cpu(fresh_device):
         right = torch.arange(6.0).reshape(3, 2)
         torch.testing.assert_close(torch.sparse.mm(sparse, right.to("accalloc")).cpu(), dense @ right)
         assert torch.equal(torch.zeros(2, 3, device="accalloc").add_(sparse).cpu(), dense)
+    # In place, as on the CPU: shape changes the CPU allows, and the one it refuses.
+    for where in ("cpu", "accalloc"):
+        grown = dense.to_sparse().to(where)
+        grown.sparse_resize_((3, 4), 2, 0)
+        cleared = dense.to_sparse().to(where)
+        cleared.sparse_resize_and_clear_((1, 1), 2, 0)
+        assert (grown.shape, grown._nnz(), cleared.shape, cleared._nnz()) == ((3, 4), 3, (1, 1), 0), where
+        with pytest.raises(RuntimeError, match="shrinking the size of sparse dimensions"):
+            grown.sparse_resize_((1, 1), 2, 0)
     # Indices out of range are refused where the CPU refuses them (invariants checked).
     with pytest.raises(RuntimeError, match="index"):
         torch.sparse_coo_tensor(torch.tensor([[0, 5]]), torch.tensor([1.0, 2.0]), (3,), device="accalloc",

@@ -211,7 +211,9 @@ void CpuCall::adopt_sparse(const at::Tensor& device_sparse, const at::Tensor& cp
   at::SparseTensorImpl* to = at::sparse::get_sparse_impl(device_sparse);
   at::Tensor indices = device(from->indices());
   at::Tensor values = device(from->values());
-  to->resize_(from->sparse_dim(), from->dense_dim(), cpu_sparse.sizes());
+  // Cleared first: a kernel may have shrunk a tensor it emptied (sparse_resize_and_clear_), which
+  // resize_ refuses for a tensor with elements, as the device tensor still has.
+  to->resize_and_clear_(from->sparse_dim(), from->dense_dim(), cpu_sparse.sizes());
   to->set_indices_and_values_unsafe(indices, values);
   to->set_coalesced(from->coalesced());
 }
