@@ -317,6 +317,12 @@ def test_sparse_tensors_compute_print_and_copy_as_on_the_cpu(fresh_device):
         right = torch.arange(6.0).reshape(3, 2)
         torch.testing.assert_close(torch.sparse.mm(sparse, right.to("accalloc")).cpu(), dense @ right)
         assert torch.equal(torch.zeros(2, 3, device="accalloc").add_(sparse).cpu(), dense)
+    # On device 1, everything it makes is device 1's.
+    on_one = dense.to_sparse().to("accalloc:1")
+    for made_there in (on_one, on_one + on_one, on_one.coalesce(), on_one._values(), on_one.to_dense()):
+        assert made_there.device == torch.device("accalloc:1")
+    del on_one, made_there
+    assert torch.accelerator.memory_allocated(1) == 0
     # In place, as on the CPU: shape changes the CPU allows, and the one it refuses.
     for where in ("cpu", "accalloc"):
         grown = dense.to_sparse().to(where)
