@@ -511,26 +511,26 @@ void run_cpu_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10
   }
 }
 
-}  // namespace
-
-void cpu_kernel_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+// run_cpu_kernel, naming the operator in an error of a missing kernel: a result of a layout the device
+// does not hold is refused deep inside.
+void run_naming_the_operator(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::DispatchKey cpu_key) {
   try {
-    run_cpu_kernel(op, stack, c10::DispatchKey::CPU);
+    run_cpu_kernel(op, stack, cpu_key);
   } catch (c10::NotImplementedError& e) {
-    // Name the operator: a sparse or other non-strided result is refused deep inside.
     e.add_context(c10::str("in ", op.schema().operator_name(), " on the accalloc device"));
     throw;
   }
 }
 
+}  // namespace
+
+void cpu_kernel_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  run_naming_the_operator(op, stack, c10::DispatchKey::CPU);
+}
+
 // Sparse COO tensors on the device: the CPU's sparse kernels over the device's indices and values.
 void sparse_kernel_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  try {
-    run_cpu_kernel(op, stack, c10::DispatchKey::SparseCPU);
-  } catch (c10::NotImplementedError& e) {
-    e.add_context(c10::str("in ", op.schema().operator_name(), " on the accalloc device (sparse)"));
-    throw;
-  }
+  run_naming_the_operator(op, stack, c10::DispatchKey::SparseCPU);
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {

@@ -98,72 +98,48 @@ int64_t fused_sdp_choice(const at::Tensor& query, const at::Tensor& key, const a
 
 }  // namespace
 
+// Every operator with a kernel for `cpu_key` and a composite one, and none of the device's own for
+// `device_key`, sent to `fallback` there (the registrations are kept for good).
+template <c10::BoxedKernel::BoxedKernelFunction* fallback>
+void route_composites(c10::DispatchKey cpu_key, c10::DispatchKey device_key) {
+  static auto* by_namespace = new std::map<std::string, std::unique_ptr<torch::Library>>();
+  c10::Dispatcher& dispatcher = c10::Dispatcher::singleton();
+  for (const c10::OperatorName& name : dispatcher.getAllOpNames()) {
+    std::optional<c10::OperatorHandle> op = dispatcher.findOp(name);
+    if (!op.has_value() || !op->hasSchema() || !op->hasKernelForDispatchKey(cpu_key) ||
+        !(op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) ||
+          op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional)) ||
+        op->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd) ||
+        op->hasKernelForDispatchKey(device_key)) {
+      continue;
+    }
+    auto separator = name.name.find("::");
+    if (separator == std::string::npos) {
+      continue;
+    }
+    std::string ns = name.name.substr(0, separator);
+    std::string overload = name.name.substr(separator + 2);
+    if (!name.overload_name.empty()) {
+      overload += "." + name.overload_name;
+    }
+    auto& library = (*by_namespace)[ns];
+    if (!library) {
+      library = std::make_unique<torch::Library>(torch::Library::IMPL, ns, device_key, __FILE__, __LINE__);
+    }
+    library->impl(overload.c_str(), torch::CppFunction::makeFromBoxedFunction<fallback>());
+  }
+}
+
 void route_cpu_kernels() {
-  at::native::_fused_sdp_choice_stub.set_privateuse1_dispatch_ptr(&fused_sdp_choice);
-  static std::map<std::string, std::unique_ptr<torch::Library>>* libraries = [] {
-    auto* by_namespace = new std::map<std::string, std::unique_ptr<torch::Library>>();  // kept for good
-    c10::Dispatcher& dispatcher = c10::Dispatcher::singleton();
-    for (const c10::OperatorName& name : dispatcher.getAllOpNames()) {
-      std::optional<c10::OperatorHandle> op = dispatcher.findOp(name);
-      if (!op.has_value() || !op->hasSchema() || !op->hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
-          !(op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) ||
-            op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional)) ||
-          op->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd) ||
-          op->hasKernelForDispatchKey(kPrivateUse1Key)) {
-        continue;
-      }
-      auto separator = name.name.find("::");
-      if (separator == std::string::npos) {
-        continue;
-      }
-      std::string ns = name.name.substr(0, separator);
-      std::string overload = name.name.substr(separator + 2);
-      if (!name.overload_name.empty()) {
-        overload += "." + name.overload_name;
-      }
-      auto& library = (*by_namespace)[ns];
-      if (!library) {
-        library = std::make_unique<torch::Library>(torch::Library::IMPL, ns, kPrivateUse1Key, __FILE__, __LINE__);
-      }
-      library->impl(overload.c_str(), torch::CppFunction::makeFromBoxedFunction<&cpu_kernel_fallback>());
-    }
-    return by_namespace;
+  static const bool routed = [] {
+    at::native::_fused_sdp_choice_stub.set_privateuse1_dispatch_ptr(&fused_sdp_choice);
+    route_composites<&cpu_kernel_fallback>(c10::DispatchKey::CPU, kPrivateUse1Key);
+    // The same for sparse COO tensors: the composite sum of a sparse tensor is sparse where the CPU's
+    // is dense, and so on.
+    route_composites<&sparse_kernel_fallback>(c10::DispatchKey::SparseCPU, c10::DispatchKey::SparsePrivateUse1);
+    return true;
   }();
-  (void)libraries;
-  // The same for sparse COO tensors: an operator with a SparseCPU kernel and a composite one (sum,
-  // is_coalesced, ...) would give the device's sparse tensors the composite, another result (the
-  // composite sum of a sparse tensor is sparse, the CPU's is dense): the fallback gives them the CPU's.
-  static std::map<std::string, std::unique_ptr<torch::Library>>* sparse_libraries = [] {
-    auto* by_namespace = new std::map<std::string, std::unique_ptr<torch::Library>>();  // kept for good
-    c10::Dispatcher& dispatcher = c10::Dispatcher::singleton();
-    for (const c10::OperatorName& name : dispatcher.getAllOpNames()) {
-      std::optional<c10::OperatorHandle> op = dispatcher.findOp(name);
-      if (!op.has_value() || !op->hasSchema() || !op->hasKernelForDispatchKey(c10::DispatchKey::SparseCPU) ||
-          !(op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) ||
-            op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional)) ||
-          op->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd) ||
-          op->hasKernelForDispatchKey(c10::DispatchKey::SparsePrivateUse1)) {
-        continue;
-      }
-      auto separator = name.name.find("::");
-      if (separator == std::string::npos) {
-        continue;
-      }
-      std::string ns = name.name.substr(0, separator);
-      std::string overload = name.name.substr(separator + 2);
-      if (!name.overload_name.empty()) {
-        overload += "." + name.overload_name;
-      }
-      auto& library = (*by_namespace)[ns];
-      if (!library) {
-        library = std::make_unique<torch::Library>(torch::Library::IMPL, ns, c10::DispatchKey::SparsePrivateUse1,
-                                                   __FILE__, __LINE__);
-      }
-      library->impl(overload.c_str(), torch::CppFunction::makeFromBoxedFunction<&sparse_kernel_fallback>());
-    }
-    return by_namespace;
-  }();
-  (void)sparse_libraries;
+  (void)routed;
 }
 
 }  // namespace accalloc_host
