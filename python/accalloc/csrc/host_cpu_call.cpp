@@ -282,6 +282,28 @@ c10::Device device_of(const torch::jit::Stack& stack, size_t begin) {
   return current();
 }
 
+// `visit(tensor, index)` for each tensor on the stack from `begin`, alone or in a list (optional ones
+// present), with the index of the stack slot from `begin`.
+template <typename Visit>
+void for_each_tensor(const torch::jit::Stack& stack, size_t begin, Visit visit) {
+  for (size_t i = begin; i < stack.size(); ++i) {
+    const c10::IValue& v = stack[i];
+    if (v.isTensor()) {
+      visit(v.toTensor(), i - begin);
+    } else if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorList().vec()) {
+        visit(t, i - begin);
+      }
+    } else if (v.isOptionalTensorList()) {
+      for (const std::optional<at::Tensor>& t : v.toOptionalTensorVector()) {
+        if (t.has_value()) {
+          visit(*t, i - begin);
+        }
+      }
+    }
+  }
+}
+
 // How many result tensors on the stack (from `begin`) share `result`'s storage (1 for a result with
 // none: an undefined tensor).
 uint32_t holders_of(const at::Tensor& result, const torch::jit::Stack& stack, size_t begin) {
@@ -290,20 +312,11 @@ uint32_t holders_of(const at::Tensor& result, const torch::jit::Stack& stack, si
   }
   c10::StorageImpl* storage = result.storage().unsafeGetStorageImpl();
   uint32_t holders = 0;
-  auto count = [&](const at::Tensor& t) {
+  for_each_tensor(stack, begin, [&](const at::Tensor& t, size_t /*slot*/) {
     if (t.defined() && t.has_storage() && t.storage().unsafeGetStorageImpl() == storage) {
       ++holders;
     }
-  };
-  for (size_t i = begin; i < stack.size(); ++i) {
-    if (stack[i].isTensor()) {
-      count(stack[i].toTensor());
-    } else if (stack[i].isTensorList()) {
-      for (const at::Tensor& t : stack[i].toTensorList().vec()) {
-        count(t);
-      }
-    }
-  }
+  });
   return holders;
 }
 
@@ -372,22 +385,7 @@ void check_same_device(const c10::FunctionSchema& schema, const torch::jit::Stac
   if (one.allowed == OtherDevices::Any) {
     return;
   }
-  for (size_t i = begin; i < stack.size(); ++i) {
-    const c10::IValue& v = stack[i];
-    if (v.isTensor()) {
-      one.look(v.toTensor(), i - begin);
-    } else if (v.isTensorList()) {
-      for (const at::Tensor& t : v.toTensorList().vec()) {
-        one.look(t, i - begin);
-      }
-    } else if (v.isOptionalTensorList()) {
-      for (const std::optional<at::Tensor>& t : v.toOptionalTensorVector()) {
-        if (t.has_value()) {
-          one.look(*t, i - begin);
-        }
-      }
-    }
-  }
+  for_each_tensor(stack, begin, [&](const at::Tensor& t, size_t argument) { one.look(t, argument); });
   if (one.device && one.other) {
     one.check(schema.arguments()[one.other_argument].name(), c10::toString(schema.operator_name()));
   }
@@ -397,15 +395,15 @@ void check_same_device(const c10::FunctionSchema& schema, const torch::jit::Stac
 
 void check_same_device(const char* op, std::initializer_list<std::pair<const char*, const at::Tensor*>> tensors) {
   OneDevice one{OtherDevices::ScalarsOnly};
-  std::vector<const char*> names;
+  size_t argument = 0;
   for (const auto& [name, tensor] : tensors) {
     if (tensor != nullptr) {
-      one.look(*tensor, names.size());
+      one.look(*tensor, argument);
     }
-    names.push_back(name);
+    ++argument;
   }
   if (one.device && one.other) {
-    one.check(names[one.other_argument], op);
+    one.check((tensors.begin() + one.other_argument)->first, op);
   }
 }
 

@@ -96,6 +96,8 @@ void sparse_kernel_fallback(const c10::OperatorHandle& op, torch::jit::Stack* st
 // `tensors` (argument name, tensor or nullptr) on one device, a CPU scalar aside, else PyTorch's
 // "Expected all tensors to be on the same device" error naming the argument and `op`.
 void check_same_device(const char* op, std::initializer_list<std::pair<const char*, const at::Tensor*>> tensors);
+// An optional tensor argument as check_same_device takes it.
+inline const at::Tensor* tensor_or_null(const std::optional<at::Tensor>& t) { return t.has_value() ? &*t : nullptr; }
 
 // Graphs (host_graph.cpp): whether a torch.accelerator.Graph is capturing (cheap: every kernel asks),
 // and the recording of one operator the device ran for it: its arguments as given and its results

@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -35,7 +36,6 @@ using Stack = std::shared_ptr<torch::CapturedTraceback>;
 struct Event {
   bool allocated;
   uintptr_t address;
-  uint64_t size;
   Stack stack;
 };
 
@@ -48,7 +48,7 @@ std::mutex history_lock;
 std::map<int32_t, DeviceHistory> histories;
 size_t max_events = 0;
 
-void record(void* ptr, bool allocated, uint64_t size, AccallocDeviceType type, int32_t device) {
+void record(void* ptr, bool allocated, AccallocDeviceType type, int32_t device) {
   if (type != allocator().accalloc_type()) {
     return;
   }
@@ -61,7 +61,7 @@ void record(void* ptr, bool allocated, uint64_t size, AccallocDeviceType type, i
       return;  // stopped while this stack was gathered
     }
     DeviceHistory& history = histories[device];
-    history.events.push_back(Event{allocated, address, size, stack});
+    history.events.push_back(Event{allocated, address, stack});
     while (history.events.size() > max_events) {
       let_go.push_back(std::move(history.events.front().stack));
       history.events.pop_front();
@@ -104,8 +104,8 @@ void append_json_string(std::string& out, const std::string& text) {
   out += '"';
 }
 
-// {"frames": [[filename, line, name], ...], "devices": {"0": {"events": [[allocated, address, size,
-// [frame, ...]], ...], "live": [[address, [frame, ...]], ...]}}}, frames by index, innermost first.
+// {"frames": [[filename, line, name], ...], "devices": {"0": {"events": [[allocated, address, [frame,
+// ...]], ...], "live": [[address, [frame, ...]], ...]}}}, frames by index, innermost first.
 std::string stacks_json() {
   std::map<int32_t, DeviceHistory> copy;
   {
@@ -149,8 +149,7 @@ std::string stacks_json() {
     for (const Event& event : history.events) {
       out += first ? "[" : ", [";
       first = false;
-      out += (event.allocated ? "true, " : "false, ") + std::to_string(event.address) + ", " +
-             std::to_string(event.size) + ", " + frames_of() + "]";
+      out += (event.allocated ? "true, " : "false, ") + std::to_string(event.address) + ", " + frames_of() + "]";
     }
     out += "], \"live\": [";
     first = true;
@@ -183,14 +182,18 @@ __attribute__((visibility("default"))) int accalloc_torch_record_stacks(int enab
   return 0;
 }
 
-// The stacks recorded, as JSON (see stacks_json): the bytes the text needs, its terminating NUL
-// included; written to `buf` when `capacity` holds them.
-__attribute__((visibility("default"))) size_t accalloc_torch_stacks_json(char* buf, size_t capacity) {
+// The stacks recorded, as JSON (see stacks_json), symbolized once: a NUL-terminated text of malloc's
+// for accalloc_torch_free_text, or NULL when there is no memory for it.
+__attribute__((visibility("default"))) char* accalloc_torch_stacks_json() {
   const std::string text = accalloc_host::stacks_json();
-  if (buf != nullptr && capacity > text.size()) {
-    std::memcpy(buf, text.c_str(), text.size() + 1);
+  auto* copy = static_cast<char*>(std::malloc(text.size() + 1));
+  if (copy != nullptr) {
+    std::memcpy(copy, text.c_str(), text.size() + 1);
   }
-  return text.size() + 1;
+  return copy;
 }
+
+// Give back a text accalloc_torch_stacks_json made.
+__attribute__((visibility("default"))) void accalloc_torch_free_text(char* text) { std::free(text); }
 
 }  // extern "C"

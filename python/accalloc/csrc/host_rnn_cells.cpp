@@ -32,8 +32,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_lstm_cell(const at::Tensor&
                                                                const std::optional<at::Tensor>& input_bias,
                                                                const std::optional<at::Tensor>& hidden_bias) {
   check_same_device("aten::_thnn_fused_lstm_cell", {{"input_gates", &input_gates}, {"hidden_gates", &hidden_gates},
-                                                    {"cx", &cx}, {"input_bias", input_bias.has_value() ? &*input_bias : nullptr},
-                                                    {"hidden_bias", hidden_bias.has_value() ? &*hidden_bias : nullptr}});
+                                                    {"cx", &cx}, {"input_bias", tensor_or_null(input_bias)},
+                                                    {"hidden_bias", tensor_or_null(hidden_bias)}});
   CpuCall call(input_gates.device());
   std::vector<at::Tensor> gates =
       (with_bias(call, input_gates, input_bias) + with_bias(call, hidden_gates, hidden_bias)).chunk(4, 1);
@@ -59,7 +59,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_lstm_cell_backward(const st
                                                                         const at::Tensor& cx, const at::Tensor& cy,
                                                                         const at::Tensor& workspace, bool has_bias) {
   check_same_device("aten::_thnn_fused_lstm_cell_backward_impl",
-                    {{"grad_hy", grad_hy.has_value() ? &*grad_hy : nullptr}, {"grad_cy", grad_cy.has_value() ? &*grad_cy : nullptr}, {"cx", &cx}, {"cy", &cy},
+                    {{"grad_hy", tensor_or_null(grad_hy)}, {"grad_cy", tensor_or_null(grad_cy)}, {"cx", &cx}, {"cy", &cy},
                      {"workspace", &workspace}});
   CpuCall call(workspace.device());
   std::vector<at::Tensor> gates = call.cpu(workspace).chunk(4, 1);
@@ -88,8 +88,8 @@ std::tuple<at::Tensor, at::Tensor> fused_gru_cell(const at::Tensor& input_gates,
                                                   const at::Tensor& hx, const std::optional<at::Tensor>& input_bias,
                                                   const std::optional<at::Tensor>& hidden_bias) {
   check_same_device("aten::_thnn_fused_gru_cell", {{"input_gates", &input_gates}, {"hidden_gates", &hidden_gates},
-                                                   {"hx", &hx}, {"input_bias", input_bias.has_value() ? &*input_bias : nullptr},
-                                                   {"hidden_bias", hidden_bias.has_value() ? &*hidden_bias : nullptr}});
+                                                   {"hx", &hx}, {"input_bias", tensor_or_null(input_bias)},
+                                                   {"hidden_bias", tensor_or_null(hidden_bias)}});
   CpuCall call(input_gates.device());
   std::vector<at::Tensor> in = with_bias(call, input_gates, input_bias).chunk(3, 1);
   std::vector<at::Tensor> hidden = with_bias(call, hidden_gates, hidden_bias).chunk(3, 1);

@@ -33,7 +33,7 @@ at::Tensor convolution_overrideable(const at::Tensor& input, const at::Tensor& w
                                     at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed,
                                     at::IntArrayRef output_padding, int64_t groups) {
   check_same_device("aten::convolution_overrideable",
-                    {{"input", &input}, {"weight", &weight}, {"bias", bias.has_value() ? &*bias : nullptr}});
+                    {{"input", &input}, {"weight", &weight}, {"bias", tensor_or_null(bias)}});
   CpuCall call(input.device());
   std::optional<at::Tensor> cpu_bias;
   if (bias.has_value() && bias->defined()) {

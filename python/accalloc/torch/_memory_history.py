@@ -24,8 +24,9 @@ def memory_module(device_module, name, extension):
                      "reset_accumulated_host_memory_stats"):
         setattr(module, function, getattr(device_module, function))
     extension.accalloc_torch_record_stacks.argtypes = [ctypes.c_int, ctypes.c_size_t]
-    extension.accalloc_torch_stacks_json.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
-    extension.accalloc_torch_stacks_json.restype = ctypes.c_size_t
+    extension.accalloc_torch_stacks_json.argtypes = []
+    extension.accalloc_torch_stacks_json.restype = ctypes.c_void_p
+    extension.accalloc_torch_free_text.argtypes = [ctypes.c_void_p]
     # Which stacks the history keeps: "all" (allocations and frees), "alloc", or None.
     recording = {"stacks": None}
 
@@ -58,13 +59,13 @@ def memory_module(device_module, name, extension):
         recording["stacks"] = context if keep else None
 
     def stacks():
-        size = extension.accalloc_torch_stacks_json(None, 0)
-        while True:
-            buffer = ctypes.create_string_buffer(size)
-            needed = extension.accalloc_torch_stacks_json(buffer, size)
-            if needed <= size:
-                return json.loads(buffer.value.decode())
-            size = needed  # more were recorded meanwhile
+        text = extension.accalloc_torch_stacks_json()
+        if not text:
+            raise MemoryError("no memory for the memory history's stacks")
+        try:
+            return json.loads(ctypes.string_at(text).decode())
+        finally:
+            extension.accalloc_torch_free_text(text)
 
     def with_frames(snapshot):
         kept = recording["stacks"]
@@ -113,7 +114,7 @@ def join_stacks(trace, events, frames, frees):
     An entry with no such stack (an allocation made past PyTorch's face, through the C API) keeps
     none."""
     pending = {}
-    for allocated, address, _size, stack in events:
+    for allocated, address, stack in events:
         pending.setdefault((allocated, address), collections.deque()).append(stack)
     requested = {}
     for entry in trace:

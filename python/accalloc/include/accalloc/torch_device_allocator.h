@@ -131,9 +131,9 @@ inline void report_to_profiler(void* ptr, int64_t bytes, AccallocDeviceType type
 
 // The memory history's stacks (accalloc.torch's torch.<device>.memory._record_memory_history, for the
 // host accelerator): while set, called after each allocation and before each free of a block PyTorch's
-// face hands out, with the block's size as accalloc counts it, its device type and device. It records
-// the caller's stack for the snapshot (accalloc's own history has none).
-using HistoryRecorder = void (*)(void* ptr, bool allocated, uint64_t size, AccallocDeviceType type, int32_t device);
+// face hands out, with the block's device type and device. It records the caller's stack for the
+// snapshot (accalloc's own history has none).
+using HistoryRecorder = void (*)(void* ptr, bool allocated, AccallocDeviceType type, int32_t device);
 
 inline std::atomic<HistoryRecorder>& history_recorder() {
   static std::atomic<HistoryRecorder> recorder{nullptr};
@@ -143,18 +143,17 @@ inline std::atomic<HistoryRecorder>& history_recorder() {
 // After an allocation of `ptr` on accalloc's `type` device `device`: tell the profiler, while it records
 // memory, of the bytes accalloc counts for it, and the memory history's recorder, while one is set.
 inline void report_allocation(void* ptr, AccallocDeviceType type, int32_t device) {
-  const HistoryRecorder recorder = history_recorder().load(std::memory_order_acquire);
-  const bool profiling = c10::memoryProfilingEnabled();
-  uint64_t size = 0;
-  if (C10_LIKELY(!profiling && recorder == nullptr) || ptr == nullptr ||
-      accalloc_allocation_info(ptr, &size, nullptr, nullptr) != ACCALLOC_OK) {
+  if (ptr == nullptr) {
     return;
   }
-  if (profiling) {
+  uint64_t size = 0;
+  if (C10_UNLIKELY(c10::memoryProfilingEnabled()) &&
+      accalloc_allocation_info(ptr, &size, nullptr, nullptr) == ACCALLOC_OK) {
     report_to_profiler(ptr, static_cast<int64_t>(size), type, device);
   }
-  if (recorder != nullptr) {
-    recorder(ptr, true, size, type, device);
+  const HistoryRecorder recorder = history_recorder().load(std::memory_order_acquire);
+  if (C10_UNLIKELY(recorder != nullptr)) {
+    recorder(ptr, true, type, device);
   }
 }
 
@@ -177,7 +176,7 @@ struct Freeing {
     }
     known = accalloc_allocation_info(ptr, &size, &type, &device) == ACCALLOC_OK;
     if (known && recorder != nullptr) {
-      recorder(ptr, false, size, type, device);
+      recorder(ptr, false, type, device);
     }
   }
 
