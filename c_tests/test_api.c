@@ -1068,6 +1068,16 @@ static void section_phase_d(void)
 static void section_fraction(void)
 {
     void *f2 = NULL, *f4 = NULL, *p = NULL;
+    double fraction = -1.0;
+
+    /* No fraction set: 1.0, as torch.cuda.get_per_process_memory_fraction() says. */
+    CHECK_STATUS(accalloc_get_memory_fraction(&fraction, 1), ACCALLOC_OK);
+    CHECK(fraction == 1.0);
+    CHECK_STATUS(accalloc_get_memory_fraction(NULL, 1), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(accalloc_last_error_message(), "out is NULL");
+    fraction = -1.0;
+    CHECK_STATUS(accalloc_get_memory_fraction(&fraction, 2), ACCALLOC_ERROR_INVALID_DEVICE);
+    CHECK(fraction == -1.0); /* untouched on error */
 
     /* Out of range or not a number: refused, nothing changes. */
     CHECK_STATUS(accalloc_set_memory_fraction(-0.1, 1), ACCALLOC_ERROR_INVALID_ARGUMENT);
@@ -1085,6 +1095,11 @@ static void section_fraction(void)
      * the cache is released (3 segments), the retry is refused too, OOM. */
     CHECK_STATUS(accalloc_set_memory_fraction(0.5, 1), ACCALLOC_OK);
     expect_device(1, &e1, "F1 setting the fraction changes no figure");
+    /* 536870912 bytes of the 1 GiB device; device 0 keeps none set. */
+    CHECK_STATUS(accalloc_get_memory_fraction(&fraction, 1), ACCALLOC_OK);
+    CHECK(fraction == 0.5);
+    CHECK_STATUS(accalloc_get_memory_fraction_on(accalloc_current_accelerator(), &fraction, 0), ACCALLOC_OK);
+    CHECK(fraction == 1.0);
     CHECK_STATUS(accalloc_malloc(&p, (size_t)(600 * MiB), 1, NULL), ACCALLOC_ERROR_OUT_OF_MEMORY);
     CHECK_CONTAINS(accalloc_last_error_message(), "Tried to allocate 600.00 MiB");
     CHECK_CONTAINS(accalloc_last_error_message(), "Device 1");
@@ -1126,6 +1141,8 @@ static void section_fraction(void)
 
     /* F4: fraction 1.0 (through device -1, the current one): 200 MiB fits now. */
     CHECK_STATUS(accalloc_set_memory_fraction(1.0, -1), ACCALLOC_OK);
+    CHECK_STATUS(accalloc_get_memory_fraction(&fraction, -1), ACCALLOC_OK);
+    CHECK(fraction == 1.0);
     CHECK_STATUS(accalloc_malloc(&f4, (size_t)(200 * MiB), 1, NULL), ACCALLOC_OK);
     SET2(e1, allocation, LARGE, 2, 2, 2, 0);
     SET2(e1, active, LARGE, 2, 2, 2, 0);

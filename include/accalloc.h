@@ -547,6 +547,24 @@ enum AccallocStatus accalloc_set_memory_fraction_on(AccallocDeviceType device_ty
                                                     int32_t device);
 
 /**
+ * The fraction of its total memory accalloc may reserve on `device` (-1: this thread's current
+ * device) of the current accelerator, in `*out`: what accalloc_set_memory_fraction (or the
+ * per_process_memory_fraction setting) left, as PyTorch's torch.cuda.get_per_process_memory_fraction
+ * reports it (the bytes allowed over the total); 1.0 when no fraction is set.
+ *
+ * Errors: ACCALLOC_ERROR_INVALID_ARGUMENT (out is NULL), ACCALLOC_ERROR_INVALID_DEVICE.
+ */
+enum AccallocStatus accalloc_get_memory_fraction(double *out,
+                                                 int32_t device);
+
+/**
+ * accalloc_get_memory_fraction on the accelerator of `device_type`.
+ */
+enum AccallocStatus accalloc_get_memory_fraction_on(AccallocDeviceType device_type,
+                                                    double *out,
+                                                    int32_t device);
+
+/**
  * Number of devices of the current accelerator.
  */
 enum AccallocStatus accalloc_device_count(int32_t *out);

@@ -53,6 +53,7 @@ fn header_declares_every_exported_function() {
         "accalloc_memory_stats_json",
         "accalloc_mem_get_info",
         "accalloc_set_memory_fraction",
+        "accalloc_get_memory_fraction",
         "accalloc_device_count",
         "accalloc_current_device",
         "accalloc_set_device",

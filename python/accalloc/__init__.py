@@ -28,7 +28,7 @@ __all__ = [
     "set_allocator_settings", "get_allocator_settings", "set_per_process_memory_fraction",
     "current_accelerator", "library_path", "host_memory_stats", "reset_accumulated_host_memory_stats",
     "reset_peak_host_memory_stats", "empty_host_cache", "host_malloc", "host_free", "is_pinned",
-    "planner_stats", "memory_snapshot", "record_memory_history",
+    "planner_stats", "memory_snapshot", "record_memory_history", "get_per_process_memory_fraction",
 ]
 
 # Device type names and the accalloc device types they mean; accalloc.torch adds the name it registers.
@@ -269,6 +269,15 @@ def set_per_process_memory_fraction(fraction, device=None):
     """Cap reserved memory at `fraction` (0 to 1) of the device."""
     device_type, index = _device_type_and_index(device)
     check(library().accalloc_set_memory_fraction_on(device_type, float(fraction), index))
+
+
+def get_per_process_memory_fraction(device=None):
+    """The fraction of the device's memory reserved memory is capped at (1.0 when none is set), as
+    torch.cuda.get_per_process_memory_fraction() reports it: the bytes allowed over the total."""
+    device_type, index = _device_type_and_index(device)
+    fraction = ctypes.c_double()
+    check(library().accalloc_get_memory_fraction_on(device_type, ctypes.byref(fraction), index))
+    return fraction.value
 
 
 def current_accelerator():

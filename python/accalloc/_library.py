@@ -125,6 +125,7 @@ def _declare(lib):
         "accalloc_set_allocator_settings_on": (S, [i32, ctypes.c_char_p]),
         "accalloc_get_allocator_settings_on": (S, [i32, ctypes.c_char_p, ctypes.c_size_t, size_p]),
         "accalloc_set_memory_fraction_on": (S, [i32, ctypes.c_double, i32]),
+        "accalloc_get_memory_fraction_on": (S, [i32, ctypes.POINTER(ctypes.c_double), i32]),
         "accalloc_current_accelerator": (i32, []),
         "accalloc_device_type_name": (ctypes.c_char_p, [i32]),
         "accalloc_status_name": (ctypes.c_char_p, [ctypes.c_int32]),

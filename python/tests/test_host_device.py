@@ -172,6 +172,73 @@ def test_torch_cudas_names_on_the_device_module(fresh_device):
         module.get_device_name(7)
 
 
+def test_seeding_the_device_module_makes_its_numbers_repeat(fresh_device):
+    # torch.cuda.manual_seed(s) is how CUDA code makes a device's numbers repeat. The device draws from
+    # the CPU's default generator (so that it gives the CPU's numbers for a seed): seeding it seeds that.
+    module = torch.accalloc
+    module.manual_seed(3)
+    first = torch.randn(5, device="accalloc").cpu()
+    module.manual_seed_all(3)
+    assert torch.equal(torch.randn(5, device="accalloc").cpu(), first)
+    torch.manual_seed(3)
+    assert torch.equal(torch.randn(5), first), "the CPU's numbers for the same seed"
+    assert module.initial_seed() == torch.initial_seed() == 3
+    module.seed()
+    assert module.initial_seed() != 3
+    states = module.get_rng_state_all()
+    assert len(states) == 2 and all(torch.equal(state, torch.get_rng_state()) for state in states)
+    drawn = torch.rand(4, device="accalloc:1").cpu()
+    module.set_rng_state_all(states)
+    assert torch.equal(torch.rand(4, device="accalloc:1").cpu(), drawn)
+
+
+def test_torch_cudas_memory_names_on_the_device_module(fresh_device):
+    module = torch.accalloc
+    # The fraction reads back as PyTorch's does: the bytes allowed over the total, 1.0 when none is set.
+    assert module.get_per_process_memory_fraction() == module.get_per_process_memory_fraction(1) == 1.0
+    module.set_per_process_memory_fraction(0.25, 1)
+    try:
+        assert module.get_per_process_memory_fraction(1) == 0.25
+        assert module.get_per_process_memory_fraction("accalloc:0") == 1.0
+        assert accalloc.get_per_process_memory_fraction("accalloc:1") == 0.25
+    finally:
+        module.set_per_process_memory_fraction(1.0, 1)
+    assert module.get_per_process_memory_fraction(1) == 1.0
+    with pytest.raises(RuntimeError, match="device 7 does not exist"):
+        module.get_per_process_memory_fraction(7)
+    # Raw memory from the device's cache, counted as a tensor's is, on the device asked for.
+    address = module.caching_allocator_alloc(1000, 1, module.current_stream(1))
+    assert address != 0 and module.memory_allocated(1) == 1024 and module.memory_allocated(0) == 0
+    assert module.memory_stats(1)["allocation.all.current"] == 1
+    module.caching_allocator_delete(address)
+    assert module.memory_allocated(1) == 0
+    with pytest.raises(accalloc.AccallocError, match="already freed"):
+        module.caching_allocator_delete(address)
+    assert module.caching_allocator_alloc(0) == 0
+    module.caching_allocator_delete(0)
+    # The nested form of memory_stats(), and torch.cuda's deprecated names, which warn as there.
+    t = torch.empty(MiB, dtype=torch.uint8, device="accalloc")
+    nested = module.memory_stats_as_nested_dict()
+    assert nested["allocated_bytes"]["all"]["current"] == MiB == module.memory_stats()["allocated_bytes.all.current"]
+    assert nested["num_device_alloc"] == module.memory_stats()["num_device_alloc"] == 1
+    assert module.host_memory_stats_as_nested_dict()["allocations"]["current"] == 0
+    with pytest.warns(FutureWarning, match="memory_reserved"):
+        assert module.memory_cached() == module.memory_reserved() == 2 * MiB
+    with pytest.warns(FutureWarning, match="max_memory_reserved"):
+        assert module.max_memory_cached() == 2 * MiB
+    del t
+    with pytest.warns(FutureWarning, match="reset_peak_memory_stats"):
+        module.reset_max_memory_allocated()
+    assert module.max_memory_allocated() == 0
+    # Private pools under torch.cuda's names, and what else CUDA code asks before it starts.
+    pool = module.MemPool()
+    with module.use_mem_pool(pool):
+        pooled = torch.empty(MiB, dtype=torch.uint8, device="accalloc")
+    assert [s["segment_pool_id"] for s in pool.snapshot()] == [list(pool.id)]
+    del pooled
+    assert module.is_bf16_supported() and module.init() is None
+
+
 def test_the_memory_history_for_pytorchs_memory_viewer(fresh_device, tmp_path):
     # torch.cuda.memory's way to a file for pytorch.org/memory_viz, on the device module: record the
     # history, then a snapshot pickled; PyTorch's own viewer code reads it.

@@ -56,6 +56,34 @@ pub extern "C" fn accalloc_set_memory_fraction_on(
     guard(|| on(device_type)?.set_memory_fraction(fraction, device))
 }
 
+/// The fraction of its total memory accalloc may reserve on `device` (-1: this thread's current
+/// device) of the current accelerator, in `*out`: what accalloc_set_memory_fraction (or the
+/// per_process_memory_fraction setting) left, as PyTorch's torch.cuda.get_per_process_memory_fraction
+/// reports it (the bytes allowed over the total); 1.0 when no fraction is set.
+///
+/// Errors: ACCALLOC_ERROR_INVALID_ARGUMENT (out is NULL), ACCALLOC_ERROR_INVALID_DEVICE.
+#[no_mangle]
+pub unsafe extern "C" fn accalloc_get_memory_fraction(
+    out: *mut f64,
+    device: i32,
+) -> AccallocStatus {
+    accalloc_get_memory_fraction_on(current_type(), out, device)
+}
+
+/// accalloc_get_memory_fraction on the accelerator of `device_type`.
+#[no_mangle]
+pub unsafe extern "C" fn accalloc_get_memory_fraction_on(
+    device_type: AccallocDeviceType,
+    out: *mut f64,
+    device: i32,
+) -> AccallocStatus {
+    guard(|| {
+        let out = out_ptr(out, "out")?;
+        *out = on(device_type)?.memory_fraction(device)?;
+        Ok(())
+    })
+}
+
 /// Number of devices of the current accelerator.
 #[no_mangle]
 pub unsafe extern "C" fn accalloc_device_count(out: *mut i32) -> AccallocStatus {

@@ -371,6 +371,10 @@ impl Accelerator {
         self.device(device)?.set_memory_fraction(fraction)
     }
 
+    pub fn memory_fraction(&self, device: i32) -> Result<f64> {
+        Ok(self.device(device)?.memory_fraction())
+    }
+
     /// This thread's current device of this accelerator.
     pub fn current_device(&self) -> usize {
         current_device_of(self.device_type)

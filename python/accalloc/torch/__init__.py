@@ -14,19 +14,17 @@ accalloc_torch::DeviceAllocator, is in include/accalloc/torch_device_allocator.h
 vendor's PrivateUse1 backend to adopt.
 """
 import atexit
-import contextlib
 import ctypes
 import importlib
 import sys
 import threading
-import types
 from pathlib import Path
 
 import torch
 
 import accalloc
 from accalloc._library import DEVICE_HOST, library
-from accalloc.torch import _autograd_exit, _inductor, _memory_history, _module_conversion
+from accalloc.torch import _autograd_exit, _device_module, _inductor, _module_conversion
 from accalloc.torch._pools import MemPool, PluggableAllocator, use_mem_pool  # noqa: F401 - the package's API
 from accalloc.torch._sleep import forget, pause, paused_bytes, region, resume  # noqa: F401 - the package's API
 
@@ -66,110 +64,6 @@ def _extension(name):
     if not found:
         raise ImportError(f"accalloc.torch's extension {name} is not installed in {_PACKAGE}")
     return ctypes.CDLL(str(found[0]), mode=ctypes.RTLD_GLOBAL)
-
-
-def _device_module(name, accalloc_device_type, extension):
-    """The Python module torch._register_device_module needs for the accelerator `name`, with the
-    names torch.cuda has for what CUDA-minded code asks of a device (torch.<name>.current_stream(),
-    mem_get_info(), get_device_properties(i).total_memory, ...)."""
-    module = types.ModuleType("accalloc.torch.device")
-    lib = library()
-
-    def device_count():
-        count = ctypes.c_int32()
-        accalloc._library.check(lib.accalloc_device_count_on(accalloc_device_type, ctypes.byref(count)))
-        return count.value
-
-    def current_device():
-        index = ctypes.c_int32()
-        accalloc._library.check(lib.accalloc_current_device_on(accalloc_device_type, ctypes.byref(index)))
-        return index.value
-
-    def set_device(device):
-        index = device if isinstance(device, int) else torch.device(device).index
-        accalloc._library.check(lib.accalloc_set_device_on(accalloc_device_type, index))
-
-    class device:
-        """Context manager that makes `device` (an index, "name:i" or a torch.device; None or -1:
-        nothing) this thread's current device, and restores the previous one on exit, as
-        torch.cuda.device does (torch.load and storage.to use it)."""
-
-        def __init__(self, device):
-            self.index = _device_index(device)
-            self.previous = -1
-
-        def __enter__(self):
-            self.previous = current_device()
-            if self.index >= 0 and self.index != self.previous:
-                set_device(self.index)
-
-        def __exit__(self, *exception):
-            if self.index >= 0 and self.index != self.previous:
-                set_device(self.previous)
-            return False
-
-    module.device = device
-    module.is_available = lambda: device_count() > 0
-    module.is_initialized = lambda: True
-    # PyTorch marks a PrivateUse1 device initialized only through its module's _lazy_init, and until
-    # then treats it as never used: torch.accelerator.empty_host_cache() would do nothing.
-    module._lazy_init = lambda: None
-    module._is_in_bad_fork = lambda: False
-    module.device_count = device_count
-    module.current_device = current_device
-    module.set_device = set_device
-    module.synchronize = lambda device=None: None  # host memory: every operation has completed
-    module.manual_seed = lambda seed: None  # random numbers come from the CPU generator (torch.manual_seed)
-    module.manual_seed_all = lambda seed: None
-    module.get_rng_state = lambda device=None: torch.get_rng_state()
-    module.set_rng_state = lambda state, device=None: torch.set_rng_state(state)
-    module.get_amp_supported_dtype = lambda: [torch.float16, torch.bfloat16]
-    for function in ("memory_stats", "memory_allocated", "max_memory_allocated", "memory_reserved",
-                     "max_memory_reserved", "reset_peak_memory_stats", "reset_accumulated_memory_stats",
-                     "memory_summary", "get_memory_info"):
-        setattr(module, function, getattr(torch.accelerator, function, getattr(accalloc, function)))
-    module.empty_cache = torch.accelerator.empty_cache
-
-    # torch.cuda's names for streams, events and the device's figures, over torch.accelerator's.
-    def torch_device(device=None):
-        index = _device_index(device)
-        return torch.device(name, current_device() if index < 0 else index)
-
-    # "accalloc host" for the host accelerator: accalloc and the backend's name.
-    device_name = f"accalloc {lib.accalloc_device_type_name(accalloc_device_type).decode()}"
-
-    def get_device_properties(device=None):
-        """The device's name, type, index and total_memory (bytes), as attributes (a device that does
-        not exist is an error)."""
-        device = torch_device(device)
-        total = accalloc.get_memory_info(device)[1]
-        return types.SimpleNamespace(name=device_name, type=name, index=device.index, total_memory=total)
-
-    def get_device_name(device=None):
-        """The device's name (a device that does not exist is an error)."""
-        return get_device_properties(device).name
-
-    module.current_stream = lambda device=None: torch.accelerator.current_stream(torch_device(device))
-    # Every stream of an accalloc device is its default one (csrc/host_device.cpp).
-    module.default_stream = module.current_stream
-    module.set_stream = torch.accelerator.set_stream
-    module.stream = lambda stream: contextlib.nullcontext() if stream is None else stream
-    module.Stream = lambda device=None, priority=0: torch.Stream(device=torch_device(device), priority=priority)
-    module.Event = lambda enable_timing=False, blocking=False, interprocess=False: torch.Event(
-        device=torch_device(), enable_timing=enable_timing, blocking=blocking, interprocess=interprocess)
-    module.mem_get_info = lambda device=None: accalloc.get_memory_info(torch_device(device))
-    module.set_per_process_memory_fraction = lambda fraction, device=None: (
-        accalloc.set_per_process_memory_fraction(fraction, torch_device(device)))
-    module.memory_snapshot = lambda: accalloc.memory_snapshot(name)["segments"]
-    module.get_device_name = get_device_name
-    module.get_device_properties = get_device_properties
-    # torch.cuda's names for the pinned host allocator's figures (torch.<name>.host_memory_stats()).
-    module.host_memory_stats = host_memory_stats
-    module.reset_peak_host_memory_stats = reset_peak_host_memory_stats
-    module.reset_accumulated_host_memory_stats = reset_accumulated_host_memory_stats
-    # torch.<name>.memory, as torch.cuda.memory: the functions above and the memory history.
-    module.memory = _memory_history.memory_module(module, name, extension)
-    return module
 
 
 def host_memory_stats():
@@ -242,7 +136,7 @@ def register_device(name, accalloc_device_type):
             torch.utils.rename_privateuse1_backend(name)
         # torch.accelerator.Graph: PyTorch finds a graph by the device type's name, so once named.
         extension.accalloc_torch_register_graphs()
-        torch._register_device_module(name, _device_module(name, accalloc_device_type, extension))
+        torch._register_device_module(name, _device_module.device_module(name, accalloc_device_type, extension))
         torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True,
                                                               for_storage=True)
         accalloc._DEVICE_TYPES[name] = accalloc_device_type

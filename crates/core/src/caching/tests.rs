@@ -272,6 +272,28 @@ fn a_request_larger_than_the_device_counts_an_oom_and_changes_nothing_else() {
 }
 
 #[test]
+fn the_memory_fraction_reads_back_as_the_bytes_allowed_over_the_total() {
+    let (mut a, _backend) = allocator(40 << 20);
+    assert_eq!(a.memory_fraction(), 1.0, "none set");
+    a.set_memory_fraction(0.5).unwrap();
+    assert_eq!(a.memory_fraction(), 0.5);
+    // 0.3 of 41943040 bytes: 12582912 allowed, and 12582912 / 41943040 read back.
+    a.set_memory_fraction(0.3).unwrap();
+    assert_eq!(a.allowed_maximum(), Some(12_582_912));
+    assert_eq!(a.memory_fraction(), 12_582_912.0 / 41_943_040.0);
+    assert!(a.set_memory_fraction(-0.5).is_err());
+    assert_eq!(
+        a.memory_fraction(),
+        12_582_912.0 / 41_943_040.0,
+        "a refused one leaves it"
+    );
+    a.set_memory_fraction(0.0).unwrap();
+    assert_eq!(a.memory_fraction(), 0.0);
+    a.set_memory_fraction(1.0).unwrap();
+    assert_eq!(a.memory_fraction(), 1.0);
+}
+
+#[test]
 fn memory_fraction_caps_reserved_memory_without_asking_the_device() {
     let (mut a, backend) = allocator(40 << 20);
     a.set_memory_fraction(0.5).unwrap();

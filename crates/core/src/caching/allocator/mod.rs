@@ -535,6 +535,16 @@ impl CachingAllocator {
         Ok(())
     }
 
+    /// The fraction of the device's total memory reserved memory may grow to, as PyTorch's
+    /// getMemoryFraction says it: the bytes allowed over the total (which the truncation to whole
+    /// bytes may put a hair under the fraction set), 1.0 when none is set.
+    pub fn memory_fraction(&self) -> f64 {
+        match self.allowed_maximum {
+            Some(allowed) if self.capacity > 0 => allowed as f64 / self.capacity as f64,
+            _ => 1.0,
+        }
+    }
+
     /// The bytes reserved memory may grow to, when a fraction is set.
     pub fn allowed_maximum(&self) -> Option<usize> {
         self.allowed_maximum
