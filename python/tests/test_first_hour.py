@@ -185,6 +185,79 @@ def test_torch_compile_with_dynamic_shapes(fresh_device):
         assert torch.allclose(compiled(x.to("accalloc")).cpu(), f(x), atol=1e-6)
 
 
+@pytest.mark.parametrize("mask", [False, True])
+@pytest.mark.parametrize("dropout_p", [0.0, 0.2])
+@pytest.mark.parametrize("grad", [False, True])
+def test_compiled_attention_gives_the_cpus_compiled_results(fresh_device, mask, dropout_p, grad):
+    # Every transformer calls scaled_dot_product_attention; compiled on the device it failed (the
+    # device's algorithm choice dispatched inside torch.compile's fake tensors) and, with dropout,
+    # Inductor typed the device's kernels as Triton's. The same seed gives the CPU's compiled numbers.
+    def attention(q, k, v, m):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=m, dropout_p=dropout_p)
+
+    generator = torch.Generator().manual_seed(1)
+    inputs = [torch.randn(2, 4, 16, 8, generator=generator) for _ in range(3)]
+    m = torch.ones(2, 1, 16, 16, dtype=torch.bool).tril() if mask else None
+    results = {}
+    for device in ("cpu", "accalloc"):
+        torch._dynamo.reset()
+        q, k, v = (t.to(device).requires_grad_(grad) for t in inputs)
+        torch.manual_seed(0)
+        out = torch.compile(attention)(q, k, v, None if m is None else m.to(device))
+        grads = torch.autograd.grad(out.sum(), (q, k, v)) if grad else ()
+        assert out.device.type == device
+        results[device] = [t.cpu() for t in (out, *grads)]
+    for cpu, got in zip(results["cpu"], results["accalloc"]):
+        assert torch.equal(got, cpu)
+    if dropout_p == 0.0:
+        eager = attention(*inputs, m)
+        assert torch.allclose(results["accalloc"][0], eager, atol=1e-6)
+
+
+@pytest.mark.parametrize("draw", ["dropout", "rand_like", "randn", "bernoulli", "randint"])
+def test_compiled_random_numbers_are_the_cpus_compiled_ones(fresh_device, draw):
+    f = {"dropout": lambda x: torch.nn.functional.dropout(x, 0.5, training=True),
+         "rand_like": lambda x: x + torch.rand_like(x),
+         "randn": lambda x: x * torch.randn(x.shape, device=x.device),
+         "bernoulli": lambda x: torch.bernoulli(x.sigmoid()),
+         "randint": lambda x: x + torch.randint(0, 10, x.shape, device=x.device)}[draw]
+    x = torch.randn(32, 32)
+    drawn = {}
+    for device in ("cpu", "accalloc"):
+        torch._dynamo.reset()
+        compiled = torch.compile(f)
+        torch.manual_seed(0)
+        drawn[device] = [compiled(x.to(device)).cpu() for _ in range(2)]
+    assert torch.equal(drawn["accalloc"][0], drawn["cpu"][0])
+    assert torch.equal(drawn["accalloc"][1], drawn["cpu"][1])
+    assert not torch.equal(drawn["accalloc"][0], drawn["accalloc"][1]), "each call draws anew"
+
+
+def test_a_compiled_transformer_with_dropout_trains_as_on_the_cpu(fresh_device):
+    torch.manual_seed(0)
+    cpu_model = torch.nn.TransformerEncoderLayer(16, 2, dim_feedforward=32, dropout=0.1, batch_first=True)
+    model = copy.deepcopy(cpu_model).to("accalloc")
+    x, target = torch.randn(4, 10, 16), torch.randn(4, 10, 16)
+    losses = {}
+    for device, m in (("cpu", cpu_model), ("accalloc", model)):
+        torch._dynamo.reset()
+        optimizer = torch.optim.AdamW(m.parameters(), lr=1e-2)
+        step = torch.compile(lambda inputs, t: (m(inputs) * t).mean())
+        torch.manual_seed(3)
+        losses[device] = []
+        for _ in range(3):
+            loss = step(x.to(device), target.to(device))
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            losses[device].append(loss.item())
+    # The same dropout masks (other masks move the first loss by a seventh), and the CPU's kernels but
+    # for a few algorithms Inductor picks for the CPU by the device's name (var_mean's, which layer
+    # norm uses): the first loss agrees to rounding, and AdamW's steps carry that on.
+    assert losses["accalloc"] == pytest.approx(losses["cpu"], rel=1e-5)
+    assert len(set(losses["cpu"])) == 3
+
+
 def test_what_inductor_cannot_serve_is_named(fresh_device):
     f = torch.compile(lambda x: x.exp().sum())
     x = torch.randn(5)

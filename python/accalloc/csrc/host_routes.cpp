@@ -16,7 +16,7 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/native/transformers/attention.h>
-#include <ATen/ops/_fused_sdp_choice.h>
+#include <ATen/ops/_fused_sdp_choice_cpu_dispatch.h>
 #include <ATen/ops/convolution.h>
 #include <ATen/ops/convolution_backward.h>
 #include <torch/library.h>
@@ -93,7 +93,12 @@ int64_t fused_sdp_choice(const at::Tensor& query, const at::Tensor& key, const a
   if (attn_mask.has_value() && attn_mask->defined()) {
     cpu_mask = cpu(*attn_mask);
   }
-  return at::_fused_sdp_choice(cpu(query), cpu(key), cpu(value), cpu_mask, dropout_p, is_causal, scale, enable_gqa);
+  // The CPU's kernel itself (at::cpu::), not a call through the dispatcher: scaled_dot_product_attention
+  // asks this from its composite, above the Python key, so that under torch.compile (a FakeTensorMode)
+  // the query is a fake tensor, and a dispatched call would hand the mode the real CPU aliases it refuses.
+  // The choice reads only shapes, dtypes, strides and which inputs need gradients.
+  return at::cpu::_fused_sdp_choice(cpu(query), cpu(key), cpu(value), cpu_mask, dropout_p, is_causal, scale,
+                                    enable_gqa);
 }
 
 }  // namespace

@@ -5,9 +5,10 @@ writes take the device tensors' data pointers as they would a CPU tensor's. serv
 the device type `name`, Dynamo's CPU device interface, Inductor's CPU scheduling (CppScheduling), a
 Python wrapper that calls those
 kernels as it calls the CPU's (Inductor's own wrapper calls them only for "cpu" and "mps"), and the
-CPU's device op overrides; and makes the scheduler count the device's nodes as CPU nodes, so its
+CPU's device op overrides; makes the scheduler count the device's nodes as CPU nodes, so its
 fusion choices are the CPU's (it takes the GPU's choices for any other device, and some of those
-assume GPU kernels).
+assume GPU kernels); and has Inductor name the device's code generator the C++ one
+(_widen_current_backend).
 
 Nothing is imported before Inductor is: importing it costs seconds, and most programs never compile.
 The registration runs once torch._inductor.compile_fx, Inductor's entry point (torch.compile imports
@@ -87,6 +88,34 @@ def _register():
 
         is_cpu._accalloc = True
         scheduler.BaseSchedulerNode.is_cpu = is_cpu
+    _widen_current_backend()
+
+
+def _widen_current_backend():
+    """Inductor's get_current_backend names the code generator of a device type: the CPU's
+    (config.cpu_backend), and for any type it does not know, CUDA's ("triton"). Its kernels' ops
+    handler (codegen.common.CSEProxy) types each value by those rules, so the device's C++ kernels
+    were typed as Triton's: an index a random number is drawn at had no dtype, and every random
+    operation (dropout, rand_like, ...) failed to compile. The device's code generator is the C++ one
+    (CppScheduling, above): it answers "cpp" for the device, in every Inductor module holding the
+    function (each imported it by name)."""
+    from torch._inductor import utils
+    from torch._inductor.virtualized import V
+
+    original = utils.get_current_backend
+    if getattr(original, "_accalloc", False):
+        return
+
+    def get_current_backend(device_type=None):
+        if not device_type:
+            device_type = V.graph.get_current_device_or_throw().type
+        return "cpp" if device_type in _served else original(device_type)
+
+    get_current_backend._accalloc = True
+    for module in list(sys.modules.values()):
+        if getattr(module, "__name__", "").startswith("torch._inductor") and \
+                getattr(module, "get_current_backend", None) is original:
+            module.get_current_backend = get_current_backend
 
 
 class _WhenImported(importlib.abc.MetaPathFinder):
