@@ -1,5 +1,6 @@
-"""module.to() after the host accelerator is registered: lazy modules work on the CPU and on the
-device, tied weights stay tied across the device, and PyTorch's process-wide conversion switches stay
+"""module.to() after the host accelerator is registered: parameters keep their objects (an optimizer
+made before the move trains the moved model), lazy modules work on the CPU and on the device, tied
+weights stay tied across the device, and PyTorch's process-wide conversion switches stay
 as PyTorch left them (registering a device changes nothing for code that does not use it).
 """
 import gc
@@ -67,6 +68,58 @@ def test_tied_weights_stay_tied_onto_and_off_the_device(fresh_device):
     assert back["embedding"].weight.device.type == "cpu"
     assert back["embedding"].weight.grad is not None and back["embedding"].weight.grad.device.type == "cpu"
     del model, back, embedding, head
+    gc.collect()
+
+
+def test_an_optimizer_made_before_the_move_trains_the_moved_model(fresh_device):
+    # As between the CPU and CUDA, the parameters stay the objects the optimizer holds (accelerate's
+    # prepare(model, optimizer) relies on it): before, its steps changed nothing the model used.
+    torch.manual_seed(0)
+    cpu_model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    model.load_state_dict(cpu_model.state_dict())
+    parameters = list(model.parameters())
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+    cpu_optimizer = torch.optim.Adam(cpu_model.parameters(), lr=0.1)
+    model[0].weight.note = "kept"  # an attribute a library set on a parameter stays on it
+    model.to(DEVICE)
+    assert all(moved is kept for moved, kept in zip(model.parameters(), parameters))
+    assert {p.device.type for p in optimizer.param_groups[0]["params"]} == {DEVICE}
+    assert model[0].weight.note == "kept" and isinstance(model[0].weight, nn.Parameter)
+    x = torch.randn(5, 4)
+    for _ in range(3):
+        model(x.to(DEVICE)).pow(2).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        cpu_model(x).pow(2).sum().backward()
+        cpu_optimizer.step()
+        cpu_optimizer.zero_grad()
+    for p, cpu_p in zip(model.parameters(), cpu_model.parameters()):
+        assert torch.equal(p.cpu(), cpu_p)
+    # And back, with a gradient on it: the same objects again, the gradient moved with them.
+    model(x.to(DEVICE)).sum().backward()
+    model.to("cpu")
+    assert all(moved is kept for moved, kept in zip(model.parameters(), parameters))
+    assert model[0].weight.device.type == "cpu" and model[0].weight.grad.device.type == "cpu"
+    del model, optimizer
+    gc.collect()
+
+
+def test_a_parameter_that_cannot_keep_its_object_still_moves_tied(fresh_device):
+    # A weak reference to a parameter (torch.compile's guards hold some) stops the swap: PyTorch's new
+    # object then, one for every slot that shared the old.
+    import weakref
+
+    embedding = nn.Embedding(10, 4)
+    head = nn.Linear(4, 10, bias=False)
+    head.weight = embedding.weight
+    old = embedding.weight
+    watcher = weakref.ref(old)
+    model = nn.ModuleDict({"embedding": embedding, "head": head}).to(DEVICE)
+    assert model["embedding"].weight is not old and watcher() is old
+    assert model["embedding"].weight is model["head"].weight
+    assert model["embedding"].weight.device.type == DEVICE and old.device.type == "cpu"
+    del model, embedding, head, old
     gc.collect()
 
 

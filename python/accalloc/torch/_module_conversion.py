@@ -1,8 +1,11 @@
-"""module.to(device) onto or off an accalloc device keeps tied parameters tied and lazy ones lazy.
+"""module.to(device) onto or off an accalloc device keeps each parameter the object it was, tied ones
+tied and lazy ones lazy, as a move between the CPU and CUDA does.
 
 Why: PyTorch 2.15 moves a parameter in place (`param.data = moved`) only between "dense" backends
 (CPU, CUDA, XPU, ...). For a PrivateUse1 device Module._apply makes a new Parameter per module
-instead, which does two kinds of harm:
+instead, which does three kinds of harm:
+- an optimizer made before model.to(device) (accelerate's prepare(model, optimizer) is built on it)
+  holds the old CPU parameters: its steps change nothing the model computes with, silently;
 - a matrix shared by two modules (the embeddings and output layer of GPT-2, BERT, T5) becomes two,
   and their gradients no longer add up;
 - a lazy module's UninitializedParameter becomes an ordinary empty Parameter, so the module thinks it
@@ -10,11 +13,14 @@ instead, which does two kinds of harm:
 PyTorch's own remedy, torch.__future__.set_swap_module_params_on_conversion(True), is a process-wide
 switch that changes every conversion, the CPU's included, and breaks lazy modules everywhere (an
 uninitialized parameter cannot be swapped). accalloc does not flip it. Instead the outermost
-Module._apply of a conversion notes which parameter slots shared one object and which held an
-uninitialized parameter; where that conversion, onto or off an accalloc device, made new Parameters,
-it points every tied slot at one of them and gives each lazy slot an UninitializedParameter on the
-new device and dtype. Conversions that touch no accalloc device are left exactly as PyTorch makes
-them.
+Module._apply of a conversion notes which object each parameter slot held; where that conversion,
+onto or off an accalloc device, made new Parameters, it swaps each old Parameter's contents for the
+new one's (torch.utils.swap_tensors: the object, its attributes and every slot holding it stay; its
+gradient moves with it) and puts it back in its slots, and gives each lazy slot an
+UninitializedParameter on the new device and dtype. A parameter that cannot be swapped (a subclass
+of Parameter, or one something else holds a reference to the data of) keeps PyTorch's new object,
+one for all the slots that shared the old. Conversions that touch no accalloc device are left
+exactly as PyTorch makes them.
 """
 import functools
 import threading
@@ -28,8 +34,8 @@ _conversion = threading.local()  # .depth: Module._apply calls under way on this
 
 
 def keep_parameters_on(device_type):
-    """From now on, conversions onto or off `device_type` keep tied parameters tied and lazy ones lazy
-    (idempotent)."""
+    """From now on, conversions onto or off `device_type` keep each parameter the object it was, tied
+    ones tied and lazy ones lazy (idempotent)."""
     with _lock:
         if not _device_types:
             torch.nn.Module._apply = _keeping_parameters(torch.nn.Module._apply)
@@ -56,14 +62,13 @@ def _keeping_parameters(apply):
 
 
 def _slots_by_parameter(modules):
-    """[(parameter, [(module, name), ...])] for each parameter held in more than one slot, or lazy."""
+    """[(parameter, [(module, name), ...])]: each parameter of `modules`, with the slots holding it."""
     by_parameter = {}
     for owner in modules:
         for name, parameter in owner._parameters.items():
             if parameter is not None:
                 by_parameter.setdefault(id(parameter), (parameter, []))[1].append((owner, name))
-    return [(parameter, owners) for parameter, owners in by_parameter.values()
-            if len(owners) > 1 or isinstance(parameter, UninitializedParameter)]
+    return list(by_parameter.values())
 
 
 def _mend(old, owners):
@@ -73,7 +78,26 @@ def _mend(old, owners):
     if not ({old.device.type} | {parameter.device.type for parameter in new}) & _device_types:
         return
     kept = new[0]
-    if isinstance(old, UninitializedParameter) and not isinstance(kept, UninitializedParameter):
-        kept = UninitializedParameter(requires_grad=old.requires_grad, device=kept.device, dtype=kept.dtype)
+    if isinstance(old, UninitializedParameter):
+        if not isinstance(kept, UninitializedParameter):
+            kept = UninitializedParameter(requires_grad=old.requires_grad, device=kept.device, dtype=kept.dtype)
+    elif type(old) is torch.nn.Parameter and type(kept) is torch.nn.Parameter and _swapped(old, kept):
+        kept = old
     for owner, name in owners:
         owner._parameters[name] = kept
+
+
+def _swapped(old, moved):
+    """Give `old` the contents of `moved` (the Parameter the conversion made), keeping old's identity
+    and attributes; whether it could (not when something else holds old's data)."""
+    attributes = dict(old.__dict__)
+    grad, moved.grad = moved.grad, None  # a gradient held makes the tensor unswappable
+    old_grad, old.grad = old.grad, None
+    try:
+        torch.utils.swap_tensors(old, moved)
+    except RuntimeError:
+        moved.grad, old.grad = grad, old_grad
+        return False
+    old.__dict__.update(attributes)
+    old.grad = grad
+    return True
