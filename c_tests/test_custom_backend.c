@@ -721,6 +721,13 @@ static void test_every_on_form(AccallocDeviceType type)
     CHECK_STR(text, "");
     EXPECT(accalloc_record_memory_history_on(type, 1, 100), ACCALLOC_OK);
     EXPECT(accalloc_set_memory_fraction_on(type, 0.5, -1), ACCALLOC_OK);
+    {
+        double fraction = 0.0;
+        EXPECT(accalloc_get_memory_fraction_on(type, &fraction, -1), ACCALLOC_OK);
+        CHECK(fraction == 0.5);
+        EXPECT(accalloc_get_memory_fraction_on(ACCALLOC_DEVICE_HOST, &fraction, 0), ACCALLOC_OK);
+        CHECK(fraction == 1.0); /* the host accelerator keeps none */
+    }
     EXPECT(accalloc_malloc_on(type, &p, 33 * MiB, -1, NULL), ACCALLOC_ERROR_OUT_OF_MEMORY); /* past 32 MiB allowed */
     CHECK_CONTAINS(accalloc_last_error_message(), "32.00 MiB allowed;");
     EXPECT(accalloc_malloc_on(type, &p, 5 * MiB, -1, NULL), ACCALLOC_OK);

@@ -27,6 +27,7 @@ typedef AccallocStatus (*stat_fn)(int32_t, const char *, int64_t *);
 typedef AccallocStatus (*json_fn)(int32_t, char *, size_t, size_t *);
 typedef AccallocStatus (*meminfo_fn)(int32_t, uint64_t *, uint64_t *);
 typedef AccallocStatus (*fraction_fn)(double, int32_t);
+typedef AccallocStatus (*fraction_out_fn)(double *, int32_t);
 typedef AccallocStatus (*i32_out_fn)(int32_t *);
 typedef AccallocDeviceType (*accel_fn)(void);
 typedef const char *(*type_name_fn)(AccallocDeviceType);
@@ -186,6 +187,7 @@ int main(int argc, char **argv)
     json_fn p_stats_json;
     meminfo_fn p_mem_get_info;
     fraction_fn p_set_memory_fraction;
+    fraction_out_fn p_get_memory_fraction;
     i32_out_fn p_device_count, p_current_device;
     accel_fn p_current_accelerator;
     type_name_fn p_device_type_name;
@@ -268,6 +270,7 @@ int main(int argc, char **argv)
     TYPECHECK(json_fn, accalloc_memory_stats_json);
     TYPECHECK(meminfo_fn, accalloc_mem_get_info);
     TYPECHECK(fraction_fn, accalloc_set_memory_fraction);
+    TYPECHECK(fraction_out_fn, accalloc_get_memory_fraction);
     TYPECHECK(i32_out_fn, accalloc_device_count);
     TYPECHECK(i32_out_fn, accalloc_current_device);
     TYPECHECK(accel_fn, accalloc_current_accelerator);
@@ -345,6 +348,7 @@ int main(int argc, char **argv)
     LOAD(p_stats_json, "accalloc_memory_stats_json");
     LOAD(p_mem_get_info, "accalloc_mem_get_info");
     LOAD(p_set_memory_fraction, "accalloc_set_memory_fraction");
+    LOAD(p_get_memory_fraction, "accalloc_get_memory_fraction");
     LOAD(p_device_count, "accalloc_device_count");
     LOAD(p_current_device, "accalloc_current_device");
     LOAD(p_set_device, "accalloc_set_device");
@@ -665,6 +669,12 @@ int main(int argc, char **argv)
     CHECK_STATUS(p_current_device(&n), ACCALLOC_OK);
     CHECK_EQ(n, 1);
     CHECK_STATUS(p_set_memory_fraction(0.25, -1), ACCALLOC_OK);
+    {
+        double fraction = 0.0;
+        CHECK_STATUS(p_get_memory_fraction(&fraction, -1), ACCALLOC_OK);
+        CHECK(fraction == 0.25);
+        CHECK_STATUS(p_get_memory_fraction(NULL, -1), ACCALLOC_ERROR_INVALID_ARGUMENT);
+    }
     CHECK_STATUS(p_oom_observer_add(note_limit, &oom_limit, &oom_handle), ACCALLOC_OK);
     CHECK_STATUS(p_malloc(&ptr, (size_t)300 << 20, -1, NULL), ACCALLOC_ERROR_OUT_OF_MEMORY); /* 300 MiB > 256 MiB */
     CHECK_EQ(oom_limit, 256 << 20); /* the observer heard of it, with the fraction's limit */
