@@ -19,8 +19,9 @@ new one's (torch.utils.swap_tensors: the object, its attributes and every slot h
 gradient moves with it) and puts it back in its slots, and gives each lazy slot an
 UninitializedParameter on the new device and dtype. A parameter that cannot be swapped (a subclass
 of Parameter, or one something else holds a reference to the data of) keeps PyTorch's new object,
-one for all the slots that shared the old. Conversions that touch no accalloc device are left
-exactly as PyTorch makes them.
+one for all the slots that shared the old. Hooks registered on a parameter's tensor before the move
+(register_hook) stay with the old contents, as under PyTorch's swap switch (and as with the new
+objects before). Conversions that touch no accalloc device are left exactly as PyTorch makes them.
 """
 import functools
 import threading
