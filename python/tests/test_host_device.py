@@ -216,6 +216,14 @@ def test_torch_cudas_memory_names_on_the_device_module(fresh_device):
         module.caching_allocator_delete(address)
     assert module.caching_allocator_alloc(0) == 0
     module.caching_allocator_delete(0)
+    with pytest.raises(ValueError, match="0 bytes or more"):
+        module.caching_allocator_alloc(-1)
+    # A device of another type, or an index below -1, is refused, not taken for the current device.
+    with pytest.raises(ValueError, match="Expected a accalloc device, but got: cpu"):
+        module.caching_allocator_alloc(8, "cpu")
+    with pytest.raises(ValueError, match="index of -1 .* or more, but got: -2"):
+        module.get_per_process_memory_fraction(-2)
+    assert module.memory_allocated(0) == module.memory_allocated(1) == 0
     # The nested form of memory_stats(), and torch.cuda's deprecated names, which warn as there.
     t = torch.empty(MiB, dtype=torch.uint8, device="accalloc")
     nested = module.memory_stats_as_nested_dict()

@@ -105,9 +105,10 @@ def test_an_optimizer_made_before_the_move_trains_the_moved_model(fresh_device):
     gc.collect()
 
 
-def test_a_parameter_that_cannot_keep_its_object_still_moves_tied(fresh_device):
+def test_a_parameter_that_cannot_keep_its_object_still_moves_tied_and_says_so(fresh_device):
     # A weak reference to a parameter (torch.compile's guards hold some) stops the swap: PyTorch's new
-    # object then, one for every slot that shared the old.
+    # object then, one for every slot that shared the old, and a warning naming it (an optimizer made
+    # before the move would hold the old one).
     import weakref
 
     embedding = nn.Embedding(10, 4)
@@ -115,12 +116,57 @@ def test_a_parameter_that_cannot_keep_its_object_still_moves_tied(fresh_device):
     head.weight = embedding.weight
     old = embedding.weight
     watcher = weakref.ref(old)
-    model = nn.ModuleDict({"embedding": embedding, "head": head}).to(DEVICE)
+    with pytest.warns(UserWarning, match="Embedding.weight could not keep its Parameter object"):
+        model = nn.ModuleDict({"embedding": embedding, "head": head}).to(DEVICE)
     assert model["embedding"].weight is not old and watcher() is old
     assert model["embedding"].weight is model["head"].weight
     assert model["embedding"].weight.device.type == DEVICE and old.device.type == "cpu"
     del model, embedding, head, old
-    gc.collect()
+
+
+def test_a_recurrent_layer_inside_a_model_keeps_its_parameters_across_the_move(fresh_device):
+    # An LSTM takes weak references to its parameters once converted (RNNBase._apply): each module's
+    # parameters are kept before that, so its optimizer trains it too.
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.LSTM(3, 4, batch_first=True))
+    parameters = list(model.parameters())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    model.to(DEVICE)
+    assert all(moved is kept for moved, kept in zip(model.parameters(), parameters))
+    before = [p.detach().cpu().clone() for p in parameters]
+    model(torch.randn(2, 5, 3, device=DEVICE))[0].sum().backward()
+    optimizer.step()
+    assert all(not torch.equal(p.detach().cpu(), b) for p, b in zip(model.parameters(), before))
+    del model, optimizer, parameters
+
+
+def test_each_modules_old_copy_goes_as_the_move_goes(fresh_device):
+    # A model moved to the device is for a moment in host memory twice: each module's old parameters
+    # are let go once it is converted, not when the whole model is.
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    seen = []
+
+    class Second(nn.Linear):
+        def _apply(self, fn, recurse=True):
+            seen.append(first.expired())
+            return super()._apply(fn, recurse)
+
+    model = nn.Sequential(nn.Linear(64, 64), Second(64, 64))
+    first = StorageWeakRef(model[0].weight.untyped_storage())
+    model.to(DEVICE)
+    assert seen == [True] and model[0].weight.device.type == DEVICE
+    del model
+
+
+def test_a_gradient_moves_with_its_parameter_onto_the_device(fresh_device):
+    linear = nn.Linear(3, 2)
+    linear(torch.randn(4, 3)).sum().backward()
+    weight, grad = linear.weight, linear.weight.grad.clone()
+    linear.to(DEVICE)
+    assert linear.weight is weight and weight.grad.device.type == DEVICE
+    assert torch.equal(weight.grad.cpu(), grad)
+    del linear, weight
 
 
 def test_conversions_without_the_device_untie_exactly_as_pytorch_does():

@@ -4,6 +4,7 @@ mem_get_info(), get_device_properties(i).total_memory, manual_seed_all(), MemPoo
 torch.accelerator or accalloc's C ABI."""
 import contextlib
 import ctypes
+import operator
 import types
 import warnings
 
@@ -76,7 +77,14 @@ def device_module(name, accalloc_device_type, extension):
 
     # torch.cuda's names for streams, events and the device's figures, over torch.accelerator's.
     def torch_device(device=None):
+        """`device` (an index, "name:i" or a torch.device; None or -1: the current one) as a device of
+        this accelerator; a device of another type, or an index below -1, is refused, as torch.cuda's
+        functions refuse them."""
+        if device is not None and not isinstance(device, int) and torch.device(device).type != name:
+            raise ValueError(f"Expected a {name} device, but got: {torch.device(device)}")
         index = device_index(device)
+        if index < -1:
+            raise ValueError(f"Expected a {name} device index of -1 (the current device) or more, but got: {index}")
         return torch.device(name, current_device() if index < 0 else index)
 
     # "accalloc host" for the host accelerator: accalloc and the backend's name.
@@ -112,14 +120,18 @@ def device_module(name, accalloc_device_type, extension):
         as a tensor's memory is, as torch.cuda.caching_allocator_alloc hands them out; give them back
         with caching_allocator_delete. Every stream of the device is its default one, so `stream` (a
         stream or None) changes nothing."""
+        size = operator.index(size)  # a whole number (a float is a TypeError)
+        if size < 0:
+            raise ValueError(f"caching_allocator_alloc takes a size of 0 bytes or more, not {size}")
         out = ctypes.c_void_p()
         index = torch_device(device).index
         accalloc._library.check(lib.accalloc_malloc_on(accalloc_device_type, ctypes.byref(out), size, index, None))
         return out.value or 0
 
     def caching_allocator_delete(mem_ptr):
-        """Give back an address caching_allocator_alloc handed out (0: nothing); anything else is an
-        error and changes nothing."""
+        """Give back an address caching_allocator_alloc handed out (0: nothing). An address accalloc
+        never handed out, or one already given back, is an error that changes nothing; the address of a
+        live tensor's memory frees it under the tensor, as torch.cuda's does: undefined."""
         accalloc._library.check(lib.accalloc_free(mem_ptr))
 
     module.caching_allocator_alloc = caching_allocator_alloc
