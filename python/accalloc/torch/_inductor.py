@@ -12,25 +12,20 @@ assume GPU kernels); and has Inductor name the device's code generator the C++ o
 
 Nothing is imported before Inductor is: importing it costs seconds, and most programs never compile.
 The registration runs once torch._inductor.compile_fx, Inductor's entry point (torch.compile imports
-it before compiling anything), has been imported (a finder on sys.meta_path waits for it), or at once
-when it already is. By then every module the registration imports is whole: an earlier trigger, such
-as the scheduler's import, runs inside Inductor's own chain of imports and meets half-made modules.
+it before compiling anything), has been imported, or at once when it already is (_import_hooks).
 """
-import importlib.abc
-import importlib.util
 import sys
 
-_TRIGGER = "torch._inductor.compile_fx"
+from accalloc.torch import _flex_attention
+from accalloc.torch._import_hooks import when_imported
+
 _served = set()
 
 
 def serve(name):
     """Have Inductor compile for the device type `name` as for the CPU (now or when it loads)."""
     _served.add(name)
-    if _TRIGGER in sys.modules:
-        _register()
-    elif not any(isinstance(finder, _WhenImported) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _WhenImported())
+    when_imported("torch._inductor.compile_fx", _register)
 
 
 def _register():
@@ -89,6 +84,7 @@ def _register():
         is_cpu._accalloc = True
         scheduler.BaseSchedulerNode.is_cpu = is_cpu
     _widen_current_backend()
+    _flex_attention.lower_as_on_the_cpu(_served)
 
 
 def _widen_current_backend():
@@ -117,22 +113,3 @@ def _widen_current_backend():
                 getattr(module, "get_current_backend", None) is original:
             module.get_current_backend = get_current_backend
 
-
-class _WhenImported(importlib.abc.MetaPathFinder):
-    """Runs _register once compile_fx has been executed, then leaves sys.meta_path."""
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname != _TRIGGER:
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)
-        if spec is None or spec.loader is None:
-            return spec
-        execute = spec.loader.exec_module
-
-        def exec_module(module):
-            execute(module)
-            _register()
-
-        spec.loader.exec_module = exec_module
-        return spec
