@@ -24,7 +24,8 @@ import torch
 
 import accalloc
 from accalloc._library import DEVICE_HOST, library
-from accalloc.torch import _autograd_exit, _device_module, _flex_attention, _inductor, _module_conversion
+from accalloc.torch import (_autograd_exit, _data_parallel, _device_module, _flex_attention, _inductor,
+                           _module_conversion)
 from accalloc.torch._pools import MemPool, PluggableAllocator, use_mem_pool  # noqa: F401 - the package's API
 from accalloc.torch._sleep import forget, pause, paused_bytes, region, resume  # noqa: F401 - the package's API
 
@@ -144,6 +145,7 @@ def register_device(name, accalloc_device_type):
         _module_conversion.keep_parameters_on(name)
         _inductor.serve(name)
         _flex_attention.serve(name)
+        _data_parallel.serve(name)
         # torch.distributed: the "accalloc" backend, gloo over the device's memory (_distributed.py; a
         # torch built without distributed or gloo has nothing to register it with).
         if torch.distributed.is_available() and torch.distributed.is_gloo_available():
