@@ -175,6 +175,23 @@ def test_a_compiled_training_step_follows_the_cpus(fresh_device):
         assert torch.allclose(p.cpu(), cpu_p, rtol=1e-4, atol=1e-6)
 
 
+def test_a_compiled_function_keeps_to_the_second_devices_index(fresh_device):
+    # Inductor allocated the buffers of a device type it does not know on the current device: a graph
+    # on accalloc:1 gave its results on accalloc:0, and a matrix product there failed ("found at least
+    # two devices"). A tensor made in the graph with no index goes to the current device.
+    def f(x, w):
+        return (x @ w).relu() + torch.arange(w.shape[1], device="accalloc")
+
+    x, w = torch.randn(8, 16), torch.randn(16, 4)
+    expected = torch.compile(f)(x.to("accalloc:0"), w.to("accalloc:0")).cpu()
+    with torch.accelerator.device_index(1):
+        got = torch.compile(f)(x.to("accalloc:1"), w.to("accalloc:1"))
+    assert got.device == torch.device("accalloc:1") and torch.equal(got.cpu(), expected)
+    assert torch.accelerator.memory_allocated(0) == 0 and torch.accelerator.memory_allocated(1) > 0
+    # Code Inductor cached for the device by an accalloc that wrote it otherwise is not reused.
+    assert "accalloc-inductor-2" in torch.compiler.config.cache_key_tag.split("+")
+
+
 def test_torch_compile_with_dynamic_shapes(fresh_device):
     def f(x):
         return torch.softmax(x * 2, dim=-1).cumsum(0)

@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+from torch._inductor.exc import InductorError
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 from conftest import DEVICE, run_python
@@ -116,23 +117,41 @@ def test_a_compiled_function_needing_flex_attentions_gradient_runs_it_eagerly(fr
     assert torch.equal(leaf.grad, eager_leaf.grad)
 
     torch._dynamo.reset()
-    with pytest.raises(Exception, match="compiles inference only, as on the CPU"):
+    with pytest.raises(Exception, match="compiles inference only, as on the CPU") as refused:
         torch.compile(attend, fullgraph=True)(q.clone().requires_grad_(), k, v)
+    assert not isinstance(refused.value, InductorError)
 
 
-def test_compiled_flex_attention_refuses_what_the_hosts_kernel_cannot_give(fresh_device, fresh_dynamo):
+def test_compiled_flex_attention_asked_for_the_log_sum_exp_runs_it_eagerly(fresh_device, fresh_dynamo):
+    """Inductor's host kernel gives the output alone: a compiled call asking for the log-sum-exp
+    (as Hugging Face's does on every device but the CPU) runs eagerly, and with fullgraph=True is
+    refused, while Dynamo traces (not as an Inductor error)."""
     q, k, v = on_device(*inputs())
-    with pytest.raises(Exception, match="compiles inference only, as on the CPU"):
-        torch.compile(flex_attention)(q, k, v, return_lse=True)
+
+    def attend(q, k, v):
+        return flex_attention(q, k, v, score_mod=relative, return_lse=True)
+
+    with torch.no_grad():
+        out, lse = torch.compile(attend)(q, k, v)
+        eager_out, eager_lse = attend(q, k, v)
+    assert torch.equal(out, eager_out) and torch.equal(lse, eager_lse) and lse.shape == (B, H, L)
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="compiles inference only, as on the CPU") as refused:
+        torch.compile(attend, fullgraph=True)(q, k, v)
+    assert not isinstance(refused.value, InductorError)
+
+
+def test_a_learnt_tensor_in_score_mod_is_refused_compiled_and_trained_eagerly(fresh_device, fresh_dynamo):
+    q, k, v = on_device(*inputs())
     bias = torch.zeros(L, device=DEVICE, requires_grad=True)
 
     def learnt(score, b, h, q_index, kv_index):
         return score + bias[kv_index]
 
-    torch._dynamo.reset()
-    with pytest.raises(Exception, match="compiles inference only, as on the CPU"):
+    # Nothing Dynamo sees needs a gradient; Inductor finds the backward pass's read of the
+    # log-sum-exp and refuses with the same words.
+    with pytest.raises(InductorError, match="compiles inference only, as on the CPU"):
         torch.compile(flex_attention)(q, k, v, score_mod=learnt).sum().backward()
-    # Eagerly the learnt tensor gets its gradient.
     flex_attention(q, k, v, score_mod=learnt).sum().backward()
     assert bias.grad is not None and bias.grad.device.type == DEVICE and bias.grad.abs().sum() > 0
 
@@ -177,17 +196,29 @@ HUGGING_FACE = """
         optimizer.zero_grad()
         losses.append(loss.item())
     print("losses", losses)
+    # Inference as Hugging Face runs it: its flex_attention is compiled and asks for the log-sum-exp.
+    model.eval()
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits
+        tokens = model.generate(ids[:, :8], max_new_tokens=8, do_sample=False)
+    print("logits", logits.abs().sum().item())
+    print("tokens", tokens.tolist())
 """
 
 
-def test_a_hugging_face_model_trains_with_flex_attention_as_with_sdpa():
+def test_a_hugging_face_model_trains_and_generates_with_flex_attention_as_with_sdpa():
     pytest.importorskip("transformers")
-    losses = {}
+    runs = {}
     for implementation in ("flex_attention", "sdpa"):
         code, out = run_python(HUGGING_FACE.replace("IMPLEMENTATION", repr(implementation)))
         assert code == 0, out
-        [line] = [line for line in out.splitlines() if line.startswith("losses ")]
-        losses[implementation] = eval(line.split(" ", 1)[1])
-    assert len(losses["flex_attention"]) == 3 and losses["flex_attention"][0] > losses["flex_attention"][2]
-    # Two algorithms for the same attention: equal to float32 rounding, step after step.
-    assert losses["flex_attention"] == pytest.approx(losses["sdpa"], rel=1e-5)
+        lines = dict(line.split(" ", 1) for line in out.splitlines()
+                     if line.split(" ", 1)[0] in ("losses", "logits", "tokens"))
+        runs[implementation] = {key: eval(value) for key, value in lines.items()}
+    flex, sdpa = runs["flex_attention"], runs["sdpa"]
+    assert len(flex["losses"]) == 3 and flex["losses"][0] > flex["losses"][2]
+    # Two algorithms for the same attention: equal to float32 rounding, step after step, and the
+    # same greedy tokens.
+    assert flex["losses"] == pytest.approx(sdpa["losses"], rel=1e-5)
+    assert flex["logits"] == pytest.approx(sdpa["logits"], rel=1e-5)
+    assert flex["tokens"] == sdpa["tokens"] and len(flex["tokens"][0]) == 16

@@ -8,11 +8,12 @@ On the device it runs as follows:
   FlexAttention on a GPU trains here;
 - under torch.compile, for inference: Inductor's C++ FlexAttention kernel, the CPU's (the device's
   memory is host memory; _inductor.py serves the device as the CPU). Inductor has no host kernel
-  for the backward pass or the log-sum-exp. Where query, key or value need a gradient, the check
-  below refuses while Dynamo traces, and Dynamo runs the function calling flex_attention eagerly
-  (torch.compile(fullgraph=True) passes the refusal on, with its words); a graph that needs the
-  backward pass or the log-sum-exp another way (a learnt tensor in score_mod, return_lse) is
-  refused with the same words when Inductor lowers it.
+  for the backward pass, the log-sum-exp or the max scores. Where a call needs one of them (query,
+  key or value need a gradient; return_lse or return_aux asks; Hugging Face asks for the log-sum-exp
+  on every device but the CPU), the checks below refuse while Dynamo traces, and Dynamo runs the
+  function calling flex_attention eagerly (torch.compile(fullgraph=True) passes the refusal on,
+  with its words). A graph that needs the backward pass another way (a learnt tensor in score_mod)
+  is refused with the same words when Inductor lowers it.
 
 serve(name) adapts PyTorch's checks when torch.nn.attention.flex_attention is imported (it costs a
 fifth of a second; most programs never import it); lower_as_on_the_cpu runs when Inductor loads.
@@ -54,17 +55,21 @@ def _adapt_checks():
         device = _on_device(query, key, value)
         if device is None:
             return validate_device(query, key, value)
-        if torch.compiler.is_compiling() and any(t.requires_grad for t in (query, key, value)):
+        if torch.compiler.is_compiling() and torch.is_grad_enabled() and \
+                any(t.requires_grad for t in (query, key, value)):
             raise NotImplementedError(_COMPILED_INFERENCE_ONLY.format(device=device))
         return None
 
     def _apply_kernel_options(query, key, value, return_lse, kernel_options, return_aux=None):
+        device = _on_device(query, key, value)
+        compiling = device is not None and torch.compiler.is_compiling()
+        if compiling and (return_lse or (return_aux is not None and (return_aux.lse or return_aux.max_scores))):
+            raise NotImplementedError(_COMPILED_INFERENCE_ONLY.format(device=device))
         options = apply_kernel_options(query, key, value, return_lse, kernel_options, return_aux)
-        wants_lse = return_lse or (return_aux is not None and return_aux.lse)
         # The log-sum-exp is written for a backward pass that may come; compiled on the device
         # (inference only, above) none does, and Inductor's host kernel cannot write it. Eagerly the
         # reference implementation computes it whatever this says.
-        if _on_device(query, key, value) and torch.compiler.is_compiling() and not wants_lse:
+        if compiling:
             options["OUTPUT_LOGSUMEXP"] = False
         return options
 

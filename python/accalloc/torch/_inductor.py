@@ -16,10 +16,17 @@ it before compiling anything), has been imported, or at once when it already is 
 """
 import sys
 
+import torch
+
 from accalloc.torch import _flex_attention
 from accalloc.torch._import_hooks import when_imported
 
 _served = set()
+
+# In every compilation's cache key (torch.compiler.config.cache_key_tag): code Inductor cached for the
+# device by an accalloc that generated it otherwise is not taken up. Changed whenever what the
+# adaptation below makes Inductor write for the device changes.
+_CACHE_TAG = "accalloc-inductor-2"
 
 
 def serve(name):
@@ -40,13 +47,27 @@ def _register():
     from torch._inductor.codegen.wrapper import PythonWrapperCodegen, SubgraphPythonWrapperCodegen
     from torch._inductor.virtualized import V
 
-    class WrapperCodegen(PythonWrapperCodegen):
+    class OnTheDevicesIndex:
+        """Inductor allocates a buffer of a device type it does not know with the type alone,
+        relying on a device guard it writes only for GPUs: a graph on accalloc:1 put its buffers on
+        the current device (accalloc:0). The device's buffers are allocated on their own index."""
+
+        def make_allocation(self, name, device, dtype, shape, stride, allocation_shape=None, is_pinned=False):
+            line = super().make_allocation(name, device, dtype, shape, stride, allocation_shape, is_pinned)
+            if device.type in _served and device.index is not None:
+                line = line.replace(f"device='{device.type}'", f"device='{device.type}:{device.index}'")
+            return line
+
+    class SubgraphWrapperCodegen(OnTheDevicesIndex, SubgraphPythonWrapperCodegen):
+        pass
+
+    class WrapperCodegen(OnTheDevicesIndex, PythonWrapperCodegen):
         """Inductor's Python wrapper, calling the device's C++ kernels as the CPU's."""
 
         @staticmethod
         def create(is_subgraph, subgraph_name, parent_wrapper, partition_signatures=None):
             if is_subgraph:
-                return SubgraphPythonWrapperCodegen(subgraph_name, parent_wrapper, partition_signatures)
+                return SubgraphWrapperCodegen(subgraph_name, parent_wrapper, partition_signatures)
             return WrapperCodegen()
 
         def _generate_kernel_call_helper(self, kernel_name, call_args, *, device=None, triton=True, **kwargs):
@@ -55,6 +76,23 @@ def _register():
                 self.writeline(self.wrap_kernel_call(kernel_name, call_args))
                 return
             super()._generate_kernel_call_helper(kernel_name, call_args, device=device, triton=triton, **kwargs)
+
+    class DeviceInterface(CpuInterface):
+        """The CPU's answers, but for the device's indices: a tensor made in a compiled graph with
+        device="accalloc" and no index goes to the current device (Inductor asks the Worker)."""
+
+        class Worker(CpuInterface.Worker):
+            @staticmethod
+            def current_device():
+                return torch.accelerator.current_device_index()
+
+        @staticmethod
+        def current_device():
+            return torch.accelerator.current_device_index()
+
+        @staticmethod
+        def device_count():
+            return torch.accelerator.device_count()
 
     registered = dict(get_registered_device_interfaces())
     class NoCppWrapper(CppWrapperCpu):
@@ -70,9 +108,9 @@ def _register():
 
     for name in _served:
         if name not in registered:
-            # Its queries (device count, properties, streams) answered as the CPU's are: the
-            # generated code is the CPU's.
-            register_interface_for_device(name, CpuInterface)
+            # Its queries (properties, streams) answered as the CPU's are: the generated code is
+            # the CPU's.
+            register_interface_for_device(name, DeviceInterface)
         if get_scheduling_for_device(name) is None:
             register_backend_for_device(name, CppScheduling, WrapperCodegen, NoCppWrapper)
             register_device_op_overrides(name, CpuDeviceOpOverrides())
@@ -85,6 +123,9 @@ def _register():
         scheduler.BaseSchedulerNode.is_cpu = is_cpu
     _widen_current_backend()
     _flex_attention.lower_as_on_the_cpu(_served)
+    tag = torch.compiler.config.cache_key_tag
+    if _CACHE_TAG not in tag.split("+"):
+        torch.compiler.config.cache_key_tag = f"{tag}+{_CACHE_TAG}" if tag else _CACHE_TAG
 
 
 def _widen_current_backend():
