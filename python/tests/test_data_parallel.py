@@ -22,6 +22,9 @@ def test_data_parallel_trains_as_one_device_on_the_whole_batch(fresh_device):
     reference = net()
     model = copy.deepcopy(reference).to(DEVICE)
     parallel = torch.nn.DataParallel(model, device_ids=[0, 1])
+    # Each replica's first layer records where its half of the batch ran.
+    ran = []
+    model[0].register_forward_hook(lambda module, args, out: ran.append((args[0].device.index, len(args[0]))))
     optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, reference)]
     batches = [torch.randn(6, 4, generator=torch.Generator().manual_seed(i)) for i in range(3)]
     for step, x in enumerate(batches):
@@ -37,9 +40,23 @@ def test_data_parallel_trains_as_one_device_on_the_whole_batch(fresh_device):
     for p, q in zip(model.parameters(), reference.parameters()):
         assert p.device == torch.device(DEVICE, 0)
         assert torch.allclose(p.detach().cpu(), q.detach(), atol=1e-6)
-    # The second half of each batch ran on the second device.
-    assert torch.accelerator.memory_stats(1)["allocation.all.allocated"] > 0
+    # Each half of each batch ran on its own device.
+    assert sorted(ran) == [(0, 3)] * 3 + [(1, 3)] * 3
     assert torch.accelerator.memory_allocated(1) == 0
+
+
+def test_data_parallel_under_autocast_gathers_the_replicas_outputs(fresh_device):
+    """The replicas run on PyTorch's threads, whose autocast dtype for the device is PyTorch's
+    per-thread default; the gathered output keeps theirs (a cat under the caller's autocast refused
+    half-precision outputs: "Unexpected floating ScalarType")."""
+    reference = net()
+    model = copy.deepcopy(reference).to(DEVICE)
+    x = torch.randn(6, 4, generator=torch.Generator().manual_seed(5))
+    for dtype in (None, torch.bfloat16, torch.float16):
+        with torch.autocast(DEVICE, **({} if dtype is None else {"dtype": dtype})):
+            out = torch.nn.DataParallel(model, device_ids=[0, 1])(x)
+        assert out.device == torch.device(DEVICE, 0) and out.shape == (6, 3)
+        assert torch.allclose(out.float().cpu(), reference(x), atol=0.05)
 
 
 def test_each_replica_normalizes_its_own_half_and_the_first_updates_the_running_statistics(fresh_device):
@@ -60,17 +77,25 @@ def test_broadcast_hands_the_source_device_its_tensor_and_copies_to_the_others(f
     t = torch.arange(6.0, device=DEVICE)
     copies = comm.broadcast(t, [0, 1])
     assert copies[0] is t and copies[1].device == torch.device(DEVICE, 1) and torch.equal(copies[1].cpu(), t.cpu())
-    from_cpu = comm.broadcast(torch.ones(2), [f"{DEVICE}:1", 0])
+    from_cpu = comm.broadcast(torch.ones(2), (d for d in [f"{DEVICE}:1", 0]))  # a generator, read once
     assert [c.device.index for c in from_cpu] == [1, 0] and all(c.device.type == DEVICE for c in from_cpu)
+    assert all(torch.equal(c.cpu(), torch.ones(2)) for c in from_cpu)
+    # The copies are the device's own, contiguous, with no autograd history, as CUDA's.
+    weight = torch.randn(3, 2, device=DEVICE, requires_grad=True)
+    [same], [moved] = comm.broadcast_coalesced([weight.t()], [0, 1])
+    assert same.requires_grad and not moved.requires_grad and moved.grad_fn is None
+    assert moved.is_contiguous() and torch.equal(moved.cpu(), weight.detach().t().cpu())
     out = [torch.zeros(6, device=f"{DEVICE}:{i}") for i in (0, 1)]
     assert comm.broadcast(t, out=out) == tuple(out) and all(torch.equal(o.cpu(), t.cpu()) for o in out)
     with pytest.raises(RuntimeError, match="Exactly one of 'devices' and 'out'"):
         comm.broadcast(t)
+    with pytest.raises(RuntimeError, match=r"output tensor of shape \(2, 6\) does not match"):
+        comm.broadcast(t, out=[torch.zeros(2, 6, device=DEVICE)])
     tensors = [t, torch.ones(2, 2, device=DEVICE)]
     coalesced = comm.broadcast_coalesced(tensors, [0, 1])
     assert coalesced[0][0] is t and coalesced[0][1] is tensors[1]
     assert [c.device.index for c in coalesced[1]] == [1, 1] and torch.equal(coalesced[1][1].cpu(), torch.ones(2, 2))
-    with pytest.raises(RuntimeError, match=r"all tensors must be on devices\[0\]: 1"):
+    with pytest.raises(RuntimeError, match=r"All tensors must be on devices\[0\]: 1"):
         comm.broadcast_coalesced(tensors, [1, 0])
     # Complex tensors travel as their real views, as in PyTorch's comm.
     [[_], [moved]] = comm.broadcast_coalesced([torch.tensor([1 + 2j], device=DEVICE)], [0, 1])
@@ -90,8 +115,12 @@ def test_scatter_and_gather_split_and_join_along_a_dimension(fresh_device):
     with pytest.raises(RuntimeError, match="same length"):
         comm.scatter(on_device, [0, 1], chunk_sizes=[6])
     out = [torch.empty(3, 2, device=f"{DEVICE}:{i}") for i in (0, 1)]
-    comm.scatter(on_device, out=out)
-    assert torch.equal(out[1].cpu(), x[3:])
+    assert comm.scatter(on_device, out=out) == tuple(out)
+    assert torch.equal(out[0].cpu(), x[:3]) and torch.equal(out[1].cpu(), x[3:])
+    with pytest.raises(RuntimeError, match="do not add up"):
+        comm.scatter(on_device, out=[torch.empty(3, 2, device=DEVICE)])
+    with pytest.raises(RuntimeError, match="does not match the expected shape"):
+        comm.scatter(on_device, out=[torch.empty(3, 5, device=DEVICE), torch.empty(3, 5, device=DEVICE)])
 
     assert torch.equal(comm.gather(parts).cpu(), x) and comm.gather(parts).device == torch.device(DEVICE, 0)
     assert comm.gather(halves, dim=1, destination=1).device == torch.device(DEVICE, 1)
@@ -99,6 +128,15 @@ def test_scatter_and_gather_split_and_join_along_a_dimension(fresh_device):
     assert torch.equal(comm.gather(halves, dim=1, destination="cpu"), x)
     target = torch.empty(6, 2)
     assert comm.gather(parts, out=target) is target and torch.equal(target, x)
+    with pytest.raises(RuntimeError, match="not the expected"):
+        comm.gather(parts, out=torch.empty(6, 3))
+    with pytest.warns(FutureWarning, match="-1 to represent CPU"):
+        assert comm.gather(parts, destination=-1).device.type == "cpu"
+    # The first tensor's dtype, as CUDA's gather gives.
+    mixed = comm.gather([parts[0].half(), parts[1]], destination=1)
+    assert mixed.dtype == torch.float16 and torch.equal(mixed.float().cpu(), x)
+    with pytest.raises(RuntimeError, match="does not match the first's"):
+        comm.gather([parts[0], parts[1].reshape(1, 4)])
     summed = comm.reduce_add([torch.ones(3, device=f"{DEVICE}:{i}") for i in (0, 1)], destination=1)
     assert summed.device == torch.device(DEVICE, 1) and torch.equal(summed.cpu(), torch.full((3,), 2.0))
 
