@@ -86,6 +86,27 @@ class AccallocProcessGroup(dist.ProcessGroup):
     def getBackendName(self):  # noqa: N802 - PyTorch's name
         return BACKEND
 
+    # A ProcessGroup keeps its name and description on the backends registered in it, and a group
+    # made in Python is its own backend, with none registered: PyTorch's setters had nowhere to put
+    # them and `group_name` raised "ProcessGroup name not set", so every DeviceMesh (FSDP2's
+    # fully_shard, DTensor) failed to start. The group keeps them itself.
+    def _set_group_name(self, name):
+        self._accalloc_group_name = name
+
+    def _set_group_desc(self, desc):
+        self._accalloc_group_desc = desc
+
+    @property
+    def group_name(self):
+        name = getattr(self, "_accalloc_group_name", None)
+        if name is None:
+            raise RuntimeError("ProcessGroup name not set")
+        return name
+
+    @property
+    def group_desc(self):
+        return getattr(self, "_accalloc_group_desc", "undefined")
+
 
 for _name in COLLECTIVES:
     setattr(AccallocProcessGroup, _name, _collective(_name))
