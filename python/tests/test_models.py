@@ -22,10 +22,33 @@ def losses(name, device, **options):
     return [step().item() for _ in range(STEPS)], step.model
 
 
+def noise_only(model):
+    """The biases of convolutions a batch norm follows, and that norm's running mean, which adds them
+    in. The norm takes the mean away, so the biases' true gradient is zero and what they get is
+    rounding noise, which AdamW turns into steps of about the learning rate in its sign's direction:
+    they follow the order of the additions that made the noise (a thread count), not the computation,
+    and no check of the computation can use them. (A pin-memory DataLoader sets PyTorch's thread count
+    to 1 for threads it starts later, the device's autograd thread among them: these moved apart.)
+    The running variance, and everything after the norm, do not depend on them."""
+    layers = list(model.modules())
+    names = {module: name for name, module in model.named_modules()}
+    keys = set()
+    for module in layers[:-1]:
+        following = layers[layers.index(module) + 1]
+        if isinstance(module, torch.nn.Conv2d) and module.bias is not None and \
+                isinstance(following, torch.nn.BatchNorm2d):
+            keys |= {f"{names[module]}.bias", f"{names[following]}.running_mean"}
+    return keys
+
+
 def assert_same_weights(device_model, cpu_model):
     """Weights after training (and the CNN's batch-norm running statistics) equal to float32 rounding."""
+    skipped = noise_only(cpu_model)
+    assert skipped == set() or skipped == {"features.0.bias", "features.1.running_mean", "features.4.bias",
+                                           "features.5.running_mean"}, skipped
     for (key, cpu_value), device_value in zip(cpu_model.state_dict().items(), device_model.state_dict().values()):
-        torch.testing.assert_close(device_value.cpu(), cpu_value, rtol=1e-3, atol=1e-4, msg=key)
+        if key not in skipped:
+            torch.testing.assert_close(device_value.cpu(), cpu_value, rtol=1e-3, atol=1e-4, msg=key)
 
 
 @pytest.mark.parametrize("name", sorted(model_zoo.MODELS))
