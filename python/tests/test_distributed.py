@@ -1,12 +1,48 @@
 """torch.distributed on the accalloc device: the "accalloc" process group backend (gloo's collectives
 over the device's memory). Two processes, started as torchrun would (spawn): every collective's
 results worked out by hand, and DistributedDataParallel training to the weights one process reaches on
-the CPU with the whole batch, its time statistics kept."""
+the CPU with the whole batch, its time statistics kept; FSDP2 (fully_shard) to those weights too."""
 import subprocess
 import sys
 import textwrap
 
-PROGRAM = textwrap.dedent('''
+# What both programs start with: the reference (one process, the whole batch, on the CPU) and two
+# workers started as torchrun would (spawn), each given the reference's starting weights and the
+# batches, each putting (rank, its result) on the queue.
+LAUNCHER = '''
+    import copy, socket
+    import torch, torch.multiprocessing as mp
+
+    def train_both(worker, steps):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+        start = copy.deepcopy(model.state_dict())
+        batches = [(torch.randn(8, 4), torch.randn(8, 1)) for _ in range(steps)]
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        for x, y in batches:
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        context = mp.get_context("spawn")
+        results = context.Queue()
+        workers = [context.Process(target=worker, args=(r, 2, port, start, batches, results)) for r in range(2)]
+        for w in workers:
+            w.start()
+        by_rank = dict(results.get(timeout=240) for _ in workers)
+        for w in workers:
+            w.join(60)
+        assert [w.exitcode for w in workers] == [0, 0]
+        return model, by_rank
+
+    def same_weights(weights, model):
+        for key, value in model.state_dict().items():
+            torch.testing.assert_close(torch.tensor(weights[key]), value, rtol=1e-5, atol=1e-6)
+'''
+
+PROGRAM = textwrap.dedent(LAUNCHER + '''
     import copy, os, socket, sys
     import torch, torch.distributed as dist, torch.multiprocessing as mp
 
@@ -51,37 +87,16 @@ PROGRAM = textwrap.dedent('''
         logged = ddp._get_ddp_logging_data()
         assert logged["avg_forward_compute_time"] > 0 and logged["avg_backward_compute_time"] > 0, logged
         weights = {k: v.cpu().tolist() for k, v in model.state_dict().items()}
-        results.put((rank, collectives, weights))
+        results.put((rank, (collectives, weights)))
         dist.destroy_process_group()
 
     if __name__ == "__main__":
-        torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
-        start = copy.deepcopy(model.state_dict())
-        batches = [(torch.randn(8, 4), torch.randn(8, 1)) for _ in range(4)]
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-        for x, y in batches:
-            optimizer.zero_grad()
-            torch.nn.functional.mse_loss(model(x), y).backward()
-            optimizer.step()
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        context = mp.get_context("spawn")
-        results = context.Queue()
-        workers = [context.Process(target=worker, args=(r, 2, port, start, batches, results)) for r in range(2)]
-        for w in workers:
-            w.start()
-        by_rank = dict((rank, (c, w)) for rank, c, w in (results.get(timeout=240) for _ in workers))
-        for w in workers:
-            w.join(60)
-        assert [w.exitcode for w in workers] == [0, 0]
+        model, by_rank = train_both(worker, steps=4)
         # Worked out by hand: ranks hold [1, 1] and [2, 2].
         assert by_rank[0][0] == [[3, 3], [1, 1, 2, 2], [1, 1], [2, 2], [3], [2, 2], [2, 2, 2], [0]]
         assert by_rank[1][0] == [[3, 3], [1, 1, 2, 2], [1, 1], [2, 2], [30], [2, 2], [2, 2, 2], [7]]
         for rank in (0, 1):
-            for key, value in model.state_dict().items():
-                torch.testing.assert_close(torch.tensor(by_rank[rank][1][key]), value, rtol=1e-5, atol=1e-6)
+            same_weights(by_rank[rank][1], model)
         print("agreed")
 ''')
 
@@ -95,7 +110,7 @@ def test_collectives_and_ddp_on_the_device(tmp_path):
     assert "Time stats are currently only collected" not in done.stderr
 
 
-FSDP_PROGRAM = textwrap.dedent('''
+FSDP_PROGRAM = textwrap.dedent(LAUNCHER + '''
     import copy, os, socket
     import torch, torch.distributed as dist, torch.multiprocessing as mp
 
@@ -130,30 +145,9 @@ FSDP_PROGRAM = textwrap.dedent('''
         dist.destroy_process_group()
 
     if __name__ == "__main__":
-        torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
-        start = copy.deepcopy(model.state_dict())
-        batches = [(torch.randn(8, 4), torch.randn(8, 1)) for _ in range(3)]
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-        for x, y in batches:
-            optimizer.zero_grad()
-            torch.nn.functional.mse_loss(model(x), y).backward()
-            optimizer.step()
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        context = mp.get_context("spawn")
-        results = context.Queue()
-        workers = [context.Process(target=worker, args=(r, 2, port, start, batches, results)) for r in range(2)]
-        for w in workers:
-            w.start()
-        by_rank = dict(results.get(timeout=240) for _ in workers)
-        for w in workers:
-            w.join(60)
-        assert [w.exitcode for w in workers] == [0, 0]
+        model, by_rank = train_both(worker, steps=3)
         for rank in (0, 1):
-            for key, value in model.state_dict().items():
-                torch.testing.assert_close(torch.tensor(by_rank[rank][key]), value, rtol=1e-5, atol=1e-6)
+            same_weights(by_rank[rank], model)
         print("agreed")
 ''')
 
