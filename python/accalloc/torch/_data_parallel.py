@@ -49,11 +49,6 @@ def _device_type(tensors, devices=()):
     return None
 
 
-def _unwrap_complex(tensor):
-    # As comm does: complex tensors travel as their real views.
-    return torch.view_as_real(tensor) if tensor.is_complex() else tensor
-
-
 def _contiguous_copy(tensor, device):
     # A copy of its own (no autograd history, its own version counter), laid out contiguously, as
     # CUDA's broadcasts allocate theirs.
@@ -80,7 +75,7 @@ def _broadcast(tensor, devices=None, *, out=None):
     if (devices is None) == (out is None):
         raise RuntimeError(
             f"Exactly one of 'devices' and 'out' must be specified, but got devices={devices} and out={out}")
-    tensor = _unwrap_complex(tensor)
+    tensor = comm._handle_complex(tensor)
     if out is not None:
         _copy_into(out, [tensor] * len(out), kind, "broadcast")
         return tuple(out)
@@ -97,7 +92,7 @@ def _broadcast_coalesced(tensors, devices, buffer_size=10485760):
     targets = [torch.device(kind, _get_device_index(d)) for d in devices]
     if any(tensor.device != targets[0] for tensor in tensors):
         raise RuntimeError(f"All tensors must be on devices[0]: {targets[0].index}")
-    tensors = [_unwrap_complex(tensor) for tensor in tensors]
+    tensors = [comm._handle_complex(tensor) for tensor in tensors]
     # The first device's entry is the tensors themselves, as CUDA's hands them back.
     return [list(tensors)] + [[_contiguous_copy(tensor, target) for tensor in tensors] for target in targets[1:]]
 
@@ -107,7 +102,7 @@ def _scatter(tensor, devices=None, chunk_sizes=None, dim=0, streams=None, *, out
     kind = _device_type([tensor] + list(out or []), devices)
     if kind is None:
         return _original["scatter"](tensor, devices, chunk_sizes, dim, streams, out=out)
-    tensor = _unwrap_complex(tensor)
+    tensor = comm._handle_complex(tensor)
     # The device has one stream per device and copies synchronously: the streams asked for change
     # nothing.
     if out is not None:
@@ -145,7 +140,7 @@ def _gather(tensors, dim=0, destination=None, *, out=None):
         return _original["gather"](tensors, dim, destination, out=out)
     if not tensors:
         raise RuntimeError("gather: Expected at least one tensor to gather from")
-    tensors = [_unwrap_complex(tensor) for tensor in tensors]
+    tensors = [comm._handle_complex(tensor) for tensor in tensors]
     first = tensors[0]
     dim = dim + first.dim() if dim < 0 else dim
     for i, tensor in enumerate(tensors):

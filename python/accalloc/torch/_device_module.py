@@ -73,7 +73,7 @@ def device_module(name, accalloc_device_type, extension):
     # The CPU computes bfloat16 (the device's kernels are the CPU's).
     module.is_bf16_supported = lambda including_emulation=True: True
     _add_random_numbers(module, device_count)
-    _add_memory(module, name, accalloc_device_type, lib)
+    _add_memory(module, name)
 
     # torch.cuda's names for streams, events and the device's figures, over torch.accelerator's.
     def torch_device(device=None):
@@ -181,7 +181,7 @@ def _add_random_numbers(module, device_count):
     module.set_rng_state_all = set_rng_state_all
 
 
-def _add_memory(module, name, accalloc_device_type, lib):
+def _add_memory(module, name):
     """torch.cuda's names for the device's memory figures, over torch.accelerator's (accalloc's), with
     torch.cuda's deprecated ones, which warn as they do there."""
     for function in ("memory_stats", "memory_allocated", "max_memory_allocated", "memory_reserved",

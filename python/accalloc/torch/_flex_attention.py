@@ -78,7 +78,7 @@ def _adapt_checks():
     flex._apply_kernel_options = _apply_kernel_options
 
 
-def lower_as_on_the_cpu(served):
+def lower_as_on_the_cpu():
     """Inductor's lowering of flex_attention takes the device's graphs to the CPU's C++ kernel (it
     would take them to its Triton kernel, for GPUs), and refuses the backward pass for them."""
     from torch._inductor.kernel.flex.flex_cpu import lower_cpu
@@ -99,7 +99,7 @@ def lower_as_on_the_cpu(served):
 
     def lower_forward(*args, **kwargs):
         device = argument(args, kwargs, 0, "query").get_device().type
-        if device not in served:
+        if device not in _served:
             return forward(*args, **kwargs)
         options = argument(args, kwargs, 6, "kernel_options")
         # lower_cpu gives the output alone: a graph reading the log-sum-exp (for a backward pass)
@@ -113,7 +113,7 @@ def lower_as_on_the_cpu(served):
 
     def lower_backward(*args, **kwargs):
         device = argument(args, kwargs, 0, "query").get_device().type
-        if device in served:
+        if device in _served:
             raise NotImplementedError(_COMPILED_INFERENCE_ONLY.format(device=device))
         return backward(*args, **kwargs)
 

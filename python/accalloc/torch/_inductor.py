@@ -122,7 +122,7 @@ def _register():
         is_cpu._accalloc = True
         scheduler.BaseSchedulerNode.is_cpu = is_cpu
     _widen_current_backend()
-    _flex_attention.lower_as_on_the_cpu(_served)
+    _flex_attention.lower_as_on_the_cpu()
     tag = torch.compiler.config.cache_key_tag
     if _CACHE_TAG not in tag.split("+"):
         torch.compiler.config.cache_key_tag = f"{tag}+{_CACHE_TAG}" if tag else _CACHE_TAG
